@@ -1,0 +1,198 @@
+"""Physical formats: what a weight or activation may be stored and computed in, and where that is legal.
+
+The optimizer asks this registry which formats to try on a target; `dif formats-table` prints it.
+Legality is read from a `TargetProfile`'s lists only, never from a device name:
+
+- `TargetProfile.dtypes` holds DiffIR dtype names the backend can store and compute
+  (`f32`, `bf16`, `f8e4m3`, `i8`, `u8`, ...; see `dif.dtypes.DType`).
+- `TargetProfile.tensor_core_formats` holds matrix-unit formats, from this vocabulary:
+  `tf32 bf16 fp16 fp8-e4m3 fp8-e5m2 int8 int4 nvfp4`.
+- `TargetProfile.capabilities` holds free-form feature strings a format may require.
+
+How dif can use a format is one of three kinds (`Usage`): a search candidate (a DiffIR transform
+the optimizer measures), an execution policy (reported and applied by a backend, not searched),
+or a hook only (identity and requirements registered, no implementation yet).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterator
+
+from attrs import field, frozen
+
+from dif.errors import PluginError, UsageError
+from dif.target import TargetProfile
+
+TENSOR_CORE_FORMATS = ("tf32", "bf16", "fp16", "fp8-e4m3", "fp8-e5m2", "int8", "int4", "nvfp4")
+
+
+class Usage(enum.StrEnum):
+    SEARCH_CANDIDATE = "search candidate"
+    EXECUTION_POLICY = "execution policy"
+    HOOK_ONLY = "hook only"
+
+
+@frozen
+class PhysicalFormat:
+    """A storage/compute format. `bits` is the storage cost per element including scales."""
+
+    name: str
+    description: str
+    storage_dtype: str
+    bits: float
+    usage: Usage = field(converter=Usage)
+    usage_reason: str
+    scale: str = "none"  # none | per-tensor | per-channel | per-group
+    group_size: int = 0
+    requires_dtypes: tuple[str, ...] = field(default=(), converter=tuple)
+    requires_tensor_core: tuple[str, ...] = field(default=(), converter=tuple)
+    requires_capabilities: tuple[str, ...] = field(default=(), converter=tuple)
+
+
+@frozen
+class FormatVerdict:
+    """One row of the formats table: a format judged against one target."""
+
+    format: str
+    legal: bool
+    reason: str
+    usage: Usage
+    usage_reason: str
+
+    @property
+    def searchable(self) -> bool:
+        """True when the optimizer may measure this format on the target."""
+        return self.legal and self.usage is Usage.SEARCH_CANDIDATE
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "format": self.format,
+            "legal": self.legal,
+            "reason": self.reason,
+            "usage": self.usage.value,
+            "usage_reason": self.usage_reason,
+            "searchable": self.searchable,
+        }
+
+
+class FormatRegistry:
+    """Name -> PhysicalFormat. Core formats are registered below; plugins add theirs by hook."""
+
+    def __init__(self) -> None:
+        self._formats: dict[str, PhysicalFormat] = {}
+
+    def register(self, fmt: PhysicalFormat) -> None:
+        if not isinstance(fmt, PhysicalFormat):
+            raise PluginError(f"register_physical_formats expects a PhysicalFormat, got {type(fmt).__name__}")
+        existing = self._formats.get(fmt.name)
+        if existing is not None and existing != fmt:
+            raise PluginError(f"physical format '{fmt.name}' is already registered")
+        self._formats[fmt.name] = fmt
+
+    def get(self, name: str) -> PhysicalFormat:
+        try:
+            return self._formats[name]
+        except KeyError:
+            raise UsageError(
+                f"unknown physical format '{name}'", hint=f"known formats: {', '.join(self._formats)}"
+            ) from None
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._formats
+
+    def __iter__(self) -> Iterator[PhysicalFormat]:
+        return iter(self._formats.values())
+
+    def __len__(self) -> int:
+        return len(self._formats)
+
+
+FORMATS = FormatRegistry()
+
+
+def _missing(kind: str, needed: tuple[str, ...], have: tuple[str, ...]) -> str | None:
+    lacking = [n for n in needed if n not in have]
+    if not lacking:
+        return None
+    listed = ", ".join(have) or "none"
+    return f"target lists no {kind} {', '.join(repr(n) for n in lacking)} (it lists: {listed})"
+
+
+def legal_on(fmt: PhysicalFormat | str, profile: TargetProfile) -> tuple[bool, str]:
+    """(legal, reason): whether `profile` has every dtype, tensor-core format and capability `fmt` needs."""
+    if isinstance(fmt, str):
+        fmt = FORMATS.get(fmt)
+    checks = (
+        ("dtype", fmt.requires_dtypes, profile.dtypes),
+        ("tensor-core format", fmt.requires_tensor_core, profile.tensor_core_formats),
+        ("capability", fmt.requires_capabilities, profile.capabilities),
+    )
+    for kind, needed, have in checks:
+        problem = _missing(kind, needed, have)
+        if problem is not None:
+            return False, problem
+    needs = [f"{kind} {n}" for kind, needed, _ in checks for n in needed]
+    return True, f"target lists {', '.join(needs)}" if needs else "no requirements"
+
+
+def assess(fmt: PhysicalFormat | str, profile: TargetProfile) -> FormatVerdict:
+    """The formats-table row for `fmt` on `profile`."""
+    if isinstance(fmt, str):
+        fmt = FORMATS.get(fmt)
+    legal, reason = legal_on(fmt, profile)
+    return FormatVerdict(fmt.name, legal, reason, fmt.usage, fmt.usage_reason)
+
+
+def formats_table(profile: TargetProfile, registry: FormatRegistry = FORMATS) -> list[FormatVerdict]:
+    """Every registered format judged against `profile`, in registration order."""
+    return [assess(fmt, profile) for fmt in registry]
+
+
+def _core(*formats: PhysicalFormat) -> None:
+    for fmt in formats:
+        FORMATS.register(fmt)
+
+
+_core(
+    PhysicalFormat(
+        "fp32", "IEEE float32 weights and activations (the reference precision)", "f32", 32,
+        Usage.SEARCH_CANDIDATE, "baseline every other candidate is measured against",
+        requires_dtypes=("f32",),
+    ),
+    PhysicalFormat(
+        "bf16", "bfloat16 weights and activations, fp32 accumulation", "bf16", 16,
+        Usage.SEARCH_CANDIDATE, "a cast transform of the DiffIR program",
+        requires_dtypes=("bf16",),
+    ),
+    PhysicalFormat(
+        "fp16", "float16 weights and activations, fp32 accumulation", "f16", 16,
+        Usage.SEARCH_CANDIDATE, "a cast transform of the DiffIR program",
+        requires_dtypes=("f16",),
+    ),
+    PhysicalFormat(
+        "fp8-e4m3", "float8 e4m3 weights with a per-tensor scale, GEMMs on fp8 matrix units", "f8e4m3", 8,
+        Usage.SEARCH_CANDIDATE, "a scaled-cast transform around linear/matmul",
+        scale="per-tensor", requires_dtypes=("f8e4m3",), requires_tensor_core=("fp8-e4m3",),
+    ),
+    PhysicalFormat(
+        "fp8-e5m2", "float8 e5m2 (wider range, 2 mantissa bits)", "f8e5m2", 8,
+        Usage.HOOK_ONLY, "identity and requirements registered; no inference lowering (a gradient format)",
+        scale="per-tensor", requires_dtypes=("f8e5m2",), requires_tensor_core=("fp8-e5m2",),
+    ),
+    PhysicalFormat(
+        "int8", "int8 weights with one scale per output channel, dequantized next to the GEMM", "i8", 8 + 1 / 16,
+        Usage.EXECUTION_POLICY, "applied by a backend over a prepared weight cache; reported, not searched",
+        scale="per-channel", requires_dtypes=("i8",),
+    ),
+    PhysicalFormat(
+        "int4-group", "4-bit weights packed two per byte, one scale per group of 128", "u8", 4 + 16 / 128,
+        Usage.HOOK_ONLY, "identity and requirements registered; no backend implementation yet",
+        scale="per-group", group_size=128, requires_dtypes=("u8",),
+    ),
+    PhysicalFormat(
+        "nvfp4", "4-bit e2m1 floats, an fp8 scale per 16 elements (block-scaled matrix units)", "u8", 4.5,
+        Usage.HOOK_ONLY, "identity and requirements registered; no backend implementation yet",
+        scale="per-group", group_size=16, requires_dtypes=("u8",), requires_tensor_core=("nvfp4",),
+    ),
+)

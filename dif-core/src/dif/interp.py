@@ -1,0 +1,54 @@
+"""The reference interpreter: runs a program node by node with the op table's numpy references.
+
+This is the executable meaning of DiffIR. Backends (including the CPU one, which follows a plan
+and an arena) are checked against it. Results are cast to each node's declared type, so bf16
+programs round exactly where a bf16 kernel would store.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+
+from dif.errors import DifError
+from dif.ir.program import Program
+from dif.ops.registry import OPS, OpTable
+
+
+def bind_check(program: Program, inputs: Mapping[str, np.ndarray], weights: Mapping[str, np.ndarray]) -> None:
+    """Raise `DifError` naming the first missing or mis-typed input/weight."""
+    from dif.dtypes import dtype_of
+
+    for kind, values, given in (("input", program.inputs, inputs), ("parameter", program.params, weights)):
+        for v in values:
+            if v.name not in given:
+                raise DifError(f"{kind} '{v.name}' ({v.type}) was not provided")
+            arr = given[v.name]
+            if tuple(arr.shape) != v.type.shape or dtype_of(arr) != v.type.dtype:
+                raise DifError(
+                    f"{kind} '{v.name}': expected {v.type}, got {dtype_of(arr).value}{list(arr.shape)}"
+                )
+
+
+def interpret(
+    program: Program,
+    inputs: Mapping[str, np.ndarray],
+    weights: Mapping[str, np.ndarray],
+    *,
+    table: OpTable = OPS,
+) -> dict[str, np.ndarray]:
+    bind_check(program, inputs, weights)
+    env: dict[str, np.ndarray] = {**{v.name: np.asarray(inputs[v.name]) for v in program.inputs}}
+    env.update({v.name: np.asarray(weights[v.name]) for v in program.params})
+    last_use = {name: users[-1].id for name, users in program.users.items()}
+    keep = set(program.outputs)
+    for node in program.nodes:
+        opdef = table.get(node.op)
+        outs = opdef.run_reference([env[o] for o in node.operands], node.attrs)
+        for value, arr in zip(node.results, outs, strict=True):
+            env[value.name] = np.asarray(arr).astype(value.type.dtype.np, copy=False).reshape(value.type.shape)
+        for name in node.operands:  # free intermediates early: VAE activations are large
+            if last_use.get(name) == node.id and name not in keep and name in env and name.startswith("%"):
+                del env[name]
+    return {name: env[name] for name in program.outputs}

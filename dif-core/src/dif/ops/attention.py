@@ -1,0 +1,149 @@
+"""Attention: scaled dot-product attention (GQA, key-padding and causal masks) and rotary embeddings."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from dif.dtypes import DType
+from dif.ir.types import TensorType
+from dif.ops._rules import fail, fp, need_float, need_rank, randn
+from dif.ops.registry import AttrSpec, Case, defop
+
+
+def _sdpa_infer(
+    q: TensorType, k: TensorType, v: TensorType, key_mask: TensorType | None = None, *, scale: float, causal: bool
+) -> TensorType:
+    need_float(q)
+    for t, what in ((q, "q"), (k, "k"), (v, "v")):
+        need_rank(t, 4, what=f"{what} [B, S, H, D]")
+    if k.dtype != q.dtype or v.dtype != q.dtype:
+        raise fail(f"q, k, v must share a dtype: {q}, {k}, {v}")
+    b, sq, hq, d = q.shape
+    if k.shape[0] != b or v.shape[0] != b or k.shape[3] != d:
+        raise fail(f"k {k} does not match q {q} (batch or head dim)")
+    if v.shape[1] != k.shape[1] or v.shape[2] != k.shape[2]:
+        raise fail(f"v {v} must have k's sequence length and heads {k}")
+    if k.shape[2] == 0 or hq % k.shape[2]:
+        raise fail(f"{hq} query heads are not a multiple of {k.shape[2]} kv heads")
+    if key_mask is not None and (key_mask.dtype != DType.BOOL or key_mask.shape != (b, k.shape[1])):
+        raise fail(f"key_mask must be bool [{b}, {k.shape[1]}], got {key_mask}")
+    if causal and sq > k.shape[1]:
+        raise fail("causal attention needs Sq <= Skv")
+    return TensorType((b, sq, hq, v.shape[3]), q.dtype)
+
+
+def _sdpa_cases(rng: np.random.Generator, dtype: DType) -> list[Case]:
+    if not dtype.is_float or dtype in (DType.F8E4M3, DType.F8E5M2):
+        return []
+    q = randn(rng, (2, 6, 4, 16), dtype)
+    k = randn(rng, (2, 6, 2, 16), dtype)
+    v = randn(rng, (2, 6, 2, 16), dtype)
+    mask = np.ones((2, 6), bool)
+    mask[1, 4:] = False
+    kx, vx = randn(rng, (2, 9, 4, 16), dtype), randn(rng, (2, 9, 4, 8), dtype)
+    return [
+        Case("mha", (q, randn(rng, (2, 6, 4, 16), dtype), randn(rng, (2, 6, 4, 16), dtype))),
+        Case("gqa", (q, k, v)),
+        Case("gqa-keymask", (q, k, v, mask)),
+        Case("causal-keymask", (q, k, v, mask), {"causal": True}),
+        Case("cross-dv8-scale", (q, kx, vx), {"scale": 0.3}),
+    ]
+
+
+@defop(
+    "sdpa",
+    operands=("q", "k", "v", "key_mask?"),
+    attrs=(
+        AttrSpec("scale", "float", 0.0, doc="softmax scale; 0 means 1/sqrt(head_dim)"),
+        AttrSpec("causal", "bool", False, doc="query i sees keys j <= i + (Skv - Sq)"),
+    ),
+    infer=_sdpa_infer,
+    cases=_sdpa_cases,
+    category="attention",
+)
+def sdpa(
+    q: np.ndarray, k: np.ndarray, v: np.ndarray, key_mask: np.ndarray | None = None, *, scale: float, causal: bool
+) -> np.ndarray:
+    """sdpa(q[B,Sq,Hq,D], k[B,Skv,Hkv,D], v[B,Skv,Hkv,Dv], key_mask?[B,Skv]; scale, causal) -> [B,Sq,Hq,Dv].
+
+    softmax(q k^T * scale + mask) v per head in fp32. Grouped-query attention: query head h reads
+    kv head h // (Hq / Hkv). key_mask is True where a key may be attended. A query row whose keys
+    are all masked yields zeros (not NaN)."""
+    qf, kf, vf = fp(q), fp(k), fp(v)
+    hq, hkv = q.shape[2], k.shape[2]
+    if hkv != hq:
+        kf = np.repeat(kf, hq // hkv, axis=2)
+        vf = np.repeat(vf, hq // hkv, axis=2)
+    s = scale or 1.0 / math.sqrt(q.shape[3])
+    logits = np.einsum("bqhd,bkhd->bhqk", qf, kf) * qf.dtype.type(s)
+    allowed = np.ones((q.shape[0], 1, q.shape[1], k.shape[1]), bool)
+    if key_mask is not None:
+        allowed = allowed & key_mask[:, None, None, :]
+    if causal:
+        offset = k.shape[1] - q.shape[1]
+        allowed = allowed & (np.arange(k.shape[1])[None, :] <= np.arange(q.shape[1])[:, None] + offset)
+    logits = np.where(allowed, logits, -np.inf)
+    peak = np.max(logits, axis=-1, keepdims=True)
+    peak = np.where(np.isfinite(peak), peak, 0)
+    e = np.where(allowed, np.exp(logits - peak), 0)
+    denom = e.sum(axis=-1, keepdims=True)
+    p = e / np.where(denom > 0, denom, 1)
+    return np.einsum("bhqk,bkhd->bqhd", p, vf)
+
+
+def _rope_infer(x: TensorType, cos: TensorType, sin: TensorType, *, mode: str) -> TensorType:
+    need_float(x, cos, sin)
+    need_rank(x, 4, what="x [B, S, H, D]")
+    if cos.shape != sin.shape or cos.rank != 2:
+        raise fail(f"cos and sin must both be [S, R], got {cos} and {sin}")
+    s, r = cos.shape
+    if s != x.shape[1]:
+        raise fail(f"table has {s} positions but x has sequence length {x.shape[1]}")
+    if r > x.shape[3] or r % 2:
+        raise fail(f"rotary width {r} must be even and <= head dim {x.shape[3]}")
+    return x
+
+
+def _rope_cases(rng: np.random.Generator, dtype: DType) -> list[Case]:
+    if not dtype.is_float or dtype in (DType.F8E4M3, DType.F8E5M2):
+        return []
+    x = randn(rng, (2, 5, 3, 16), dtype)
+    ang = rng.uniform(-3, 3, (5, 8))
+    cos_p, sin_p = (np.repeat(f(ang), 2, axis=1).astype(np.float32) for f in (np.cos, np.sin))
+    cos_h, sin_h = (np.concatenate([f(ang), f(ang)], axis=1).astype(np.float32) for f in (np.cos, np.sin))
+    return [
+        Case("pairs-full", (x, cos_p, sin_p), {"mode": "pairs"}),
+        Case("half-full", (x, cos_h, sin_h), {"mode": "half"}),
+        Case("half-partial", (x, cos_h[:, :12], sin_h[:, :12]), {"mode": "half"}),
+        Case("pairs-partial", (x, cos_p[:, :8], sin_p[:, :8]), {"mode": "pairs"}),
+    ]
+
+
+@defop(
+    "rope",
+    operands=("x", "cos", "sin"),
+    attrs=(AttrSpec("mode", "str", "half", ("pairs", "half"), "pairs: interleaved (2i, 2i+1); half: rotate halves"),),
+    infer=_rope_infer,
+    cases=_rope_cases,
+    category="attention",
+)
+def rope(x: np.ndarray, cos: np.ndarray, sin: np.ndarray, *, mode: str) -> np.ndarray:
+    """rope(x[B,S,H,D], cos[S,R], sin[S,R]; mode): rotary embedding of the leading R channels of
+    every head (the other D-R pass through), out = x*cos + rot(x)*sin in fp32.
+
+    mode='pairs': rot(x)[2i] = -x[2i+1], rot(x)[2i+1] = x[2i]; cos/sin given per channel (each
+    angle repeated twice). mode='half': rot(x) = concat(-x[R/2:R], x[:R/2]); cos/sin as [a | a]."""
+    xf = fp(x)
+    r = cos.shape[1]
+    xr, rest = xf[..., :r], xf[..., r:]
+    if mode == "pairs":
+        even, odd = xr[..., 0::2], xr[..., 1::2]
+        rot = np.stack([-odd, even], axis=-1).reshape(xr.shape)
+    else:
+        h = r // 2
+        rot = np.concatenate([-xr[..., h:], xr[..., :h]], axis=-1)
+    c = fp(cos)[None, :, None, :]
+    s = fp(sin)[None, :, None, :]
+    return np.concatenate([xr * c + rot * s, rest], axis=-1)

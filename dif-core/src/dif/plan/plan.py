@@ -1,0 +1,272 @@
+"""The Plan: what the planner decided for one program on one target (sits between the optimizer and a
+backend's `prepare`).
+
+A plan fixes the execution order, where every intermediate value lives in one byte arena, which
+weights stay resident, and what it is bound to (program, compiler, target, budget, precision). It
+is plain data: frozen attrs classes that cattrs turns into JSON-able dicts for `.difplan`.
+"""
+
+from __future__ import annotations
+
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
+
+import cattrs
+import numpy as np
+from attrs import field, frozen
+
+import dif
+from dif.errors import PlanError
+from dif.target import TargetProfile
+
+if TYPE_CHECKING:
+    from dif.ir.program import Program
+
+PLAN_FORMAT_REV = 1
+"""Bumped whenever the meaning of a plan field changes; part of the compiler revision."""
+
+ALIGNMENT = 256
+"""Every buffer starts on and spans a multiple of this many bytes (GPU-friendly; harmless on CPU)."""
+
+RESIDENT = "resident"
+STREAMED = "streamed"
+RESIDENCIES = (RESIDENT, STREAMED)
+
+
+def compiler_revision() -> str:
+    """The revision a plan made by this dif is bound to: package version + plan format rev."""
+    return f"{dif.__version__}+plan{PLAN_FORMAT_REV}"
+
+
+def align_up(nbytes: int, alignment: int = ALIGNMENT) -> int:
+    return -(-nbytes // alignment) * alignment
+
+
+@frozen
+class Buffer:
+    """Arena slot of one intermediate value.
+
+    `first_use` / `last_use` are schedule indices (not node ids), inclusive: the value is written by
+    the node at `first_use` and must stay intact through the node at `last_use`. `size` is `nbytes`
+    rounded up to the plan's alignment; `[offset, offset + size)` is the slot.
+    """
+
+    name: str
+    nbytes: int
+    size: int
+    offset: int
+    first_use: int
+    last_use: int
+
+    def overlaps_in_time(self, other: Buffer) -> bool:
+        return self.first_use <= other.last_use and other.first_use <= self.last_use
+
+    def overlaps_in_space(self, other: Buffer) -> bool:
+        if self.size == 0 or other.size == 0:
+            return False
+        return self.offset < other.offset + other.size and other.offset < self.offset + self.size
+
+
+@frozen
+class Decision:
+    """One planner decision, with the reason a reader (or `dif plan`) is shown."""
+
+    what: str
+    why: str
+
+
+@frozen
+class Binding:
+    """What a plan is only valid for; `dif.plan.difplan.check_binding` compares it on replay.
+
+    `budget_class` is informational (plans are reusable across budget classes as long as
+    `min_memory_bytes` fits); `target_profile` is kept so a mismatch can say which fields changed.
+    """
+
+    compiler_revision: str
+    target_fingerprint: str
+    target_backend: str
+    target_profile: TargetProfile
+    budget_class: str
+    min_memory_bytes: int
+
+
+@frozen(eq=True, hash=False)
+class Plan:
+    """A program's execution plan on one target.
+
+    Memory figures are bytes. `peak_bytes` is the most arena bytes live at any schedule step (a
+    lower bound for `arena_bytes`; the gap is packing fragmentation). `min_memory_bytes` in the
+    binding is arena + resident weights + streaming staging.
+    """
+
+    program_name: str
+    program_fingerprint: str
+    schedule: tuple[int, ...] = field(converter=tuple)
+    buffers: tuple[Buffer, ...] = field(converter=tuple)
+    arena_bytes: int
+    peak_bytes: int
+    param_bytes: int
+    residency: dict[str, str]
+    resident_bytes: int
+    staging_bytes: int
+    precision: str
+    binding: Binding
+    decisions: tuple[Decision, ...] = field(converter=tuple)
+    alignment: int = ALIGNMENT
+
+    @cached_property
+    def buffer_by_name(self) -> dict[str, Buffer]:
+        return {b.name: b for b in self.buffers}
+
+    @property
+    def streamed(self) -> tuple[str, ...]:
+        return tuple(name for name, r in self.residency.items() if r == STREAMED)
+
+    def describe(self) -> str:
+        """A short human summary (used by `dif plan` and in error messages)."""
+        lines = [
+            f"plan for '{self.program_name}' ({self.program_fingerprint}) on {self.binding.target_backend}",
+            f"  nodes {len(self.schedule)}, buffers {len(self.buffers)}, arena {self.arena_bytes} B, "
+            f"peak {self.peak_bytes} B, params {self.param_bytes} B "
+            f"({len(self.streamed)} streamed), min memory {self.binding.min_memory_bytes} B",
+            f"  precision {self.precision}, compiler {self.binding.compiler_revision}",
+        ]
+        lines += [f"  - {d.what}: {d.why}" for d in self.decisions]
+        return "\n".join(lines)
+
+
+def live_bytes(buffers: tuple[Buffer, ...] | list[Buffer], steps: int) -> np.ndarray:
+    """Arena bytes live at each of `steps` schedule steps (slot sizes, alignment included)."""
+    delta = np.zeros(steps + 1, dtype=np.int64)
+    for b in buffers:
+        delta[b.first_use] += b.size
+        delta[b.last_use + 1] -= b.size
+    return np.cumsum(delta[:steps])
+
+
+def check_arena(plan: Plan) -> None:
+    """Raise `PlanError` unless every buffer is aligned, inside the arena, and no two buffers that are
+    alive at the same schedule step share a byte. Also checks `peak_bytes` against the lifetimes.
+
+    This is the invariant a backend relies on when it writes results at planned offsets: if it
+    fails, executing the plan would silently corrupt values.
+    """
+    steps = len(plan.schedule)
+    if plan.alignment <= 0:
+        raise PlanError(f"plan alignment must be positive, got {plan.alignment}")
+    if plan.arena_bytes < 0:
+        raise PlanError(f"negative arena size {plan.arena_bytes}")
+    seen: set[str] = set()
+    for b in plan.buffers:
+        where = f"buffer '{b.name}'"
+        if b.name in seen:
+            raise PlanError(f"{where} appears twice in the plan")
+        seen.add(b.name)
+        if b.nbytes < 0 or b.size < b.nbytes or b.size % plan.alignment:
+            raise PlanError(f"{where}: size {b.size} does not hold {b.nbytes} bytes in {plan.alignment}-byte units")
+        if b.offset < 0 or b.offset % plan.alignment:
+            raise PlanError(f"{where}: offset {b.offset} is not a multiple of {plan.alignment}")
+        if b.offset + b.size > plan.arena_bytes:
+            raise PlanError(f"{where}: [{b.offset}, {b.offset + b.size}) runs past the arena ({plan.arena_bytes} B)")
+        if not 0 <= b.first_use <= b.last_use < max(steps, 1):
+            raise PlanError(f"{where}: lifetime [{b.first_use}, {b.last_use}] is not inside the {steps}-step schedule")
+    n = len(plan.buffers)
+    first = np.array([b.first_use for b in plan.buffers], dtype=np.int64)
+    last = np.array([b.last_use for b in plan.buffers], dtype=np.int64)
+    lo = np.array([b.offset for b in plan.buffers], dtype=np.int64)
+    hi = lo + np.array([b.size for b in plan.buffers], dtype=np.int64)
+    for i in range(n - 1):
+        if hi[i] == lo[i]:
+            continue
+        clash = (first[i + 1 :] <= last[i]) & (first[i] <= last[i + 1 :]) & (lo[i + 1 :] < hi[i]) & (lo[i] < hi[i + 1 :])
+        if clash.any():
+            a, b = plan.buffers[i], plan.buffers[i + 1 + int(np.argmax(clash))]
+            raise PlanError(
+                f"buffers '{a.name}' [{a.offset}, {a.offset + a.size}) alive {a.first_use}..{a.last_use} and "
+                f"'{b.name}' [{b.offset}, {b.offset + b.size}) alive {b.first_use}..{b.last_use} overlap",
+                hint="the arena assignment is wrong; re-plan the program",
+            )
+    peak = int(live_bytes(plan.buffers, steps).max(initial=0))
+    if peak != plan.peak_bytes:
+        raise PlanError(f"plan states peak {plan.peak_bytes} B but its lifetimes give {peak} B")
+    if plan.peak_bytes > plan.arena_bytes:
+        raise PlanError(f"peak {plan.peak_bytes} B exceeds the arena ({plan.arena_bytes} B)")
+
+
+def check_plan(plan: Plan, program: Program) -> None:
+    """Raise `PlanError` unless `plan` fits `program`: the schedule is a topological order of its
+    nodes, every node result has a buffer of the right size whose lifetime covers its producer,
+    consumers and (for outputs) the end, and the arena is sound (`check_arena`)."""
+    nodes = program.node_by_id
+    if sorted(plan.schedule) != sorted(nodes):
+        raise PlanError(f"plan schedule does not list exactly the {len(nodes)} nodes of '{program.name}'")
+    position = {node_id: i for i, node_id in enumerate(plan.schedule)}
+    producers = program.producers
+    for i, node_id in enumerate(plan.schedule):
+        for name in nodes[node_id].operands:
+            if name in producers and position[producers[name].id] >= i:
+                raise PlanError(f"plan schedule runs node {node_id} before the producer of its operand {name}")
+    check_arena(plan)
+    buffers = plan.buffer_by_name
+    results = {r.name: r for n in program.nodes for r in n.results}
+    if set(buffers) != set(results):
+        extra = sorted(set(buffers) - set(results))[:3]
+        missing = sorted(set(results) - set(buffers))[:3]
+        raise PlanError(f"plan buffers do not match the program's values (missing {missing}, unknown {extra})")
+    outputs = set(program.outputs)
+    end = len(plan.schedule) - 1
+    for name, value in results.items():
+        b = buffers[name]
+        if b.nbytes != value.type.nbytes:
+            raise PlanError(f"buffer '{name}' has {b.nbytes} B but the value is {value.type} ({value.type.nbytes} B)")
+        uses = [position[n.id] for n in program.users.get(name, ())]
+        if b.first_use != position[producers[name].id] or any(u > b.last_use for u in uses):
+            raise PlanError(f"buffer '{name}' lifetime {b.first_use}..{b.last_use} does not cover its uses {uses}")
+        if name in outputs and b.last_use != end:
+            raise PlanError(f"output '{name}' must live to the end of the schedule (step {end}), not {b.last_use}")
+    param_names = {p.name for p in program.params}
+    if set(plan.residency) != param_names:
+        raise PlanError("plan residency does not list exactly the program's parameters")
+
+
+def _strict_int(value: Any, _type: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"expected an integer, got {value!r}"[:200])
+    return value
+
+
+def _strict_str(value: Any, _type: Any) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"expected a string, got {value!r}"[:200])
+    return value
+
+
+def _make_converter() -> cattrs.Converter:
+    # Strict scalars: a plan read from disk must not have "12" silently become 12 or [] become "[]".
+    conv = cattrs.Converter(forbid_extra_keys=True)
+    conv.register_structure_hook(int, _strict_int)
+    conv.register_structure_hook(str, _strict_str)
+    return conv
+
+
+converter = _make_converter()
+
+
+def plan_to_dict(plan: Plan) -> dict[str, Any]:
+    return converter.unstructure(plan)  # type: ignore[no-any-return]
+
+
+def plan_from_dict(data: Any) -> Plan:
+    """Structure a plan; raises `PlanError` (never a cattrs/TypeError) on a malformed document."""
+    try:
+        return converter.structure(data, Plan)
+    except Exception as exc:  # cattrs raises ClassValidationError/TypeError/KeyError/ValueError…
+        raise PlanError(f"malformed plan document: {_first_line(exc)}") from None
+
+
+def _first_line(exc: BaseException) -> str:
+    if isinstance(exc, BaseExceptionGroup):
+        inner = exc.exceptions[0] if exc.exceptions else exc
+        return f"{exc.message}: {_first_line(inner)}"
+    return (str(exc).splitlines() or [type(exc).__name__])[0][:300]

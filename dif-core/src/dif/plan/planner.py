@@ -1,0 +1,213 @@
+"""Planner v1: DiffIR program + TargetProfile + RuntimeBudget -> Plan (after the optimizer, before a
+backend's `prepare`).
+
+Steps, each recorded as a `Decision`: keep the program's (topological) order as the schedule;
+compute each intermediate's lifetime; pack lifetimes into one arena (greedy by size, best-fit
+gap); decide weight residency against the budget, streaming the largest weight blocks when
+everything does not fit. Inputs and parameters never live in the arena.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from dif.errors import PlanError
+from dif.ir.program import Program
+from dif.plan.plan import (
+    ALIGNMENT,
+    RESIDENT,
+    STREAMED,
+    Binding,
+    Buffer,
+    Decision,
+    Plan,
+    align_up,
+    compiler_revision,
+    live_bytes,
+)
+from dif.target import RuntimeBudget, TargetProfile
+
+try:
+    from dif.fingerprint import fingerprint
+except ImportError:  # pragma: no cover - until dif.fingerprint lands (remove then)
+    import hashlib
+    import json
+
+    def fingerprint(program: Program) -> str:  # type: ignore[misc]
+        """Stand-in structural hash: ops, types, attrs and topology, not names or provenance."""
+        index = {v.name: f"in{i}" for i, v in enumerate(program.inputs)}
+        index.update({v.name: f"p{i}" for i, v in enumerate(program.params)})
+        doc: list[object] = [[str(v.type) for v in program.inputs], [str(v.type) for v in program.params]]
+        for k, node in enumerate(program.nodes):
+            index.update({r.name: f"n{k}.{j}" for j, r in enumerate(node.results)})
+            operands = [index.get(o, "?") for o in node.operands]
+            doc.append([node.op, operands, [str(r.type) for r in node.results], repr(sorted(node.attrs.items()))])
+        doc.append([index.get(o, "?") for o in program.outputs])
+        return hashlib.sha256(json.dumps(doc).encode()).hexdigest()[:16]
+
+
+def plan_program(
+    program: Program,
+    profile: TargetProfile,
+    budget: RuntimeBudget,
+    *,
+    precision: str = "as-built",
+    alignment: int = ALIGNMENT,
+) -> Plan:
+    """Plan `program` for the target `profile` within `budget`.
+
+    Raises `PlanError` when even streaming every weight block leaves the minimum memory above
+    `budget.free_memory_bytes - budget.workspace_bytes`.
+    """
+    decisions: list[Decision] = []
+    schedule = tuple(n.id for n in program.nodes)
+    decisions.append(
+        Decision(f"schedule: program order, {len(schedule)} nodes", "program order is topological; v1 does not reorder")
+    )
+    buffers = assign_arena(lifetimes(program, schedule, alignment), alignment)
+    arena = max((b.offset + b.size for b in buffers), default=0)
+    peak = int(live_bytes(buffers, len(schedule)).max(initial=0))
+    decisions.append(
+        Decision(
+            f"arena: {len(buffers)} buffers in {arena} B (peak live {peak} B, {alignment}-byte slots)",
+            "greedy by size with best-fit gaps over lifetime intervals; outputs live to the end, "
+            "inputs and parameters stay outside the arena",
+        )
+    )
+    residency, staging, admission = decide_residency(program, arena, budget)
+    resident = sum(p.type.nbytes for p in program.params if residency[p.name] == RESIDENT)
+    streamed = len(program.params) - sum(1 for r in residency.values() if r == RESIDENT)
+    decisions.append(Decision(f"residency: {streamed} of {len(program.params)} parameters streamed", admission))
+    decisions.append(Decision(f"precision: {precision}", "precision policy requested by the caller"))
+    binding = Binding(
+        compiler_revision=compiler_revision(),
+        target_fingerprint=profile.fingerprint(),
+        target_backend=profile.backend,
+        target_profile=profile,
+        budget_class=budget.budget_class,
+        min_memory_bytes=arena + resident + staging,
+    )
+    return Plan(
+        program_name=program.name,
+        program_fingerprint=fingerprint(program),
+        schedule=schedule,
+        buffers=tuple(sorted(buffers, key=lambda b: (b.first_use, b.name))),
+        arena_bytes=arena,
+        peak_bytes=peak,
+        param_bytes=program.param_bytes(),
+        residency=residency,
+        resident_bytes=resident,
+        staging_bytes=staging,
+        precision=precision,
+        binding=binding,
+        decisions=tuple(decisions),
+        alignment=alignment,
+    )
+
+
+def lifetimes(program: Program, schedule: tuple[int, ...], alignment: int = ALIGNMENT) -> list[Buffer]:
+    """Unplaced buffers (offset 0) for every node result: produced at its node's schedule index,
+    alive through its last consumer; program outputs through the last step."""
+    position = {node_id: i for i, node_id in enumerate(schedule)}
+    end = len(schedule) - 1
+    outputs = set(program.outputs)
+    users = program.users
+    out: list[Buffer] = []
+    for node_id in schedule:
+        node = program.node_by_id[node_id]
+        first = position[node_id]
+        for value in node.results:
+            last = max((position[u.id] for u in users.get(value.name, ())), default=first)
+            if value.name in outputs:
+                last = end
+            nbytes = value.type.nbytes
+            out.append(Buffer(value.name, nbytes, align_up(nbytes, alignment), 0, first, last))
+    return out
+
+
+def assign_arena(buffers: list[Buffer], alignment: int = ALIGNMENT) -> list[Buffer]:
+    """Give each buffer an offset so that buffers alive at the same time never share a byte.
+
+    Largest first; each goes into the smallest gap between already-placed, time-overlapping
+    buffers that holds it (best fit), else on top of them. Offsets stay multiples of `alignment`
+    because every size is.
+    """
+    order = sorted(range(len(buffers)), key=lambda i: (-buffers[i].size, buffers[i].first_use, buffers[i].name))
+    first = np.array([b.first_use for b in buffers], dtype=np.int64)
+    last = np.array([b.last_use for b in buffers], dtype=np.int64)
+    lo = np.zeros(len(buffers), dtype=np.int64)
+    hi = np.zeros(len(buffers), dtype=np.int64)
+    placed = np.zeros(len(buffers), dtype=bool)
+    for i in order:
+        size = buffers[i].size
+        if size:
+            live = placed & (first <= last[i]) & (first[i] <= last) & (hi > lo)
+            lo[i] = _best_fit(lo[live], hi[live], size)
+            hi[i] = lo[i] + size
+        placed[i] = True
+    return [
+        Buffer(b.name, b.nbytes, b.size, int(lo[i]), b.first_use, b.last_use) for i, b in enumerate(buffers)
+    ]
+
+
+def _best_fit(starts: np.ndarray, ends: np.ndarray, size: int) -> int:
+    """Lowest offset of the smallest free gap of at least `size` among occupied [start, end)."""
+    best, best_gap = -1, -1
+    cursor = 0
+    for k in np.argsort(starts, kind="stable"):
+        start, end = int(starts[k]), int(ends[k])
+        gap = start - cursor
+        if gap >= size and (best_gap < 0 or gap < best_gap):
+            best, best_gap = cursor, gap
+        cursor = max(cursor, end)
+    return best if best >= 0 else cursor
+
+
+def _weight_blocks(program: Program) -> dict[str, list[str]]:
+    """Parameters grouped into streaming blocks: the provenance block of their first user (as the
+    frontend declared it), else the parameter alone. Blocks are streamed whole."""
+    users = program.users
+    blocks: dict[str, list[str]] = {}
+    for p in program.params:
+        first_user = users.get(p.name, ())
+        prov = program.provenance.get(first_user[0].id) if first_user else None
+        key = f"block {prov.block}" if prov is not None and prov.block else f"param {p.name}"
+        blocks.setdefault(key, []).append(p.name)
+    return blocks
+
+
+def decide_residency(program: Program, arena: int, budget: RuntimeBudget) -> tuple[dict[str, str], int, str]:
+    """(residency by parameter, staging bytes, admission arithmetic as text).
+
+    Everything is resident if arena + weights fit the budget. Otherwise whole weight blocks are
+    streamed, largest first, until arena + resident + staging fits; staging is two of the largest
+    streamed block (one in use, one being prefetched).
+    """
+    available = budget.free_memory_bytes - budget.workspace_bytes
+    sizes = {p.name: p.type.nbytes for p in program.params}
+    total = sum(sizes.values())
+    head = f"available {available} B (free {budget.free_memory_bytes} - workspace {budget.workspace_bytes})"
+    if arena + total <= available:
+        return {name: RESIDENT for name in sizes}, 0, f"arena {arena} + weights {total} = {arena + total} B <= {head}"
+    blocks = sorted(_weight_blocks(program).items(), key=lambda kv: (-sum(sizes[n] for n in kv[1]), kv[0]))
+    residency = {name: RESIDENT for name in sizes}
+    resident, staging = total, 0
+    for count, (_key, names) in enumerate(blocks, start=1):
+        block = sum(sizes[n] for n in names)
+        residency.update((n, STREAMED) for n in names)
+        resident -= block
+        staging = max(staging, 2 * block)
+        need = arena + resident + staging
+        if need <= available:
+            why = (
+                f"arena {arena} + weights {total} = {arena + total} B > {head}; streamed the {count} largest of "
+                f"{len(blocks)} weight blocks ({total - resident} B): arena {arena} + resident {resident} + "
+                f"staging {staging} (2 x largest block) = {need} B <= available"
+            )
+            return residency, staging, why
+    need = arena + staging
+    raise PlanError(
+        f"program '{program.name}' does not fit: even streaming all weights needs arena {arena} + staging "
+        f"{staging} = {need} B, but only {head}",
+        hint="free device memory, use a smaller resolution/batch, or a lower-precision weight format",
+    )

@@ -1,0 +1,123 @@
+"""From a verified program to something that runs: pick a backend, plan for it, prepare.
+
+    program + weights --plan_program(profile, budget)--> Plan --backend.prepare--> Executable
+The backend comes from the plugins (`dif.plugins.backends()`); nothing here names a device.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from dif.backend import Availability, Backend, BackendInfo, Executable
+from dif.env import DIF_BACKEND
+from dif.errors import BackendError, BackendUnavailableError, DifError
+from dif.target import RuntimeBudget
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from dif.ir.program import Program
+    from dif.plan.plan import Plan
+
+
+def availability(info: BackendInfo) -> Availability:
+    """`info.is_available()`, with an exception inside it turned into an unavailable reason."""
+    try:
+        result = info.is_available()
+    except Exception as exc:
+        return Availability(False, f"is_available() raised {type(exc).__name__}: {exc}")
+    if not isinstance(result, Availability):
+        return Availability(False, f"is_available() returned {type(result).__name__}, not Availability")
+    return result
+
+
+def backend_status() -> list[tuple[BackendInfo, Availability]]:
+    """Every registered backend with its availability, highest priority first."""
+    from dif.plugins import backends
+
+    infos = sorted(backends().values(), key=lambda i: (-i.priority, i.name))
+    return [(info, availability(info)) for info in infos]
+
+
+def _no_backend(status: list[tuple[BackendInfo, Availability]]) -> BackendUnavailableError:
+    if not status:
+        return BackendUnavailableError(
+            "no backend is registered", hint="install dif-backend-cpu (or check DIF_LOAD_PLUGINS and `dif plugins`)"
+        )
+    reasons = "; ".join(f"{info.name}: {avail.reason or 'unavailable'}" for info, avail in status)
+    return BackendUnavailableError(f"no registered backend is available ({reasons})")
+
+
+def get_backend(name: str | None = None) -> Backend:
+    """The backend called `name`; with None, `DIF_BACKEND` or else the available one of highest priority.
+
+    Raises `BackendUnavailableError` naming the reason, and the known names when `name` is unknown."""
+    status = backend_status()
+    name = name or DIF_BACKEND.get() or None
+    if name is None:
+        for info, avail in status:
+            if avail.ok:
+                return _create(info)
+        raise _no_backend(status)
+    for info, avail in status:
+        if info.name == name:
+            if not avail.ok:
+                raise BackendUnavailableError(f"backend '{name}' is not available: {avail.reason or 'no reason given'}")
+            return _create(info)
+    known = ", ".join(info.name for info, _ in status) or "none"
+    raise BackendUnavailableError(
+        f"unknown backend '{name}' (known backends: {known})",
+        hint="install the backend's distribution, or check `dif plugins` for one that failed to load",
+    )
+
+
+def _create(info: BackendInfo) -> Backend:
+    try:
+        return info.create()
+    except DifError:
+        raise
+    except Exception as exc:
+        raise BackendError(f"backend '{info.name}' failed to start: {type(exc).__name__}: {exc}") from exc
+
+
+def describe_backends() -> tuple[list[dict[str, Any]], dict[str, RuntimeBudget]]:
+    """(telemetry `hardware` entries, budgets by backend) for every registered backend."""
+    from dif.telemetry import hardware_entry
+
+    hardware: list[dict[str, Any]] = []
+    budgets: dict[str, RuntimeBudget] = {}
+    for info, avail in backend_status():
+        if not avail.ok:
+            hardware.append(hardware_entry(info.name, reason=avail.reason or "unavailable"))
+            continue
+        try:
+            backend = info.create()
+            profile = backend.profile()
+            budgets[info.name] = backend.budget()
+        except Exception as exc:  # report, so one broken backend does not hide the others
+            hardware.append(hardware_entry(info.name, reason=f"probe failed: {type(exc).__name__}: {exc}"))
+            continue
+        hardware.append(hardware_entry(info.name, profile=profile, reason=avail.reason))
+    return hardware, budgets
+
+
+def prepare(
+    program: Program,
+    weights: Mapping[str, np.ndarray],
+    backend: Backend | str | None = None,
+    budget: RuntimeBudget | None = None,
+    *,
+    precision: str = "as-built",
+) -> tuple[Executable, Plan]:
+    """Plan `program` for `backend` (a name, an instance, or None for the default) and prepare it.
+
+    `weights` maps parameter names to host arrays of the declared shapes and dtypes. `budget`
+    defaults to what the backend reports now."""
+    from dif.plan.planner import plan_program
+
+    if backend is None or isinstance(backend, str):
+        backend = get_backend(backend)
+    profile = backend.profile()
+    plan = plan_program(program, profile, budget if budget is not None else backend.budget(), precision=precision)
+    return backend.prepare(program, plan, weights), plan

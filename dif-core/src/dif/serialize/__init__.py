@@ -1,0 +1,1 @@
+"""On-disk forms: checksummed section containers (.difir, .difplan), text form, .diftensor."""
