@@ -30,8 +30,7 @@ def render() -> str:
         out.append(f"## {cat}\n")
         for op in by_cat[cat]:
             attrs = ", ".join(
-                f"{a.name}: {a.kind}" + ("" if repr(a.default) == "REQUIRED" else f" = {a.default!r}")
-                for a in op.attrs
+                f"{a.name}: {a.kind}" + ("" if repr(a.default) == "REQUIRED" else f" = {a.default!r}") for a in op.attrs
             )
             sig = f"{op.name}({', '.join(op.operands)}{'; ' + attrs if attrs else ''})"
             out.append(f"### `{op.name}`\n\n`{sig}`\n\n{op.doc}\n")

@@ -42,7 +42,9 @@ def test_op_cases_type_check_and_run(op: OpDef) -> None:
             raw = op.run_reference(list(case.operands), case.attrs)
             assert len(raw) == len(outs)
             for var, arr in zip(outs, raw, strict=True):
-                assert tuple(arr.shape) == var.shape, f"{op.name}/{case.name}: reference shape {arr.shape} != {var.type}"
+                assert tuple(arr.shape) == var.shape, (
+                    f"{op.name}/{case.name}: reference shape {arr.shape} != {var.type}"
+                )
             got = interpret(program, {f"in{i}": a for i, a in enumerate(case.operands)}, {})
             for var in outs:
                 assert got[var.name].dtype == var.dtype.np

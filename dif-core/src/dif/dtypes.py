@@ -92,4 +92,3 @@ def parse_dtype(name: str) -> DType:
     except ValueError:
         known = ", ".join(d.value for d in DType)
         raise DifError(f"unknown dtype '{name}'", hint=f"use one of {known}") from None
-

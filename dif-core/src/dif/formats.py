@@ -17,7 +17,7 @@ or a hook only (identity and requirements registered, no implementation yet).
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 from attrs import field, frozen
 
@@ -33,6 +33,10 @@ class Usage(enum.StrEnum):
     HOOK_ONLY = "hook only"
 
 
+def _names(values: Iterable[str]) -> tuple[str, ...]:
+    return tuple(values)
+
+
 @frozen
 class PhysicalFormat:
     """A storage/compute format. `bits` is the storage cost per element including scales."""
@@ -45,9 +49,9 @@ class PhysicalFormat:
     usage_reason: str
     scale: str = "none"  # none | per-tensor | per-channel | per-group
     group_size: int = 0
-    requires_dtypes: tuple[str, ...] = field(default=(), converter=tuple)
-    requires_tensor_core: tuple[str, ...] = field(default=(), converter=tuple)
-    requires_capabilities: tuple[str, ...] = field(default=(), converter=tuple)
+    requires_dtypes: tuple[str, ...] = field(default=(), converter=_names)
+    requires_tensor_core: tuple[str, ...] = field(default=(), converter=_names)
+    requires_capabilities: tuple[str, ...] = field(default=(), converter=_names)
 
 
 @frozen
@@ -156,43 +160,85 @@ def _core(*formats: PhysicalFormat) -> None:
 
 _core(
     PhysicalFormat(
-        "fp32", "IEEE float32 weights and activations (the reference precision)", "f32", 32,
-        Usage.SEARCH_CANDIDATE, "baseline every other candidate is measured against",
+        name="fp32",
+        description="IEEE float32 weights and activations (the reference precision)",
+        storage_dtype="f32",
+        bits=32,
+        usage=Usage.SEARCH_CANDIDATE,
+        usage_reason="baseline every other candidate is measured against",
         requires_dtypes=("f32",),
     ),
     PhysicalFormat(
-        "bf16", "bfloat16 weights and activations, fp32 accumulation", "bf16", 16,
-        Usage.SEARCH_CANDIDATE, "a cast transform of the DiffIR program",
+        name="bf16",
+        description="bfloat16 weights and activations, fp32 accumulation",
+        storage_dtype="bf16",
+        bits=16,
+        usage=Usage.SEARCH_CANDIDATE,
+        usage_reason="a cast transform of the DiffIR program",
         requires_dtypes=("bf16",),
     ),
     PhysicalFormat(
-        "fp16", "float16 weights and activations, fp32 accumulation", "f16", 16,
-        Usage.SEARCH_CANDIDATE, "a cast transform of the DiffIR program",
+        name="fp16",
+        description="float16 weights and activations, fp32 accumulation",
+        storage_dtype="f16",
+        bits=16,
+        usage=Usage.SEARCH_CANDIDATE,
+        usage_reason="a cast transform of the DiffIR program",
         requires_dtypes=("f16",),
     ),
     PhysicalFormat(
-        "fp8-e4m3", "float8 e4m3 weights with a per-tensor scale, GEMMs on fp8 matrix units", "f8e4m3", 8,
-        Usage.SEARCH_CANDIDATE, "a scaled-cast transform around linear/matmul",
-        scale="per-tensor", requires_dtypes=("f8e4m3",), requires_tensor_core=("fp8-e4m3",),
+        name="fp8-e4m3",
+        description="float8 e4m3 weights with a per-tensor scale, GEMMs on fp8 matrix units",
+        storage_dtype="f8e4m3",
+        bits=8,
+        usage=Usage.SEARCH_CANDIDATE,
+        usage_reason="a scaled-cast transform around linear/matmul",
+        scale="per-tensor",
+        requires_dtypes=("f8e4m3",),
+        requires_tensor_core=("fp8-e4m3",),
     ),
     PhysicalFormat(
-        "fp8-e5m2", "float8 e5m2 (wider range, 2 mantissa bits)", "f8e5m2", 8,
-        Usage.HOOK_ONLY, "identity and requirements registered; no inference lowering (a gradient format)",
-        scale="per-tensor", requires_dtypes=("f8e5m2",), requires_tensor_core=("fp8-e5m2",),
+        name="fp8-e5m2",
+        description="float8 e5m2 (wider range, 2 mantissa bits)",
+        storage_dtype="f8e5m2",
+        bits=8,
+        usage=Usage.HOOK_ONLY,
+        usage_reason="identity and requirements registered; no inference lowering (a gradient format)",
+        scale="per-tensor",
+        requires_dtypes=("f8e5m2",),
+        requires_tensor_core=("fp8-e5m2",),
     ),
     PhysicalFormat(
-        "int8", "int8 weights with one scale per output channel, dequantized next to the GEMM", "i8", 8 + 1 / 16,
-        Usage.EXECUTION_POLICY, "applied by a backend over a prepared weight cache; reported, not searched",
-        scale="per-channel", requires_dtypes=("i8",),
+        name="int8",
+        description="int8 weights plus one fp32 scale per output channel, dequantized next to the GEMM",
+        storage_dtype="i8",
+        bits=8,
+        usage=Usage.EXECUTION_POLICY,
+        usage_reason="applied by a backend over a prepared weight cache; reported, not searched",
+        scale="per-channel",
+        requires_dtypes=("i8",),
     ),
     PhysicalFormat(
-        "int4-group", "4-bit weights packed two per byte, one scale per group of 128", "u8", 4 + 16 / 128,
-        Usage.HOOK_ONLY, "identity and requirements registered; no backend implementation yet",
-        scale="per-group", group_size=128, requires_dtypes=("u8",),
+        name="int4-group",
+        description="4-bit weights packed two per byte, one fp16 scale per group of 128",
+        storage_dtype="u8",
+        bits=4 + 16 / 128,
+        usage=Usage.HOOK_ONLY,
+        usage_reason="identity and requirements registered; no backend implementation yet",
+        scale="per-group",
+        group_size=128,
+        requires_dtypes=("u8",),
     ),
     PhysicalFormat(
-        "nvfp4", "4-bit e2m1 floats, an fp8 scale per 16 elements (block-scaled matrix units)", "u8", 4.5,
-        Usage.HOOK_ONLY, "identity and requirements registered; no backend implementation yet",
-        scale="per-group", group_size=16, requires_dtypes=("u8",), requires_tensor_core=("nvfp4",),
+        name="nvfp4",
+        description="4-bit e2m1 floats, one fp8 scale per 16 elements (block-scaled matrix units)",
+        storage_dtype="u8",
+        bits=4 + 8 / 16,
+        usage=Usage.HOOK_ONLY,
+        usage_reason="identity and requirements registered; no backend implementation yet",
+        scale="per-group",
+        group_size=16,
+        requires_dtypes=("u8",),
+        requires_tensor_core=("nvfp4",),
     ),
 )

@@ -7,13 +7,21 @@ through `register_commands`. Nothing here imports a model: `detect` must only lo
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 from attrs import field, frozen
 
 from dif.errors import CheckpointError, UsageError
+
+
+def _names(values: Iterable[str]) -> tuple[str, ...]:
+    return tuple(values)
+
+
+def _specs(values: Iterable[SettingSpec]) -> tuple[SettingSpec, ...]:
+    return tuple(values)
 
 
 @frozen
@@ -32,6 +40,11 @@ class SettingSpec:
         """`value` converted to the default's type; raises `UsageError` naming the setting and bound."""
         where = f"{frontend}: setting '{self.name}'"
         kind = type(self.default)
+        if isinstance(self.default, bool) and isinstance(value, str):
+            lowered = value.strip().lower()
+            if lowered not in ("true", "false", "1", "0", "yes", "no"):
+                raise UsageError(f"{where} must be true or false, got {value!r}")
+            value = lowered in ("true", "1", "yes")
         if self.default is not None and not isinstance(value, kind):
             try:
                 value = kind(value)
@@ -61,8 +74,8 @@ class FrontendInfo:
     name: str
     description: str
     detect: Callable[[Path], bool]
-    variants: tuple[str, ...] = field(default=(), converter=tuple)
-    settings: tuple[SettingSpec, ...] = field(default=(), converter=tuple)
+    variants: tuple[str, ...] = field(default=(), converter=_names)
+    settings: tuple[SettingSpec, ...] = field(default=(), converter=_specs)
     validate: Callable[[dict[str, Any]], dict[str, Any]] | None = None
     pipeline: Callable[..., Any] | None = None
     revision: str = ""

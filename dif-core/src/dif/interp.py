@@ -26,9 +26,7 @@ def bind_check(program: Program, inputs: Mapping[str, np.ndarray], weights: Mapp
                 raise DifError(f"{kind} '{v.name}' ({v.type}) was not provided")
             arr = given[v.name]
             if tuple(arr.shape) != v.type.shape or dtype_of(arr) != v.type.dtype:
-                raise DifError(
-                    f"{kind} '{v.name}': expected {v.type}, got {dtype_of(arr).value}{list(arr.shape)}"
-                )
+                raise DifError(f"{kind} '{v.name}': expected {v.type}, got {dtype_of(arr).value}{list(arr.shape)}")
 
 
 def interpret(

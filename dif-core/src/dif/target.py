@@ -13,6 +13,8 @@ from typing import Any
 import cattrs
 from attrs import field, frozen
 
+from dif._convert import to_tuple
+
 _converter = cattrs.Converter()
 
 
@@ -25,9 +27,9 @@ class TargetProfile:
     arch: str = ""
     compute_units: int = 0
     memory_bytes: int = 0
-    dtypes: tuple[str, ...] = field(default=(), converter=tuple)
-    tensor_core_formats: tuple[str, ...] = field(default=(), converter=tuple)
-    capabilities: tuple[str, ...] = field(default=(), converter=tuple)
+    dtypes: tuple[str, ...] = field(default=(), converter=to_tuple)
+    tensor_core_formats: tuple[str, ...] = field(default=(), converter=to_tuple)
+    capabilities: tuple[str, ...] = field(default=(), converter=to_tuple)
     libraries: dict[str, str] = field(factory=dict)
 
     def fingerprint(self) -> str:

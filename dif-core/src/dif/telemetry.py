@@ -54,9 +54,7 @@ class EventLog:
             self.events.append(event)
 
 
-def hardware_entry(
-    backend: str, *, profile: TargetProfile | None = None, reason: str = ""
-) -> dict[str, Any]:
+def hardware_entry(backend: str, *, profile: TargetProfile | None = None, reason: str = "") -> dict[str, Any]:
     """One `hardware` item: the backend's TargetProfile, or why it is unavailable."""
     return {
         "backend": backend,
@@ -156,7 +154,9 @@ def _provenance_problems(prov: Any) -> Iterator[str]:
     if not isinstance(prov.get("argv"), list) or not all(isinstance(a, str) for a in prov.get("argv", [])):
         yield "provenance.argv must be a list of strings"
     plugins = prov.get("plugins")
-    if not isinstance(plugins, list) or not all(isinstance(p, dict) and isinstance(p.get("name"), str) for p in plugins):
+    if not isinstance(plugins, list) or not all(
+        isinstance(p, dict) and isinstance(p.get("name"), str) for p in plugins
+    ):
         yield "provenance.plugins must be a list of objects with a name"
     try:
         datetime.datetime.fromisoformat(str(prov.get("time")))
@@ -196,7 +196,9 @@ def _event_problems(events: Any) -> Iterator[str]:
             continue
         if "op_id" in event and not _is_int(event["op_id"]):
             yield f"{where}.op_id must be an integer"
-        if "ms" in event and (not isinstance(event["ms"], int | float) or isinstance(event["ms"], bool) or event["ms"] < 0):
+        if "ms" in event and (
+            not isinstance(event["ms"], int | float) or isinstance(event["ms"], bool) or event["ms"] < 0
+        ):
             yield f"{where}.ms must be a non-negative number"
         if "bytes" in event and (not _is_int(event["bytes"]) or event["bytes"] < 0):
             yield f"{where}.bytes must be a non-negative integer"

@@ -13,6 +13,7 @@ from typing import Any
 
 from attrs import field, frozen
 
+from dif._convert import to_tuple
 from dif.ir.types import TensorType
 
 AttrValue = int | float | str | bool | None | tuple[Any, ...]
@@ -45,8 +46,8 @@ class Provenance:
     block: str = ""
     section: str = ""
     frontend_revision: str = ""
-    tensors: tuple[str, ...] = field(default=(), converter=tuple)
-    transforms: tuple[str, ...] = field(default=(), converter=tuple)
+    tensors: tuple[str, ...] = field(default=(), converter=to_tuple)
+    transforms: tuple[str, ...] = field(default=(), converter=to_tuple)
 
     def describe(self) -> str:
         parts = [p for p in (self.module, self.block, self.section) if p]
@@ -62,8 +63,8 @@ class Provenance:
 class Node:
     id: int
     op: str
-    operands: tuple[str, ...] = field(converter=tuple)
-    results: tuple[Value, ...] = field(converter=tuple)
+    operands: tuple[str, ...] = field(converter=to_tuple)
+    results: tuple[Value, ...] = field(converter=to_tuple)
     attrs: dict[str, AttrValue] = field(factory=dict, converter=freeze_attrs)
 
     @property
@@ -76,10 +77,10 @@ class Node:
 @frozen(eq=True, hash=False)
 class Program:
     name: str
-    inputs: tuple[Value, ...] = field(converter=tuple)
-    params: tuple[Value, ...] = field(converter=tuple)
-    nodes: tuple[Node, ...] = field(converter=tuple)
-    outputs: tuple[str, ...] = field(converter=tuple)
+    inputs: tuple[Value, ...] = field(converter=to_tuple)
+    params: tuple[Value, ...] = field(converter=to_tuple)
+    nodes: tuple[Node, ...] = field(converter=to_tuple)
+    outputs: tuple[str, ...] = field(converter=to_tuple)
     provenance: dict[int, Provenance] = field(factory=dict, eq=False)
     meta: dict[str, str] = field(factory=dict, eq=False)
 

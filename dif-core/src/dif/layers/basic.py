@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from dif.dtypes import DType
+from dif.errors import DifError
 from dif.ir.builder import ProgramBuilder, Var
 
 
@@ -117,5 +118,5 @@ def chunk(b: ProgramBuilder, x: Var, n: int, *, axis: int = -1) -> tuple[Var, ..
     """Split along `axis` into n equal pieces (torch.chunk for divisible sizes)."""
     size = x.shape[axis]
     if size % n:
-        raise ValueError(f"chunk: axis of size {size} does not split into {n} equal parts")
+        raise DifError(f"chunk: axis of size {size} does not split into {n} equal parts")
     return split(b, x, [size // n] * n, axis=axis)

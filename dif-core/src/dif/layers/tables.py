@@ -35,7 +35,9 @@ def sinusoidal_embedding(
         raise DifError(f"sinusoidal_embedding: dim must be >= 2, got {dim}")
     exponent = (-np.float32(np.log(max_period)) * np.arange(half, dtype=np.float32)).astype(np.float32)
     exponent = exponent / np.float32(half - downscale_freq_shift)
-    freqs = np.exp(exponent).astype(np.float32)
+    # exp in float64 rounded once: numpy's float32 exp is off by an ulp for many entries, which moves
+    # angles t*f by ~1e-4 rad at t ~ 1000 (torch's fp32 exp is correctly rounded almost everywhere)
+    freqs = np.exp(exponent.astype(np.float64)).astype(np.float32)
     angles = (t32[:, None] * freqs[None, :]).astype(np.float32) * np.float32(scale)
     sin, cos = np.sin(angles), np.cos(angles)
     out = np.concatenate([cos, sin] if flip_sin_to_cos else [sin, cos], axis=-1)

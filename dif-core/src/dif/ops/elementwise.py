@@ -21,7 +21,10 @@ def _unary_cases(positive: bool = False) -> Callable[[np.random.Generator, DType
     def cases(rng: np.random.Generator, dtype: DType) -> list[Case]:
         out = float_cases(rng, dtype, _UNARY_SHAPES)
         if positive:  # domain of log/sqrt/rsqrt/reciprocal: keep well away from 0
-            out = [Case(c.name, tuple((np.abs(o.astype(np.float32)) + 0.5).astype(o.dtype) for o in c.operands)) for c in out]
+            out = [
+                Case(c.name, tuple((np.abs(o.astype(np.float32)) + 0.5).astype(o.dtype) for o in c.operands))
+                for c in out
+            ]
         return out
 
     return cases
@@ -45,13 +48,13 @@ _unary("neg", np.negative, "neg(x) = -x.")
 _unary("abs", np.abs, "abs(x) = |x|.")
 _unary("exp", np.exp, "exp(x) = e^x.")
 _unary("log", np.log, "log(x): natural logarithm.", positive=True)
-_unary("sqrt", np.sqrt, "sqrt(x).", positive=True)
+_unary("sqrt", np.sqrt, "sqrt(x): square root (x >= 0).", positive=True)
 _unary("rsqrt", lambda x: 1 / np.sqrt(x), "rsqrt(x) = 1/sqrt(x).", positive=True)
 _unary("reciprocal", lambda x: 1 / x, "reciprocal(x) = 1/x.", positive=True)
 _unary("square", np.square, "square(x) = x*x.")
 _unary("sin", np.sin, "sin(x), radians.")
 _unary("cos", np.cos, "cos(x), radians.")
-_unary("tanh", np.tanh, "tanh(x).")
+_unary("tanh", np.tanh, "tanh(x): hyperbolic tangent.")
 _unary("sigmoid", _sigmoid, "sigmoid(x) = 1/(1+e^-x), computed without overflow.")
 _unary("silu", lambda x: x * _sigmoid(x), "silu(x) = x*sigmoid(x) (a.k.a. swish).")
 _unary("relu", lambda x: np.maximum(x, 0), "relu(x) = max(x, 0).")
@@ -66,9 +69,14 @@ def gelu_math(x: np.ndarray, approximate: str) -> np.ndarray:
 @defop(
     "gelu",
     operands=("x",),
-    attrs=(AttrSpec("approximate", "str", "none", ("none", "tanh"), "'none': exact erf form; 'tanh': tanh approximation"),),
+    attrs=(
+        AttrSpec("approximate", "str", "none", ("none", "tanh"), "'none': exact erf form; 'tanh': tanh approximation"),
+    ),
     infer=same_float,
-    cases=lambda rng, dt: _unary_cases()(rng, dt) + [Case(c.name + "-tanh", c.operands, {"approximate": "tanh"}) for c in _unary_cases()(rng, dt)],
+    cases=lambda rng, dt: (
+        _unary_cases()(rng, dt)
+        + [Case(c.name + "-tanh", c.operands, {"approximate": "tanh"}) for c in _unary_cases()(rng, dt)]
+    ),
     category="elementwise",
 )
 def gelu(x: np.ndarray, *, approximate: str) -> np.ndarray:
@@ -100,12 +108,16 @@ def _binary(name: str, fn: Callable[[np.ndarray, np.ndarray], np.ndarray], doc: 
 
 def _pow_cases(rng: np.random.Generator, dtype: DType) -> list[Case]:
     cases = _binary_cases(rng, dtype)
-    return [Case(c.name, ((np.abs(c.operands[0].astype(np.float32)) + 0.5).astype(dtype.np), c.operands[1])) for c in cases]
+    return [
+        Case(c.name, ((np.abs(c.operands[0].astype(np.float32)) + 0.5).astype(dtype.np), c.operands[1])) for c in cases
+    ]
 
 
 def _div_cases(rng: np.random.Generator, dtype: DType) -> list[Case]:
     cases = _binary_cases(rng, dtype)
-    return [Case(c.name, (c.operands[0], (np.abs(c.operands[1].astype(np.float32)) + 0.5).astype(dtype.np))) for c in cases]
+    return [
+        Case(c.name, (c.operands[0], (np.abs(c.operands[1].astype(np.float32)) + 0.5).astype(dtype.np))) for c in cases
+    ]
 
 
 _binary("add", np.add, "add(a, b) = a + b with numpy broadcasting; operands share a dtype.")
@@ -231,10 +243,11 @@ def _full_infer(*, shape: tuple[int, ...], value: float, dtype: str) -> TensorTy
     operands=(),
     attrs=(AttrSpec("shape", "ints"), AttrSpec("value", "float"), AttrSpec("dtype", "dtype")),
     infer=_full_infer,
-    cases=lambda rng, dt: [Case("2x3", (), {"shape": (2, 3), "value": 1.5, "dtype": dt.value})] if dt in FLOAT_DTYPES else [],
+    cases=lambda rng, dt: (
+        [Case("2x3", (), {"shape": (2, 3), "value": 1.5, "dtype": dt.value})] if dt in FLOAT_DTYPES else []
+    ),
     category="elementwise",
 )
 def full(*, shape: tuple[int, ...], value: float, dtype: str) -> np.ndarray:
     """full(; shape, value, dtype): a tensor filled with one value."""
     return np.full(shape, value, dtype=np.float32 if DType(dtype).is_float else DType(dtype).np)
-

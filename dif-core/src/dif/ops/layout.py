@@ -34,7 +34,9 @@ def _reshape_infer(x: TensorType, *, shape: tuple[int, ...]) -> TensorType:
     operands=("x",),
     attrs=(AttrSpec("shape", "ints", doc="target shape, one -1 allowed"),),
     infer=_reshape_infer,
-    cases=lambda rng, dt: _layout_cases((2, 3, 4), shape=(4, -1))(rng, dt) + _layout_cases((6,), shape=(1, 2, 3))(rng, dt),
+    cases=lambda rng, dt: (
+        _layout_cases((2, 3, 4), shape=(4, -1))(rng, dt) + _layout_cases((6,), shape=(1, 2, 3))(rng, dt)
+    ),
     category="layout",
 )
 def reshape(x: np.ndarray, *, shape: tuple[int, ...]) -> np.ndarray:
@@ -66,8 +68,10 @@ def _concat_infer(*xs: TensorType, axis: int) -> TensorType:
         raise fail("concat needs at least one operand")
     a = norm_axis(axis, xs[0].rank)
     for t in xs[1:]:
-        if t.dtype != xs[0].dtype or t.rank != xs[0].rank or any(
-            d != e for i, (d, e) in enumerate(zip(t.shape, xs[0].shape, strict=True)) if i != a
+        if (
+            t.dtype != xs[0].dtype
+            or t.rank != xs[0].rank
+            or any(d != e for i, (d, e) in enumerate(zip(t.shape, xs[0].shape, strict=True)) if i != a)
         ):
             raise fail(f"cannot concat {t} with {xs[0]} along axis {axis}")
     shape = list(xs[0].shape)
@@ -81,7 +85,14 @@ def _concat_cases(rng: np.random.Generator, dt: DType) -> list[Case]:
     )
 
 
-@defop("concat", operands=("xs*",), attrs=(AttrSpec("axis", "int"),), infer=_concat_infer, cases=_concat_cases, category="layout")
+@defop(
+    "concat",
+    operands=("xs*",),
+    attrs=(AttrSpec("axis", "int"),),
+    infer=_concat_infer,
+    cases=_concat_cases,
+    category="layout",
+)
 def concat(*xs: np.ndarray, axis: int) -> np.ndarray:
     """concat(xs...; axis): join tensors of equal shape except along axis."""
     return np.concatenate(xs, axis=axis)
@@ -128,8 +139,10 @@ def _slice_infer(x: TensorType, *, axis: int, start: int, stop: int, step: int) 
     operands=("x",),
     attrs=(AttrSpec("axis", "int"), AttrSpec("start", "int"), AttrSpec("stop", "int"), AttrSpec("step", "int", 1)),
     infer=_slice_infer,
-    cases=lambda rng, dt: _layout_cases((3, 9, 2), axis=1, start=2, stop=8, step=2)(rng, dt)
-    + _layout_cases((5, 4), axis=0, start=-3, stop=5)(rng, dt),
+    cases=lambda rng, dt: (
+        _layout_cases((3, 9, 2), axis=1, start=2, stop=8, step=2)(rng, dt)
+        + _layout_cases((5, 4), axis=0, start=-3, stop=5)(rng, dt)
+    ),
     category="layout",
 )
 def slice_(x: np.ndarray, *, axis: int, start: int, stop: int, step: int) -> np.ndarray:
@@ -159,8 +172,10 @@ def _pad_infer(x: TensorType, *, pads: tuple[int, ...], value: float, mode: str)
         AttrSpec("mode", "str", "constant", ("constant", "reflect")),
     ),
     infer=_pad_infer,
-    cases=lambda rng, dt: _layout_cases((1, 2, 4, 5), pads=(0, 0, 0, 0, 1, 2, 0, 1))(rng, dt)
-    + _layout_cases((1, 2, 4, 5), pads=(0, 0, 0, 0, 1, 1, 2, 1), mode="reflect")(rng, dt),
+    cases=lambda rng, dt: (
+        _layout_cases((1, 2, 4, 5), pads=(0, 0, 0, 0, 1, 2, 0, 1))(rng, dt)
+        + _layout_cases((1, 2, 4, 5), pads=(0, 0, 0, 0, 1, 1, 2, 1), mode="reflect")(rng, dt)
+    ),
     category="layout",
 )
 def pad(x: np.ndarray, *, pads: tuple[int, ...], value: float, mode: str) -> np.ndarray:
@@ -198,7 +213,10 @@ def _index_cases(rng: np.random.Generator, dt: DType, n: int, shape: tuple[int, 
     if dt not in FLOAT_DTYPES or not dt.np.itemsize > 1:
         return []
     idx = rng.integers(0, n, (2, 3)).astype(np.int64)
-    return [Case("i64", (randn(rng, shape, dt), idx), dict(attrs)), Case("i32", (randn(rng, shape, dt), idx.astype(np.int32)), dict(attrs))]
+    return [
+        Case("i64", (randn(rng, shape, dt), idx), dict(attrs)),
+        Case("i32", (randn(rng, shape, dt), idx.astype(np.int32)), dict(attrs)),
+    ]
 
 
 def _take_infer(x: TensorType, idx: TensorType, *, axis: int) -> TensorType:

@@ -55,7 +55,9 @@ def _matmul_infer(a: TensorType, b: TensorType) -> TensorType:
     "matmul",
     operands=("a", "b"),
     infer=_matmul_infer,
-    cases=lambda rng, dt: float_cases(rng, dt, [[(2, 3, 4, 8), (2, 3, 8, 5)], [(6, 7), (7, 3)], [(2, 1, 4, 8), (3, 8, 2)]]),
+    cases=lambda rng, dt: float_cases(
+        rng, dt, [[(2, 3, 4, 8), (2, 3, 8, 5)], [(6, 7), (7, 3)], [(2, 1, 4, 8), (3, 8, 2)]]
+    ),
     category="linalg",
 )
 def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:

@@ -42,9 +42,11 @@ def _norm_cases(rng: np.random.Generator, dtype: DType, n_params: int, **attrs: 
         AttrSpec("round_before_weight", "bool", False, doc="cast the normalized x to x's dtype before *w (Qwen)"),
     ),
     infer=_rms_infer,
-    cases=lambda rng, dt: _norm_cases(rng, dt, 1)
-    + [Case(c.name + "-qwen", c.operands, {"round_before_weight": True}) for c in _norm_cases(rng, dt, 1)[2:]]
-    + [Case(c.name + "-offset", c.operands, {"offset": 1.0}) for c in _norm_cases(rng, dt, 1)[2:]],
+    cases=lambda rng, dt: (
+        _norm_cases(rng, dt, 1)
+        + [Case(c.name + "-qwen", c.operands, {"round_before_weight": True}) for c in _norm_cases(rng, dt, 1)[2:]]
+        + [Case(c.name + "-offset", c.operands, {"offset": 1.0}) for c in _norm_cases(rng, dt, 1)[2:]]
+    ),
     category="norm",
 )
 def rms_norm(

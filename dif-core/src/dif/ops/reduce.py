@@ -30,8 +30,10 @@ def _reduce(name: str, fn: Callable[..., np.ndarray], doc: str) -> None:
         operands=("x",),
         attrs=(AttrSpec("axes", "ints"), AttrSpec("keepdims", "bool", False)),
         infer=_reduce_infer,
-        cases=lambda rng, dt: float_cases(rng, dt, [[(2, 3, 4)]], axes=(1,))
-        + float_cases(rng, dt, [[(2, 3, 4)]], axes=(0, 2), keepdims=True),
+        cases=lambda rng, dt: (
+            float_cases(rng, dt, [[(2, 3, 4)]], axes=(1,))
+            + float_cases(rng, dt, [[(2, 3, 4)]], axes=(0, 2), keepdims=True)
+        ),
         category="reduce",
     )(reference)
 

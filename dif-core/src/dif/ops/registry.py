@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 from attrs import field, frozen
 
+from dif._convert import to_tuple
 from dif.dtypes import DType
 from dif.errors import AttrError, PluginError, TypeRuleError, UnknownOpError
 from dif.ir.types import TensorType
@@ -43,7 +44,9 @@ class AttrSpec:
             "bool": lambda v: isinstance(v, bool),
             "str": lambda v: isinstance(v, str),
             "dtype": lambda v: isinstance(v, str) and v in DType._value2member_map_,
-            "ints": lambda v: isinstance(v, tuple | list) and all(isinstance(i, int) and not isinstance(i, bool) for i in v),
+            "ints": lambda v: (
+                isinstance(v, tuple | list) and all(isinstance(i, int) and not isinstance(i, bool) for i in v)
+            ),
             "floats": lambda v: isinstance(v, tuple | list) and all(isinstance(i, int | float) for i in v),
         }[self.kind]
         if value is None and self.default is None:
@@ -64,7 +67,7 @@ class Case:
     """One conformance case: operand arrays (storage dtypes) and attributes."""
 
     name: str
-    operands: tuple[np.ndarray, ...] = field(converter=tuple)
+    operands: tuple[np.ndarray, ...] = field(converter=to_tuple)
     attrs: dict[str, Any] = field(factory=dict)
 
 
@@ -107,16 +110,14 @@ class OpDef:
             elif spec.default is REQUIRED:
                 raise AttrError(f"op '{self.name}' requires attribute '{name}' ({spec.kind})")
             else:
-                out[name] = spec.default
+                out[name] = spec.check(self.name, spec.default)
         return out
 
     def infer_types(self, operand_types: Sequence[TensorType], attrs: Mapping[str, Any]) -> tuple[TensorType, ...]:
         """Result types for these operands; raises `TypeRuleError` naming the op."""
         n = len(operand_types)
         if not self.min_operands <= n <= self.max_operands:
-            raise TypeRuleError(
-                f"op '{self.name}' takes operands ({', '.join(self.operands)}), got {n}"
-            )
+            raise TypeRuleError(f"op '{self.name}' takes operands ({', '.join(self.operands)}), got {n}")
         full = self.check_attrs(attrs)
         try:
             out = self.infer(*operand_types, **full)
@@ -184,9 +185,7 @@ def defop(
 
     def wrap(fn: ReferenceFn) -> ReferenceFn:
         doc = inspect.cleandoc(fn.__doc__ or "")
-        table.register(
-            OpDef(name, doc, operands, attrs, infer, fn, cases, category=category, num_results=num_results)
-        )
+        table.register(OpDef(name, doc, operands, attrs, infer, fn, cases, category=category, num_results=num_results))
         return fn
 
     return wrap

@@ -13,8 +13,17 @@ import json
 from pathlib import Path
 
 from dif.errors import FormatError, PlanBindingError, PlanError
+from dif.fingerprint import fingerprint
 from dif.ir.program import Program
-from dif.plan.plan import RESIDENCIES, Plan, check_arena, compiler_revision, plan_from_dict, plan_to_dict
+from dif.plan.plan import (
+    RESIDENCIES,
+    Plan,
+    check_arena,
+    check_plan,
+    compiler_revision,
+    plan_from_dict,
+    plan_to_dict,
+)
 from dif.serialize.container import pack, read_bytes, unpack, write_atomic
 from dif.target import RuntimeBudget, TargetProfile
 
@@ -54,6 +63,11 @@ def plan_from_bytes(data: bytes, *, what: str = "<difplan bytes>") -> Plan:
     bad = sorted(r for r in set(plan.residency.values()) if r not in RESIDENCIES)
     if bad:
         raise FormatError(f"{what}: unknown weight residency {bad}, expected one of {RESIDENCIES}")
+    parts = plan.arena_bytes + plan.resident_bytes + plan.staging_bytes
+    if plan.binding.min_memory_bytes != parts or min(plan.resident_bytes, plan.staging_bytes) < 0:
+        raise FormatError(
+            f"{what}: minimum memory {plan.binding.min_memory_bytes} B is not arena + resident + staging ({parts} B)"
+        )
     return plan
 
 
@@ -82,17 +96,21 @@ def check_binding(
     """Fail closed unless `plan` may run `program` on `profile` within `budget`.
 
     Raises `BindingMismatch` (a `PlanBindingError`) listing every changed condition: program
-    fingerprint, compiler revision, target fingerprint (with the differing profile fields),
-    budget below the plan's minimum memory, and — when `precision` is given — precision policy.
+    fingerprint (or, for the same structure, value / parameter names the plan addresses), compiler
+    revision, target fingerprint (with the differing profile fields), budget below the plan's
+    minimum memory, and — when `precision` is given — precision policy. A different budget class
+    alone is not a failure: the plan stays valid while its minimum memory fits.
     """
-    from dif.plan.planner import fingerprint
-
     problems: list[tuple[str, str]] = []
     got = fingerprint(program)
     if got != plan.program_fingerprint:
-        problems.append(
-            ("program", f"program fingerprint {got} != {plan.program_fingerprint} the plan was made for")
-        )
+        problems.append(("program", f"program fingerprint {got} != {plan.program_fingerprint} the plan was made for"))
+    else:
+        # Same structure, but the plan addresses values and weights by name: they must match too.
+        try:
+            check_plan(plan, program)
+        except PlanError as exc:
+            problems.append(("program", f"same structure but the plan does not fit its values: {exc}"))
     binding = plan.binding
     if binding.compiler_revision != compiler_revision():
         problems.append(

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import cattrs
 import numpy as np
-from attrs import field, frozen
+from attrs import frozen
 
 import dif
 from dif.errors import PlanError
@@ -27,6 +27,9 @@ PLAN_FORMAT_REV = 1
 
 ALIGNMENT = 256
 """Every buffer starts on and spans a multiple of this many bytes (GPU-friendly; harmless on CPU)."""
+
+MAX_BYTES = 1 << 60
+"""Sanity bound on any byte figure in a plan (keeps hostile files away from int64 overflow)."""
 
 RESIDENT = "resident"
 STREAMED = "streamed"
@@ -102,8 +105,8 @@ class Plan:
 
     program_name: str
     program_fingerprint: str
-    schedule: tuple[int, ...] = field(converter=tuple)
-    buffers: tuple[Buffer, ...] = field(converter=tuple)
+    schedule: tuple[int, ...]
+    buffers: tuple[Buffer, ...]
     arena_bytes: int
     peak_bytes: int
     param_bytes: int
@@ -112,7 +115,7 @@ class Plan:
     staging_bytes: int
     precision: str
     binding: Binding
-    decisions: tuple[Decision, ...] = field(converter=tuple)
+    decisions: tuple[Decision, ...]
     alignment: int = ALIGNMENT
 
     @cached_property
@@ -155,14 +158,16 @@ def check_arena(plan: Plan) -> None:
     steps = len(plan.schedule)
     if plan.alignment <= 0:
         raise PlanError(f"plan alignment must be positive, got {plan.alignment}")
-    if plan.arena_bytes < 0:
-        raise PlanError(f"negative arena size {plan.arena_bytes}")
+    if not 0 <= plan.arena_bytes <= MAX_BYTES:
+        raise PlanError(f"arena size {plan.arena_bytes} is out of range")
     seen: set[str] = set()
     for b in plan.buffers:
         where = f"buffer '{b.name}'"
         if b.name in seen:
             raise PlanError(f"{where} appears twice in the plan")
         seen.add(b.name)
+        if not 0 <= b.offset <= MAX_BYTES or not 0 <= b.size <= MAX_BYTES:
+            raise PlanError(f"{where}: offset {b.offset} / size {b.size} out of range")
         if b.nbytes < 0 or b.size < b.nbytes or b.size % plan.alignment:
             raise PlanError(f"{where}: size {b.size} does not hold {b.nbytes} bytes in {plan.alignment}-byte units")
         if b.offset < 0 or b.offset % plan.alignment:
@@ -179,7 +184,9 @@ def check_arena(plan: Plan) -> None:
     for i in range(n - 1):
         if hi[i] == lo[i]:
             continue
-        clash = (first[i + 1 :] <= last[i]) & (first[i] <= last[i + 1 :]) & (lo[i + 1 :] < hi[i]) & (lo[i] < hi[i + 1 :])
+        clash = (
+            (first[i + 1 :] <= last[i]) & (first[i] <= last[i + 1 :]) & (lo[i + 1 :] < hi[i]) & (lo[i] < hi[i + 1 :])
+        )
         if clash.any():
             a, b = plan.buffers[i], plan.buffers[i + 1 + int(np.argmax(clash))]
             raise PlanError(

@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from dif.errors import PlanError
+from dif.fingerprint import fingerprint
 from dif.ir.program import Program
 from dif.plan.plan import (
     ALIGNMENT,
@@ -26,24 +27,6 @@ from dif.plan.plan import (
     live_bytes,
 )
 from dif.target import RuntimeBudget, TargetProfile
-
-try:
-    from dif.fingerprint import fingerprint
-except ImportError:  # pragma: no cover - until dif.fingerprint lands (remove then)
-    import hashlib
-    import json
-
-    def fingerprint(program: Program) -> str:  # type: ignore[misc]
-        """Stand-in structural hash: ops, types, attrs and topology, not names or provenance."""
-        index = {v.name: f"in{i}" for i, v in enumerate(program.inputs)}
-        index.update({v.name: f"p{i}" for i, v in enumerate(program.params)})
-        doc: list[object] = [[str(v.type) for v in program.inputs], [str(v.type) for v in program.params]]
-        for k, node in enumerate(program.nodes):
-            index.update({r.name: f"n{k}.{j}" for j, r in enumerate(node.results)})
-            operands = [index.get(o, "?") for o in node.operands]
-            doc.append([node.op, operands, [str(r.type) for r in node.results], repr(sorted(node.attrs.items()))])
-        doc.append([index.get(o, "?") for o in program.outputs])
-        return hashlib.sha256(json.dumps(doc).encode()).hexdigest()[:16]
 
 
 def plan_program(
@@ -145,9 +128,7 @@ def assign_arena(buffers: list[Buffer], alignment: int = ALIGNMENT) -> list[Buff
             lo[i] = _best_fit(lo[live], hi[live], size)
             hi[i] = lo[i] + size
         placed[i] = True
-    return [
-        Buffer(b.name, b.nbytes, b.size, int(lo[i]), b.first_use, b.last_use) for i, b in enumerate(buffers)
-    ]
+    return [Buffer(b.name, b.nbytes, b.size, int(lo[i]), b.first_use, b.last_use) for i, b in enumerate(buffers)]
 
 
 def _best_fit(starts: np.ndarray, ends: np.ndarray, size: int) -> int:

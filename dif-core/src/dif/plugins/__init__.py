@@ -10,6 +10,7 @@ from dif.plugins.manager import (
     add_commands,
     backends,
     frontends,
+    isolated_plugins,
     load_plugins,
     passes,
     physical_formats,
@@ -18,6 +19,7 @@ from dif.plugins.manager import (
     pm,
     problems,
     register_plugin,
+    registrations,
     reset_plugins,
     unregister_plugin,
 )
@@ -28,6 +30,7 @@ __all__ = [
     "add_commands",
     "backends",
     "frontends",
+    "isolated_plugins",
     "load_plugins",
     "passes",
     "physical_formats",
@@ -36,6 +39,7 @@ __all__ = [
     "pm",
     "problems",
     "register_plugin",
+    "registrations",
     "reset_plugins",
     "unregister_plugin",
 ]

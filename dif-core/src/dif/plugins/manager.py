@@ -7,7 +7,9 @@ recorded against its `PluginRecord` (shown by `dif plugins`) and skipped; it nev
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import os
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from importlib import metadata
 from typing import TYPE_CHECKING, Any
 
@@ -69,6 +71,7 @@ class _State:
     cache: dict[str, dict[str, Any]] = field(factory=dict)
     problems: list[PluginError] = field(factory=list)
     owners: dict[str, dict[str, str]] = field(factory=dict)
+    hook_errors: dict[str, PluginError] = field(factory=dict)
     ops_done: set[str] = field(factory=set)
 
 
@@ -85,6 +88,12 @@ def _problem(plugin: str, message: str) -> PluginError:
         record.errors.append(message)
         _state.problems.append(error)
     return error
+
+
+def _invalidate() -> None:
+    """Forget collected results; the next collector call asks the plugins again."""
+    _state.cache.clear()
+    _state.hook_errors.clear()
 
 
 def _check_pending() -> None:
@@ -132,7 +141,7 @@ def load_plugins() -> list[PluginRecord]:
             _state.records[name] = PluginRecord(name, "", "", "requested")
             _problem(name, "named in DIF_LOAD_PLUGINS but no installed distribution has this 'dif' entry point")
     _check_pending()
-    _state.cache.clear()
+    _invalidate()
     return plugin_records()
 
 
@@ -154,7 +163,7 @@ def register_plugin(plugin: object, name: str) -> PluginRecord:
         pm.unregister(plugin)
         del _state.records[name]
         raise PluginError(f"plugin '{name}': unknown hook implementation: {exc}") from None
-    _state.cache.clear()
+    _invalidate()
     return record
 
 
@@ -164,7 +173,7 @@ def unregister_plugin(name: str) -> None:
     if plugin is not None:
         pm.unregister(plugin)
     _state.records.pop(name, None)
-    _state.cache.clear()
+    _invalidate()
 
 
 def reset_plugins() -> None:
@@ -173,6 +182,36 @@ def reset_plugins() -> None:
         unregister_plugin(name)
     global _state
     _state = _State()
+
+
+@contextmanager
+def isolated_plugins(load: str | None = "") -> Iterator[None]:
+    """For tests: run with a fresh plugin state and `DIF_LOAD_PLUGINS=load` (None: unset, i.e. all).
+
+    Everything registered inside is dropped on exit and the previous plugins and env come back."""
+    global _state
+    saved_state, saved_env = _state, os.environ.get(DIF_LOAD_PLUGINS.name)
+    saved = [(name, plugin) for name, plugin in pm.list_name_plugin() if plugin is not None]
+    for _name, plugin in saved:
+        pm.unregister(plugin)
+    _state = _State()
+    if load is None:
+        os.environ.pop(DIF_LOAD_PLUGINS.name, None)
+    else:
+        os.environ[DIF_LOAD_PLUGINS.name] = load
+    try:
+        yield
+    finally:
+        for _name, plugin in list(pm.list_name_plugin()):
+            if plugin is not None:
+                pm.unregister(plugin)
+        for name, plugin in saved:
+            pm.register(plugin, name=name)
+        _state = saved_state
+        if saved_env is None:
+            os.environ.pop(DIF_LOAD_PLUGINS.name, None)
+        else:
+            os.environ[DIF_LOAD_PLUGINS.name] = saved_env
 
 
 def plugin_records() -> list[PluginRecord]:
@@ -193,6 +232,9 @@ def _collect(hook: str, what: str, kind: type | None, *, two_args: bool = False,
     """Call each plugin's `hook` with a register callback; returns name -> registered object."""
     load_plugins()
     if hook in _state.cache:
+        cached_error = _state.hook_errors.get(hook)
+        if strict and cached_error is not None:
+            raise cached_error
         return dict(_state.cache[hook])
     out: dict[str, Any] = {}
     owners: dict[str, str] = {}
@@ -224,6 +266,8 @@ def _collect(hook: str, what: str, kind: type | None, *, two_args: bool = False,
             first_error = first_error or error
     _state.cache[hook] = out
     _state.owners[hook] = owners
+    if first_error is not None:
+        _state.hook_errors[hook] = first_error
     if strict and first_error is not None:
         raise first_error
     return dict(out)
@@ -288,6 +332,29 @@ def physical_formats(registry: FormatRegistry | None = None, *, strict: bool = F
 def _owner(hook: str, name: str) -> str:
     """The plugin whose hook registered `name` (for errors found after collection)."""
     return _state.owners.get(hook, {}).get(name, "?")
+
+
+_REGISTRIES = (
+    ("register_backends", "backends"),
+    ("register_frontends", "frontends"),
+    ("register_ops", "ops"),
+    ("register_physical_formats", "physical_formats"),
+    ("register_passes", "passes"),
+)
+
+
+def registrations() -> dict[str, dict[str, list[str]]]:
+    """plugin name -> {"backends": [names], "frontends": [...], ...}, running every collector."""
+    backends()
+    frontends()
+    plugin_ops()
+    physical_formats()
+    passes()
+    out: dict[str, dict[str, list[str]]] = {}
+    for hook, key in _REGISTRIES:
+        for name, plugin in sorted(_state.owners.get(hook, {}).items()):
+            out.setdefault(plugin, {}).setdefault(key, []).append(name)
+    return out
 
 
 def add_commands(cli: Any) -> None:

@@ -10,6 +10,7 @@ before slicing, so truncated or hostile files fail with a `FormatError`, never a
 from __future__ import annotations
 
 import hashlib
+import os
 import struct
 from pathlib import Path
 
@@ -36,7 +37,9 @@ def unpack(data: bytes, magic: bytes, versions: tuple[int, ...], what: str) -> t
         raise FormatError(f"{what}: truncated ({len(data)} bytes, header needs {_HEADER.size})")
     got_magic, version, count, length, digest = _HEADER.unpack_from(data)
     if got_magic != magic:
-        raise FormatError(f"{what}: bad magic {got_magic!r}, expected {magic!r}", hint="is this the right kind of file?")
+        raise FormatError(
+            f"{what}: bad magic {got_magic!r}, expected {magic!r}", hint="is this the right kind of file?"
+        )
     if version not in versions:
         raise VersionError(
             f"{what}: format version {version} is not supported (this dif reads {', '.join(map(str, versions))})",
@@ -67,6 +70,8 @@ def unpack(data: bytes, magic: bytes, versions: tuple[int, ...], what: str) -> t
         pos += 8
         if pos + dlen > length:
             raise FormatError(f"{what}: section '{name}' runs past the end")
+        if name in sections:
+            raise FormatError(f"{what}: section '{name}' appears twice")
         sections[name] = bytes(body[pos : pos + dlen])
         pos += dlen
     if pos != length:
@@ -77,7 +82,7 @@ def unpack(data: bytes, magic: bytes, versions: tuple[int, ...], what: str) -> t
 def write_atomic(path: str | Path, data: bytes) -> None:
     """Write via a temp file in the same folder then rename: readers never see half a file."""
     path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         with open(tmp, "wb") as f:
             f.write(data)

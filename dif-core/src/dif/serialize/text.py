@@ -175,7 +175,7 @@ class _Line:
             return self.string(text)
         raise self.error(f"expected {what}, found {text!r}")
 
-    def int(self) -> int:
+    def integer(self) -> int:
         kind, text = self.next("an integer")
         if kind != "number" or not re.fullmatch(r"-?\d+", text):
             raise self.error(f"expected an integer, found {text!r}")
@@ -184,23 +184,23 @@ class _Line:
         except ValueError:
             raise self.error(f"integer {text[:20]}... is too long") from None
 
-    def type(self) -> TensorType:
+    def tensor_type(self) -> TensorType:
         dtype_name = self.name("a dtype")
         if dtype_name not in DType._value2member_map_:
             raise self.error(f"unknown dtype {dtype_name!r}", hint=f"use one of {', '.join(d.value for d in DType)}")
         self.expect("[")
         dims: list[int] = []
         if not self.accept("]"):
-            dims.append(self.int())
+            dims.append(self.integer())
             while self.accept(","):
-                dims.append(self.int())
+                dims.append(self.integer())
             self.expect("]")
         return TensorType(tuple(dims), DType(dtype_name))
 
     def value_decl(self) -> Value:
         name = self.name()
         self.expect(":")
-        return Value(name, self.type())
+        return Value(name, self.tensor_type())
 
     def attr_value(self, depth: int = 0) -> AttrValue:
         if depth > MAX_ATTR_DEPTH:
@@ -277,6 +277,8 @@ def parse_program(text: str, *, what: str = "<text>", table: OpTable = OPS, veri
                 name = line.name("the program name")
             elif word == "meta":
                 key = line.name("a meta key")
+                if key in meta:
+                    raise line.error(f"meta key {key!r} given twice")
                 line.expect("=")
                 kind, token = line.next("a meta value")
                 if kind != "string":
@@ -308,4 +310,3 @@ def parse_program(text: str, *, what: str = "<text>", table: OpTable = OPS, veri
 
         verify_program(program, table=table)
     return program
-

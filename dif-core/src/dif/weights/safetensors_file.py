@@ -1,48 +1,24 @@
 """Checkpoint access, step 1: one `.safetensors` file, header validated, tensors mapped lazily.
 
-Every length and offset in the header is checked against the bytes on disk before anything is
-sliced, so a truncated download or a file that is not safetensors at all fails here with a
-`FormatError` naming the file (and the tensor, when one is to blame), never later inside numpy.
-Tensors are zero-copy views of one read-only `np.memmap` of the file.
+Every length and offset in the header is checked (by `dif.serialize.diftensor`) against the bytes
+on disk before anything is sliced, so a truncated download or a file that is not safetensors at
+all fails here with a `FormatError` naming the file (and the tensor, when one is to blame), never
+later inside numpy. Tensors are zero-copy views of one read-only `np.memmap` of the file, mapped
+on first access (opening a 9B checkpoint reads only its headers).
 """
 
 from __future__ import annotations
 
 import json
-import math
 import struct
 from collections.abc import Iterator
 from pathlib import Path
 
-import ml_dtypes
 import numpy as np
 from attrs import frozen
 
 from dif.errors import FormatError, WeightError
-
-# A header is JSON metadata; real checkpoints have headers of a few MB at most. Anything far
-# larger is a garbage length field (random bytes, a pickle, an LFS pointer, ...).
-MAX_HEADER_BYTES = 100 * 1024 * 1024
-
-# safetensors dtype name -> numpy storage type. Wider than `dif.dtypes.DType` on purpose: a
-# checkpoint may hold f64 or i16 tensors; `bind_weights` decides whether they can be used.
-NUMPY_OF: dict[str, np.dtype] = {
-    "F64": np.dtype(np.float64),
-    "F32": np.dtype(np.float32),
-    "F16": np.dtype(np.float16),
-    "BF16": np.dtype(ml_dtypes.bfloat16),
-    "F8_E4M3": np.dtype(ml_dtypes.float8_e4m3fn),
-    "F8_E5M2": np.dtype(ml_dtypes.float8_e5m2),
-    "I64": np.dtype(np.int64),
-    "I32": np.dtype(np.int32),
-    "I16": np.dtype(np.int16),
-    "I8": np.dtype(np.int8),
-    "U64": np.dtype(np.uint64),
-    "U32": np.dtype(np.uint32),
-    "U16": np.dtype(np.uint16),
-    "U8": np.dtype(np.uint8),
-    "BOOL": np.dtype(np.bool_),
-}
+from dif.serialize.diftensor import NUMPY_OF, SAFETENSORS_NAME_OF, read_safetensors_header
 
 
 @frozen
@@ -71,72 +47,20 @@ class TensorInfo:
 def read_header(path: str | Path) -> tuple[dict[str, TensorInfo], dict[str, str], int]:
     """(tensors by name, `__metadata__`, byte offset of the data section) of a safetensors file.
 
-    Raises `FormatError` naming the file for: a file too short to hold a header, a header length
-    that is absurd or runs past the end, a header that is not a JSON object, malformed entries,
-    unknown dtypes, byte ranges that disagree with dtype x shape, and data that ends before a
-    tensor does (a truncated file).
+    Validation is `dif.serialize.diftensor.read_safetensors_header`: it raises `FormatError`
+    naming the file (and tensor) for a file too short for a header, an absurd header length, a
+    header that is not a JSON object, malformed entries, unknown dtypes, byte ranges that
+    disagree with dtype x shape or overlap, and data that ends before a tensor does (truncation).
     """
     path = Path(path)
-    try:
-        size = path.stat().st_size
-        with open(path, "rb") as f:
-            head = f.read(8)
-            if len(head) < 8:
-                raise FormatError(f"{path}: {size} bytes is too short for a safetensors file (no header length)")
-            (hlen,) = struct.unpack("<Q", head)
-            if hlen > MAX_HEADER_BYTES or hlen > size - 8:
-                raise FormatError(
-                    f"{path}: header length field says {hlen} bytes but the file has {size} bytes",
-                    hint="the file is not safetensors (garbage header) or was cut off; download it again",
-                )
-            raw = f.read(hlen)
-    except OSError as exc:
-        raise FormatError(f"{path}: cannot read: {exc.strerror}") from None
-    try:
-        header = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise FormatError(f"{path}: header is not valid JSON ({exc})", hint="the file is corrupt or not safetensors") from None
-    if not isinstance(header, dict):
-        raise FormatError(f"{path}: header is JSON but not an object")
-    data_start = 8 + hlen
-    data_size = size - data_start
-    metadata = header.pop("__metadata__", None) or {}
-    if not isinstance(metadata, dict) or not all(isinstance(v, str) for v in metadata.values()):
-        raise FormatError(f"{path}: __metadata__ must map strings to strings")
-    tensors: dict[str, TensorInfo] = {}
-    for name, entry in header.items():
-        info = _parse_entry(path, name, entry)
-        if info.end > data_size:
-            raise FormatError(
-                f"{path}: tensor '{name}' ends at data byte {info.end} but the file holds only {data_size} data bytes",
-                hint="the file is truncated (interrupted download or copy); fetch it again",
-            )
-        tensors[name] = info
-    return tensors, dict(metadata), data_start
-
-
-def _parse_entry(path: Path, name: str, entry: object) -> TensorInfo:
-    where = f"{path}: tensor '{name}'"
-    if not isinstance(entry, dict):
-        raise FormatError(f"{where}: header entry is not an object")
-    dtype, shape, offsets = entry.get("dtype"), entry.get("shape"), entry.get("data_offsets")
-    if dtype not in NUMPY_OF:
-        raise FormatError(f"{where}: unsupported dtype {dtype!r}", hint=f"supported: {', '.join(NUMPY_OF)}")
-    if not isinstance(shape, list) or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape):
-        raise FormatError(f"{where}: shape {shape!r} is not a list of non-negative integers")
-    if (
-        not isinstance(offsets, list)
-        or len(offsets) != 2
-        or not all(isinstance(o, int) and not isinstance(o, bool) for o in offsets)
-        or not 0 <= offsets[0] <= offsets[1]
-    ):
-        raise FormatError(f"{where}: data_offsets {offsets!r} is not [begin, end] with 0 <= begin <= end")
-    expected = math.prod(shape) * NUMPY_OF[dtype].itemsize
-    if offsets[1] - offsets[0] != expected:
-        raise FormatError(
-            f"{where}: byte range holds {offsets[1] - offsets[0]} bytes but {dtype}{shape} needs {expected}"
-        )
-    return TensorInfo(name, dtype, tuple(shape), offsets[0], offsets[1], path)
+    header, data_start = read_safetensors_header(path)
+    metadata = dict(header.get("__metadata__") or {})
+    tensors = {
+        name: TensorInfo(name, e["dtype"], tuple(e["shape"]), e["data_offsets"][0], e["data_offsets"][1], path)
+        for name, e in header.items()
+        if name != "__metadata__"
+    }
+    return tensors, metadata, data_start
 
 
 class SafetensorsFile:
@@ -170,3 +94,35 @@ class SafetensorsFile:
             raise FormatError(f"{self.path}: tensor '{name}' runs past the end of the file (truncated?)")
         raw = self._map[start : start + info.nbytes]
         return np.asarray(raw).view(info.numpy_dtype).reshape(info.shape)
+
+
+def encode_safetensors(tensors: dict[str, np.ndarray], metadata: dict[str, str] | None = None) -> bytes:
+    """Bytes of a plain safetensors file (no dif keys added to the metadata, so transformers and
+    diffusers load it as one of theirs). Data ordered by itemsize then name, so every tensor is
+    aligned to its itemsize; header padded to 8 bytes."""
+    header: dict[str, object] = {}
+    if metadata:
+        header["__metadata__"] = {str(k): str(v) for k, v in metadata.items()}
+    chunks: list[bytes] = []
+    offset = 0
+    arrays = {name: np.asarray(arr) for name, arr in tensors.items()}
+    arrays = {name: a if a.flags.c_contiguous else a.copy(order="C") for name, a in arrays.items()}  # keeps 0-d
+    for name in sorted(arrays, key=lambda n: (-arrays[n].dtype.itemsize, n)):
+        arr = arrays[name]
+        dtype = SAFETENSORS_NAME_OF.get(arr.dtype)
+        if dtype is None:
+            raise FormatError(f"tensor '{name}': numpy dtype {arr.dtype} cannot be stored in safetensors")
+        data = arr.tobytes()
+        header[name] = {"dtype": dtype, "shape": list(arr.shape), "data_offsets": [offset, offset + len(data)]}
+        chunks.append(data)
+        offset += len(data)
+    raw = json.dumps(header, separators=(",", ":")).encode()
+    raw += b" " * (-(len(raw) + 8) % 8)
+    return struct.pack("<Q", len(raw)) + raw + b"".join(chunks)
+
+
+def save_safetensors(path: str | Path, tensors: dict[str, np.ndarray], metadata: dict[str, str] | None = None) -> None:
+    """Write a safetensors file atomically (temp file + rename): readers never see half a file."""
+    from dif.serialize.container import write_atomic
+
+    write_atomic(path, encode_safetensors(tensors, metadata))

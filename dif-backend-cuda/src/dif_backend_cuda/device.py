@@ -1,0 +1,238 @@
+"""The CUDA device: is it usable (`cuda_availability`), what it can do (`probe_profile`), what it has free
+(`probe_budget`), and `CudaBackend`, whose `prepare` turns a program + plan into a `CudaExecutable`.
+
+Device libraries (cupy, nvmath, cudnn) are imported inside functions only, so importing this module
+on a machine without a GPU costs nothing and fails nothing.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from dif.backend import Availability
+from dif.dtypes import DType
+from dif.errors import BackendUnavailableError
+from dif.ops.registry import OPS, OpTable
+from dif.target import RuntimeBudget, TargetProfile
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from dif.ir.program import Program
+    from dif.plan.plan import Plan
+    from dif_backend_cuda.executor import CudaExecutable
+
+NAME = "cuda"
+GEMM_CHOICES = ("auto", "cublaslt", "nvrtc")
+SDPA_CHOICES = ("auto", "cudnn", "flash")
+LT_WORKSPACE_BYTES = 64 << 20
+STAGING_BYTES = 2 * (64 << 20)
+RESERVE_BYTES = 512 << 20
+"""Kept free for the CUDA context, library handles and cuDNN workspaces (not planned memory)."""
+
+
+def cuda_availability() -> Availability:
+    """Usable when cupy imports and sees at least one device; otherwise say why (never raises)."""
+    try:
+        import cupy
+    except Exception as exc:  # ImportError, or a broken CUDA install raising at import
+        return Availability(False, f"cupy is not importable ({type(exc).__name__}: {exc}); install dif-backend-cuda[gpu]")
+    try:
+        count = cupy.cuda.runtime.getDeviceCount()
+    except Exception as exc:
+        return Availability(False, f"no usable CUDA driver or device ({type(exc).__name__}: {exc})")
+    if count < 1:
+        return Availability(False, "no CUDA device found")
+    return Availability(True)
+
+
+def tensor_core_formats(major: int, minor: int) -> tuple[str, ...]:
+    """Matrix-unit input formats by compute capability (Volta fp16, Turing int8, Ampere bf16/tf32,
+    Ada/Hopper fp8)."""
+    cc = major * 10 + minor
+    out = []
+    if cc >= 70:
+        out.append("f16")
+    if cc >= 75:
+        out.append("i8")
+    if cc >= 80:
+        out += ["bf16", "tf32"]
+    if cc >= 89:
+        out += ["f8e4m3", "f8e5m2"]
+    return tuple(out)
+
+
+def _dist_version(name: str) -> str | None:
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def library_versions() -> dict[str, str]:
+    """Versions of the device libraries this backend uses (metadata only: no heavy imports)."""
+    import cupy
+
+    out = {"cupy": cupy.__version__}
+    rt = cupy.cuda.runtime
+    out["cuda_runtime"] = str(rt.runtimeGetVersion())
+    out["cuda_driver"] = str(rt.driverGetVersion())
+    from dif_backend_cuda.kernels import nvrtc_version
+
+    out["nvrtc"] = nvrtc_version()
+    for dist, key in (("nvmath-python", "nvmath"), ("nvidia-cudnn-frontend", "cudnn_frontend")):
+        version = _dist_version(dist)
+        if version:
+            out[key] = version
+    return out
+
+
+def device_properties(device: int = 0) -> dict[str, Any]:
+    import cupy
+
+    props = cupy.cuda.runtime.getDeviceProperties(device)
+    name = props["name"]
+    return {
+        "name": name.decode() if isinstance(name, bytes) else str(name),
+        "major": int(props["major"]),
+        "minor": int(props["minor"]),
+        "sm_count": int(props["multiProcessorCount"]),
+        "total_memory": int(props["totalGlobalMem"]),
+        "smem_optin": int(props.get("sharedMemPerBlockOptin", 0)),
+        "l2_bytes": int(props.get("l2CacheSize", 0)),
+    }
+
+
+def probe_profile(device: int = 0) -> TargetProfile:
+    """Static capability of CUDA device `device`; raises BackendUnavailableError without one."""
+    avail = cuda_availability()
+    if not avail.ok:
+        raise BackendUnavailableError(f"cuda backend unavailable: {avail.reason}")
+    p = device_properties(device)
+    libs = library_versions()
+    dtypes = [d.value for d in DType if p["major"] * 10 + p["minor"] >= 89 or d not in (DType.F8E4M3, DType.F8E5M2)]
+    caps = ["arena", "cuda-graphs", "nvrtc", f"smem-optin-{p['smem_optin']}", f"l2-{p['l2_bytes']}"]
+    if "nvmath" in libs:
+        caps.append("cublaslt")
+    if "cudnn_frontend" in libs:
+        caps.append("cudnn-sdpa")
+    return TargetProfile(
+        backend=NAME,
+        device=p["name"],
+        arch=f"sm_{p['major']}{p['minor']}",
+        compute_units=p["sm_count"],
+        memory_bytes=p["total_memory"],
+        dtypes=tuple(dtypes),
+        tensor_core_formats=tensor_core_formats(p["major"], p["minor"]),
+        capabilities=tuple(caps),
+        libraries=libs,
+    )
+
+
+def _host_memory_bytes() -> int:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:
+        return int(os.sysconf("SC_PHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
+    except (ValueError, OSError, AttributeError):
+        return 0
+
+
+def probe_budget(device: int = 0) -> RuntimeBudget:
+    """Free device memory now; the workspace is what this backend keeps outside the plan's arena."""
+    import cupy
+
+    with cupy.cuda.Device(device):
+        free, _total = cupy.cuda.runtime.memGetInfo()
+    return RuntimeBudget(
+        free_memory_bytes=int(free),
+        host_memory_bytes=_host_memory_bytes(),
+        pinned_staging_bytes=STAGING_BYTES,
+        workspace_bytes=LT_WORKSPACE_BYTES + RESERVE_BYTES,
+    )
+
+
+class CudaBackend:
+    """Runs plans on one CUDA device. Kernel choice: `gemm` ('auto' = cuBLASLt when nvmath-python is
+    installed, else the NVRTC GEMM), `sdpa` ('auto' = cuDNN for eligible fp16/bf16 attention, else
+    the NVRTC flash kernel), `graph` (capture the program as one CUDA graph and replay it)."""
+
+    name = NAME
+
+    def __init__(
+        self,
+        device: int = 0,
+        *,
+        gemm: str = "auto",
+        sdpa: str = "auto",
+        graph: bool = True,
+        table: OpTable = OPS,
+        cache_root: Path | None = None,
+    ) -> None:
+        if gemm not in GEMM_CHOICES or sdpa not in SDPA_CHOICES:
+            raise ValueError(f"gemm must be one of {GEMM_CHOICES} and sdpa one of {SDPA_CHOICES}")
+        avail = cuda_availability()
+        if not avail.ok:
+            raise BackendUnavailableError(f"cuda backend unavailable: {avail.reason}")
+        import cupy
+
+        from dif_backend_cuda.kernels import KernelCache
+
+        self.device = device
+        self.options = {"gemm": gemm, "sdpa": sdpa, "graph": graph}
+        self.table = table
+        cupy.cuda.Device(device).use()
+        self.props = device_properties(device)
+        self.stream = cupy.cuda.Stream(non_blocking=True)
+        self.kernels = KernelCache(f"sm_{self.props['major']}{self.props['minor']}", cache_root)
+        self._profile: TargetProfile | None = None
+        self._lt: Any = None
+        self._lt_error: str | None = None
+        self._cudnn: Any = None
+        self._cudnn_error: str | None = None
+
+    def profile(self) -> TargetProfile:
+        if self._profile is None:
+            self._profile = probe_profile(self.device)
+        return self._profile
+
+    def budget(self) -> RuntimeBudget:
+        return probe_budget(self.device)
+
+    def lt(self) -> Any:
+        """The shared cuBLASLt context (handle + workspace), or None with `lt_error` saying why."""
+        if self._lt is None and self._lt_error is None:
+            try:
+                from dif_backend_cuda.gemm import LtContext
+
+                self._lt = LtContext(LT_WORKSPACE_BYTES)
+            except Exception as exc:  # nvmath absent or cuBLASLt failing: the NVRTC GEMM takes over
+                self._lt_error = f"{type(exc).__name__}: {exc}"
+        return self._lt
+
+    def cudnn(self) -> Any:
+        """The shared cuDNN handle on this backend's stream, or None with `cudnn_error` saying why."""
+        if self._cudnn is None and self._cudnn_error is None:
+            try:
+                from dif_backend_cuda.sdpa import CudnnContext
+
+                self._cudnn = CudnnContext(self.stream)
+            except Exception as exc:
+                self._cudnn_error = f"{type(exc).__name__}: {exc}"
+        return self._cudnn
+
+    def prepare(self, program: Program, plan: Plan, weights: Mapping[str, np.ndarray]) -> CudaExecutable:
+        """Check the plan, upload `weights` (by parameter name) into one device allocation, lower every
+        node to kernels/library calls, run once, and capture the CUDA graph. Raises PlanError,
+        WeightError or NotImplementedOnBackend before anything runs."""
+        from dif_backend_cuda.executor import CudaExecutable
+
+        return CudaExecutable.create(self, program, plan, weights)

@@ -1,0 +1,240 @@
+"""The CUDA executor (last stage of the pipeline): a program + plan prepared on one device.
+
+`CudaExecutable.create` checks the plan, makes the plan's arena ONE device allocation, uploads the
+weights into one more (from host or mmap'd arrays, through two pinned staging buffers with async
+copies), gives the program inputs fixed slots, lowers every node to steps over those addresses,
+runs the steps once, and captures them all as one CUDA graph. `run` copies the inputs into their
+slots, replays the graph (or the steps, with graph=False) and reads the outputs back.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import numpy as np
+from attrs import define, field
+
+from dif.dtypes import dtype_of
+from dif.errors import BackendError, DifError, PlanBindingError, WeightError
+from dif.ir.program import Program, Value
+from dif.ir.types import TensorType
+from dif.plan.plan import Plan, align_up, check_plan
+from dif_backend_cuda.lower import DevTensor, Launch, LowerCtx, lower_node
+
+H2D, D2H = 1, 2
+STAGE_BYTES = 64 << 20
+
+
+def _describe(arr: Any) -> str:
+    try:
+        return f"{dtype_of(arr).value}{list(arr.shape)}"
+    except (DifError, AttributeError, TypeError):
+        return f"{getattr(arr, 'dtype', type(arr).__name__)}{list(getattr(arr, 'shape', ()))}"
+
+
+def _matches(arr: Any, t: TensorType) -> bool:
+    try:
+        return tuple(arr.shape) == t.shape and dtype_of(arr) == t.dtype
+    except (DifError, AttributeError, TypeError):
+        return False
+
+
+def _pack(values: Iterable[Value]) -> tuple[dict[str, int], int]:
+    """Aligned byte offsets for `values` laid out one after another, and the total size."""
+    offsets, total = {}, 0
+    for v in values:
+        offsets[v.name] = total
+        total += align_up(v.type.nbytes)
+    return offsets, total
+
+
+def _device_alloc(nbytes: int, what: str) -> Any:
+    import cupy
+
+    try:
+        return cupy.cuda.Memory(max(nbytes, 1))
+    except cupy.cuda.memory.OutOfMemoryError as exc:
+        raise BackendError(
+            f"cuda backend: cannot allocate {nbytes} B for the {what}: {exc}",
+            hint="free device memory, or plan with a smaller budget so weights are streamed",
+        ) from exc
+
+
+def upload(dst_ptr: int, arrays: list[tuple[int, np.ndarray]], stream: Any) -> float:
+    """Copy host arrays to `dst_ptr + offset` through two pinned staging buffers (copy of chunk i
+    overlaps the host fill of chunk i+1). Returns seconds spent."""
+    import cupy
+    import cupyx
+
+    t0 = time.perf_counter()
+    total = sum(a.nbytes for _, a in arrays)
+    if total == 0:
+        return 0.0
+    size = min(STAGE_BYTES, total)
+    stages = [cupyx.empty_pinned((size,), dtype=np.uint8) for _ in range(2)]
+    events = [cupy.cuda.Event(), cupy.cuda.Event()]
+    used = [False, False]
+    turn = 0
+    for offset, arr in arrays:
+        src = np.ascontiguousarray(arr).reshape(-1).view(np.uint8)
+        for start in range(0, src.size, size):
+            chunk = src[start : start + size]
+            if used[turn]:
+                events[turn].synchronize()  # the copy out of this stage has finished
+            stages[turn][: chunk.size] = chunk
+            cupy.cuda.runtime.memcpyAsync(dst_ptr + offset + start, stages[turn].ctypes.data, chunk.size, H2D,
+                                          stream.ptr)
+            events[turn].record(stream)
+            used[turn] = True
+            turn ^= 1
+    stream.synchronize()
+    return time.perf_counter() - t0
+
+
+@define
+class CudaExecutable:
+    """A program prepared on a CUDA device. `run` is not reentrant (one arena, one stream)."""
+
+    program: Program
+    plan: Plan
+    backend: Any
+    steps: list[Any]
+    tensors: dict[str, DevTensor]
+    memory: dict[str, Any]
+    in_host: dict[str, np.ndarray]
+    out_host: dict[str, np.ndarray]
+    choices: dict[int, str]
+    graph: Any = None
+    graph_error: str = ""
+    timings: dict[str, float] = field(factory=dict)
+
+    @classmethod
+    def create(cls, backend: Any, program: Program, plan: Plan, weights: Mapping[str, Any]) -> CudaExecutable:
+        import cupyx
+
+        t0 = time.perf_counter()
+        from dif.plan.planner import fingerprint
+
+        got = fingerprint(program)
+        if got != plan.program_fingerprint:
+            raise PlanBindingError(
+                f"backend 'cuda': plan was made for program {plan.program_fingerprint}, not '{program.name}' ({got})",
+                hint="re-plan this program",
+            )
+        check_plan(plan, program)
+        for p in program.params:
+            if p.name not in weights:
+                raise WeightError(f"backend 'cuda': parameter '{p.name}' ({p.type}) is missing from the weights",
+                                  hint="check the frontend's weight-name mapping for this checkpoint")
+            if not _matches(weights[p.name], p.type):
+                raise WeightError(f"backend 'cuda': parameter '{p.name}' expected {p.type}, got "
+                                  f"{_describe(weights[p.name])}")
+        stream = backend.stream
+        memory = {"arena": _device_alloc(plan.arena_bytes, "plan arena")}
+        w_off, w_total = _pack(program.params)
+        memory["weights"] = _device_alloc(w_total, "weights")
+        in_off, in_total = _pack(program.inputs)
+        memory["inputs"] = _device_alloc(in_total, "input slots")
+        tensors: dict[str, DevTensor] = {}
+        for v in program.params:
+            tensors[v.name] = DevTensor(memory["weights"].ptr + w_off[v.name], v.type.shape, v.type.dtype)
+        for v in program.inputs:
+            tensors[v.name] = DevTensor(memory["inputs"].ptr + in_off[v.name], v.type.shape, v.type.dtype)
+        for node in program.nodes:
+            for r in node.results:
+                buf = plan.buffer_by_name[r.name]
+                tensors[r.name] = DevTensor(memory["arena"].ptr + buf.offset, r.type.shape, r.type.dtype)
+        timings = {"upload_s": upload(memory["weights"].ptr, [(w_off[p.name], weights[p.name]) for p in program.params],
+                                      stream)}
+        # pinned host mirrors of the input slots and outputs: one H2D copy in, one D2H copy per output
+        in_pinned = cupyx.empty_pinned((max(in_total, 1),), dtype=np.uint8)
+        in_host = {v.name: _typed(in_pinned, in_off[v.name], v.type) for v in program.inputs}
+        out_values = program.output_values
+        out_off, out_total = _pack(out_values)
+        out_pinned = cupyx.empty_pinned((max(out_total, 1),), dtype=np.uint8)
+        out_host = {v.name: _typed(out_pinned, out_off[v.name], v.type) for v in out_values}
+        memory["in_pinned"], memory["out_pinned"] = in_pinned, out_pinned
+
+        ctx = LowerCtx(backend, backend.table)
+        steps: list[Any] = []
+        nodes = program.node_by_id
+        for node_id in plan.schedule:
+            node = nodes[node_id]
+            steps += lower_node(ctx, node, [tensors[o] for o in node.operands], [tensors[r.name] for r in node.results])
+        meta = np.concatenate(ctx.meta_chunks) if ctx.meta_chunks else np.zeros(1, np.int64)
+        memory["meta"] = _device_alloc(meta.nbytes, "kernel metadata")
+        upload(memory["meta"].ptr, [(0, meta)], stream)
+        for s in steps:
+            if isinstance(s, Launch):
+                s.resolve(memory["meta"].ptr)
+        timings["lower_s"] = time.perf_counter() - t0 - timings["upload_s"]
+        exe = cls(program, plan, backend, steps, tensors, memory, in_host, out_host, dict(ctx.choices),
+                  timings=timings)
+        exe._warm_and_capture()
+        timings["prepare_s"] = time.perf_counter() - t0
+        return exe
+
+    def _warm_and_capture(self) -> None:
+        """Run every step once (libraries finish their lazy setup outside capture), then capture."""
+        stream = self.backend.stream
+        self._eager(stream)
+        stream.synchronize()
+        if not self.backend.options["graph"] or not self.steps:
+            return
+        try:
+            stream.begin_capture()
+            try:
+                self._eager(stream)
+            finally:
+                graph = stream.end_capture()
+            self.graph = graph
+        except Exception as exc:  # keep running eagerly, and say why
+            self.graph_error = f"{type(exc).__name__}: {exc}"
+            self.graph = None
+
+    def _eager(self, stream: Any) -> None:
+        for step in self.steps:
+            step(stream)
+
+    def execute(self) -> None:
+        """Enqueue the whole program once (graph replay or eager steps) on the backend's stream."""
+        stream = self.backend.stream
+        if self.graph is not None:
+            self.graph.launch(stream)
+        else:
+            self._eager(stream)
+
+    def run(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Execute once; `inputs` by program input name, outputs as fresh host arrays by name."""
+        import cupy
+
+        for v in self.program.inputs:
+            if v.name not in inputs:
+                raise DifError(f"backend 'cuda': input '{v.name}' ({v.type}) was not provided")
+            if not _matches(inputs[v.name], v.type):
+                raise DifError(f"backend 'cuda': input '{v.name}' expected {v.type}, got {_describe(inputs[v.name])}")
+            np.copyto(self.in_host[v.name], np.asarray(inputs[v.name]), casting="no")
+        stream = self.backend.stream
+        rt = cupy.cuda.runtime
+        if self.program.inputs:
+            pinned = self.memory["in_pinned"]
+            rt.memcpyAsync(self.memory["inputs"].ptr, pinned.ctypes.data, pinned.nbytes, H2D, stream.ptr)
+        self.execute()
+        for name, host in self.out_host.items():
+            if host.nbytes:
+                rt.memcpyAsync(host.ctypes.data, self.tensors[name].ptr, host.nbytes, D2H, stream.ptr)
+        stream.synchronize()
+        return {name: host.copy() for name, host in self.out_host.items()}
+
+    def describe(self) -> str:
+        kinds: dict[str, int] = {}
+        for s in self.steps:
+            kinds[s.kind] = kinds.get(s.kind, 0) + 1
+        graph = "captured" if self.graph is not None else f"eager ({self.graph_error or 'graph disabled'})"
+        return f"cuda executable '{self.program.name}': {len(self.steps)} steps {kinds}, graph {graph}"
+
+
+def _typed(buf: np.ndarray, offset: int, t: TensorType) -> np.ndarray:
+    return buf[offset : offset + t.nbytes].view(t.dtype.np).reshape(t.shape)

@@ -1,0 +1,157 @@
+"""cuBLASLt GEMMs through nvmath-python's low-level bindings (raw device pointers, any float dtype incl.
+bf16, bias epilogue), planned once per node at prepare time and capturable in a CUDA graph.
+
+cuBLASLt is column-major: a row-major product C[M,N] = A[M,K] @ B[K,N] is computed as
+C^T[N,M] = B^T @ A^T, i.e. with the operands swapped and no data movement (see `linear_problem`
+and `matmul_problem`). Only imported when a program has a matrix product and nvmath is installed.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from attrs import frozen
+
+from dif.dtypes import DType
+from dif.errors import BackendError
+
+CUDA_DTYPE = {DType.F32: 0, DType.F16: 2, DType.BF16: 14}  # cudaDataType_t
+CUDA_R_32F = 0
+COMPUTE_32F = 68  # cublasComputeType_t CUBLAS_COMPUTE_32F: fp32 accumulation, no TF32
+OP_N, OP_T = 0, 1
+
+
+class LtContext:
+    """One cuBLASLt handle and workspace shared by every GEMM of a backend (one stream)."""
+
+    def __init__(self, workspace_bytes: int) -> None:
+        import cupy
+        from nvmath.bindings import cublasLt
+
+        self.lib = cublasLt
+        self.handle = cublasLt.create()
+        self.workspace = cupy.cuda.Memory(workspace_bytes)
+        self.workspace_bytes = workspace_bytes
+        self.version = int(cublasLt.get_version())
+
+
+@frozen
+class GemmProblem:
+    """D[m, n] (column-major, ld ldd) = op(A) @ op(B) (+ bias[m]), `batch` times with element strides."""
+
+    dtype: DType
+    m: int
+    n: int
+    k: int
+    a: int
+    lda: int
+    trans_a: int
+    b: int
+    ldb: int
+    trans_b: int
+    d: int
+    ldd: int
+    bias: int = 0
+    batch: int = 1
+    stride_a: int = 0
+    stride_b: int = 0
+    stride_d: int = 0
+
+
+def linear_problem(dtype: DType, x: int, w: int, y: int, bias: int, rows: int, k: int, out: int) -> GemmProblem:
+    """y[rows, out] = x[rows, k] @ w[out, k]^T + bias[out] (all row-major)."""
+    return GemmProblem(dtype, m=out, n=rows, k=k, a=w, lda=k, trans_a=OP_T, b=x, ldb=k, trans_b=OP_N, d=y,
+                       ldd=out, bias=bias)
+
+
+def matmul_problem(dtype: DType, a: int, b: int, c: int, m: int, k: int, n: int, batch: int, stride_a: int,
+                   stride_b: int) -> GemmProblem:
+    """c[z, m, n] = a[z, m, k] @ b[z, k, n] (row-major; batch strides in elements, 0 = broadcast)."""
+    return GemmProblem(dtype, m=n, n=m, k=k, a=b, lda=n, trans_a=OP_N, b=a, ldb=k, trans_b=OP_N, d=c, ldd=n,
+                       batch=batch, stride_a=stride_b, stride_b=stride_a, stride_d=m * n)
+
+
+def _alignment(addr: int) -> int:
+    return min(256, addr & -addr) if addr else 256
+
+
+class LtMatmul:
+    """A planned cuBLASLt matmul; `__call__(stream)` enqueues it (no allocation, graph-safe)."""
+
+    kind = "cublaslt"
+
+    def __init__(self, ctx: LtContext, p: GemmProblem) -> None:
+        lib = ctx.lib
+        self.ctx, self.p = ctx, p
+        dt = CUDA_DTYPE.get(p.dtype)
+        if dt is None:
+            raise BackendError(f"cuBLASLt path has no {p.dtype.value} GEMM")
+        self._keep: list[np.ndarray] = []
+        self.desc = lib.matmul_desc_create(COMPUTE_32F, CUDA_R_32F)
+        attr = lib.MatmulDescAttribute
+        self._set_desc(attr.TRANSA, p.trans_a)
+        self._set_desc(attr.TRANSB, p.trans_b)
+        if p.bias:
+            self._set_desc(attr.EPILOGUE, int(lib.Epilogue.BIAS))
+            self._set_desc(attr.BIAS_POINTER, p.bias)
+            self._set_desc(attr.BIAS_DATA_TYPE, dt)
+        a_rows, a_cols = (p.m, p.k) if p.trans_a == OP_N else (p.k, p.m)
+        b_rows, b_cols = (p.k, p.n) if p.trans_b == OP_N else (p.n, p.k)
+        self.adesc = self._layout(dt, a_rows, a_cols, p.lda, p.stride_a)
+        self.bdesc = self._layout(dt, b_rows, b_cols, p.ldb, p.stride_b)
+        self.ddesc = self._layout(dt, p.m, p.n, p.ldd, p.stride_d)
+        pref = lib.matmul_preference_create()
+        try:
+            pattr = lib.MatmulPreferenceAttribute
+            self._set(lib.matmul_preference_set_attribute, lib.get_matmul_preference_attribute_dtype, pref,
+                      pattr.MAX_WORKSPACE_BYTES, ctx.workspace_bytes)
+            for name, addr in (("A", p.a), ("B", p.b), ("C", p.d), ("D", p.d)):
+                self._set(lib.matmul_preference_set_attribute, lib.get_matmul_preference_attribute_dtype, pref,
+                          getattr(pattr, f"MIN_ALIGNMENT_{name}_BYTES"), _alignment(addr))
+            self.heuristic = np.zeros(1, dtype=lib.matmul_heuristic_result_dtype)
+            count = np.zeros(1, dtype=np.int32)
+            lib.matmul_algo_get_heuristic(ctx.handle, self.desc, self.adesc, self.bdesc, self.ddesc, self.ddesc, pref,
+                                          1, self.heuristic.ctypes.data, count.ctypes.data)
+        finally:
+            lib.matmul_preference_destroy(pref)
+        if int(count[0]) < 1:
+            raise BackendError(f"cuBLASLt found no algorithm for {p}")
+        names = self.heuristic.dtype.names or ()
+        self.algo_ptr = self.heuristic.ctypes.data + (self.heuristic.dtype.fields["algo"][1] if "algo" in names else 0)
+        self.alpha = np.ones(1, dtype=np.float32)
+        self.beta = np.zeros(1, dtype=np.float32)
+
+    def _set(self, setter: Any, dtype_of: Any, obj: int, attr: Any, value: int) -> None:
+        buf = np.array(value, dtype=dtype_of(attr))
+        self._keep.append(buf)
+        setter(obj, attr, buf.ctypes.data, buf.itemsize)
+
+    def _set_desc(self, attr: Any, value: int) -> None:
+        lib = self.ctx.lib
+        self._set(lib.matmul_desc_set_attribute, lib.get_matmul_desc_attribute_dtype, self.desc, attr, value)
+
+    def _layout(self, dt: int, rows: int, cols: int, ld: int, stride: int) -> int:
+        lib = self.ctx.lib
+        layout = lib.matrix_layout_create(dt, rows, cols, max(ld, 1))
+        if self.p.batch > 1:
+            lattr = lib.MatrixLayoutAttribute
+            for attr, value in ((lattr.BATCH_COUNT, self.p.batch), (lattr.STRIDED_BATCH_OFFSET, stride)):
+                self._set(lib.matrix_layout_set_attribute, lib.get_matrix_layout_attribute_dtype, layout, attr, value)
+        return layout
+
+    def __call__(self, stream: Any) -> None:
+        p, ctx = self.p, self.ctx
+        ctx.lib.matmul(ctx.handle, self.desc, self.alpha.ctypes.data, p.a, self.adesc, p.b, self.bdesc,
+                       self.beta.ctypes.data, p.d, self.ddesc, p.d, self.ddesc, self.algo_ptr, ctx.workspace.ptr,
+                       ctx.workspace_bytes, stream.ptr)
+
+    def __del__(self) -> None:
+        lib = getattr(getattr(self, "ctx", None), "lib", None)
+        if lib is None:
+            return
+        for name in ("adesc", "bdesc", "ddesc"):
+            if hasattr(self, name):
+                lib.matrix_layout_destroy(getattr(self, name))
+        if hasattr(self, "desc"):
+            lib.matmul_desc_destroy(self.desc)

@@ -1,0 +1,139 @@
+// Shared prelude of every dif CUDA module (prepended by kernels/__init__.py; NVRTC needs no headers).
+// Storage types are plain structs over their bits so no toolkit header is needed; arithmetic is fp32.
+typedef long long i64;
+typedef unsigned long long u64;
+struct bf16 { unsigned short x; };
+struct f16 { unsigned short x; };
+struct f8e4m3 { unsigned char x; };
+struct f8e5m2 { unsigned char x; };
+struct b8 { unsigned char x; };  // DiffIR bool: one byte, 0 or 1
+
+#define DIF_INF __int_as_float(0x7f800000)
+#define GRID_STRIDE(i, n) for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (i64)gridDim.x * blockDim.x)
+
+template <class T> struct is_flt { static const bool value = false; };
+template <> struct is_flt<float> { static const bool value = true; };
+template <> struct is_flt<f16> { static const bool value = true; };
+template <> struct is_flt<bf16> { static const bool value = true; };
+template <> struct is_flt<f8e4m3> { static const bool value = true; };
+template <> struct is_flt<f8e5m2> { static const bool value = true; };
+
+__device__ __forceinline__ float to_f(float v) { return v; }
+__device__ __forceinline__ float to_f(bf16 v) { return __uint_as_float(((unsigned)v.x) << 16); }
+__device__ __forceinline__ float to_f(f16 v) {
+  float f;
+  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(v.x));
+  return f;
+}
+__device__ __forceinline__ float f8_to_f(unsigned char bits, bool e4m3) {
+#if __CUDA_ARCH__ >= 890
+  unsigned int pair;
+  unsigned short in = bits;
+  if (e4m3) asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(pair) : "h"(in));
+  else asm("cvt.rn.f16x2.e5m2x2 %0, %1;" : "=r"(pair) : "h"(in));
+  f16 h;
+  h.x = (unsigned short)(pair & 0xffff);
+  return to_f(h);
+#else
+  __trap();
+  return 0.0f;
+#endif
+}
+__device__ __forceinline__ float to_f(f8e4m3 v) { return f8_to_f(v.x, true); }
+__device__ __forceinline__ float to_f(f8e5m2 v) { return f8_to_f(v.x, false); }
+
+template <class T> __device__ __forceinline__ T from_f(float f);
+template <> __device__ __forceinline__ float from_f<float>(float f) { return f; }
+template <> __device__ __forceinline__ bf16 from_f<bf16>(float f) {
+  bf16 r;
+  asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(r.x) : "f"(f));
+  return r;
+}
+template <> __device__ __forceinline__ f16 from_f<f16>(float f) {
+  f16 r;
+  asm("cvt.rn.f16.f32 %0, %1;" : "=h"(r.x) : "f"(f));
+  return r;
+}
+__device__ __forceinline__ unsigned char f_to_f8(float f, bool e4m3) {
+#if __CUDA_ARCH__ >= 890
+  unsigned short pair;
+  float zero = 0.0f;
+  if (e4m3) asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(pair) : "f"(zero), "f"(f));
+  else asm("cvt.rn.satfinite.e5m2x2.f32 %0, %1, %2;" : "=h"(pair) : "f"(zero), "f"(f));
+  return (unsigned char)(pair & 0xff);
+#else
+  __trap();
+  return 0;
+#endif
+}
+template <> __device__ __forceinline__ f8e4m3 from_f<f8e4m3>(float f) {
+  f8e4m3 r;
+  r.x = f_to_f8(f, true);
+  return r;
+}
+template <> __device__ __forceinline__ f8e5m2 from_f<f8e5m2>(float f) {
+  f8e5m2 r;
+  r.x = f_to_f8(f, false);
+  return r;
+}
+
+// Round a fp32 value to T's precision and back (what storing then reloading does).
+template <class T> __device__ __forceinline__ float round_to(float f) { return to_f(from_f<T>(f)); }
+
+// Offsets of K strided operands for flat output index i. meta = [rank, shape[rank], strides_0[rank], ...].
+template <int K>
+__device__ __forceinline__ void bcast_offsets(i64 i, const i64* __restrict__ meta, i64* off) {
+  const int r = (int)meta[0];
+#pragma unroll
+  for (int k = 0; k < K; ++k) off[k] = 0;
+  for (int d = r - 1; d >= 0; --d) {
+    const i64 n = meta[1 + d];
+    const i64 c = i % n;
+    i /= n;
+#pragma unroll
+    for (int k = 0; k < K; ++k) off[k] += c * meta[1 + r * (1 + k) + d];
+  }
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+// Block-wide reductions (blockDim.x a multiple of 32, <= 1024); every thread gets the result.
+__device__ __forceinline__ float block_sum(float v) {
+  __shared__ float part[32];
+  __syncthreads();  // `part` may still be read by a previous call
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+  v = warp_sum(v);
+  if (lane == 0) part[warp] = v;
+  __syncthreads();
+  v = lane < nw ? part[lane] : 0.0f;
+  return warp_sum(v);
+}
+__device__ __forceinline__ float block_max(float v) {
+  __shared__ float part[32];
+  __syncthreads();
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+  v = warp_max(v);
+  if (lane == 0) part[warp] = v;
+  __syncthreads();
+  v = lane < nw ? part[lane] : -DIF_INF;
+  return warp_max(v);
+}
+
+__device__ __forceinline__ float sigmoid_f(float x) {
+  // split by sign so exp never overflows (as the reference does)
+  const float e = expf(-fabsf(x));
+  return x >= 0.0f ? 1.0f / (1.0f + e) : e / (1.0f + e);
+}
+__device__ __forceinline__ float gelu_erf_f(float x) { return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f)); }
+__device__ __forceinline__ float gelu_tanh_f(float x) {
+  return 0.5f * x * (1.0f + tanhf(0.79788456080286536f * (x + 0.044715f * x * x * x)));
+}

@@ -1,0 +1,230 @@
+// Elementwise ops: unary math/activations, broadcasting binaries, comparisons, where, modulate, casts,
+// gated linear units. Inputs are contiguous; broadcasting operands get strides (0 on broadcast axes)
+// from `meta` (see bcast_offsets in common.cuh). Float math is fp32, results rounded once on store.
+typedef float f32;
+typedef signed char i8;
+typedef int i32;
+typedef unsigned char u8;
+
+enum UnaryOp { U_NEG, U_ABS, U_EXP, U_LOG, U_SQRT, U_RSQRT, U_SIN, U_COS, U_TANH, U_SIGMOID, U_SILU, U_RELU,
+               U_RECIP, U_SQUARE, U_GELU, U_GELU_TANH, U_CLAMP, U_AFFINE };
+
+template <int OP>
+__device__ __forceinline__ float unary_math(float x, float p0, float p1) {
+  switch (OP) {
+    case U_NEG: return -x;
+    case U_ABS: return fabsf(x);
+    case U_EXP: return expf(x);
+    case U_LOG: return logf(x);
+    case U_SQRT: return sqrtf(x);
+    case U_RSQRT: return 1.0f / sqrtf(x);
+    case U_SIN: return sinf(x);
+    case U_COS: return cosf(x);
+    case U_TANH: return tanhf(x);
+    case U_SIGMOID: return sigmoid_f(x);
+    case U_SILU: return x * sigmoid_f(x);
+    case U_RELU: return x > 0.0f ? x : (x != x ? x : 0.0f);
+    case U_RECIP: return 1.0f / x;
+    case U_SQUARE: return x * x;
+    case U_GELU: return gelu_erf_f(x);
+    case U_GELU_TANH: return gelu_tanh_f(x);
+    case U_CLAMP: return fminf(fmaxf(x, p0), p1);
+    case U_AFFINE: return __fadd_rn(__fmul_rn(x, p0), p1);
+  }
+  return x;
+}
+
+template <int OP, class T>
+__device__ __forceinline__ void unary_impl(const T* __restrict__ x, T* __restrict__ y, i64 n, float p0, float p1) {
+  GRID_STRIDE(i, n) { y[i] = from_f<T>(unary_math<OP>(to_f(x[i]), p0, p1)); }
+}
+
+#define UNARY(NAME, OP, TN)                                                                                \
+  extern "C" __global__ void unary_##NAME##_##TN(const TN* __restrict__ x, TN* __restrict__ y, i64 n,     \
+                                                  float p0, float p1) {                                   \
+    unary_impl<OP, TN>(x, y, n, p0, p1);                                                                   \
+  }
+#define UNARY_ALL(TN)                                                                                      \
+  UNARY(neg, U_NEG, TN) UNARY(abs, U_ABS, TN) UNARY(exp, U_EXP, TN) UNARY(log, U_LOG, TN)                \
+  UNARY(sqrt, U_SQRT, TN) UNARY(rsqrt, U_RSQRT, TN) UNARY(sin, U_SIN, TN) UNARY(cos, U_COS, TN)          \
+  UNARY(tanh, U_TANH, TN) UNARY(sigmoid, U_SIGMOID, TN) UNARY(silu, U_SILU, TN) UNARY(relu, U_RELU, TN)  \
+  UNARY(reciprocal, U_RECIP, TN) UNARY(square, U_SQUARE, TN) UNARY(gelu, U_GELU, TN)                     \
+  UNARY(gelu_tanh, U_GELU_TANH, TN) UNARY(clamp, U_CLAMP, TN) UNARY(scalar_affine, U_AFFINE, TN)
+UNARY_ALL(f32)
+UNARY_ALL(f16)
+UNARY_ALL(bf16)
+
+// ---- binaries ------------------------------------------------------------------------------------
+enum BinaryOp { B_ADD, B_SUB, B_MUL, B_DIV, B_MAX, B_MIN, B_POW };
+
+template <int OP>
+__device__ __forceinline__ float binary_math(float a, float b) {
+  switch (OP) {
+    case B_ADD: return a + b;
+    case B_SUB: return a - b;
+    case B_MUL: return a * b;
+    case B_DIV: return a / b;
+    case B_MAX: return (a != a || a > b) ? a : b;  // NaN propagates like numpy
+    case B_MIN: return (a != a || a < b) ? a : b;
+    case B_POW: return powf(a, b);
+  }
+  return a;
+}
+template <int OP, class T>
+__device__ __forceinline__ T binary_int(T a, T b) {
+  switch (OP) {
+    case B_ADD: return a + b;
+    case B_SUB: return a - b;
+    case B_MUL: return a * b;
+    case B_MAX: return a > b ? a : b;
+    case B_MIN: return a < b ? a : b;
+  }
+  return a;
+}
+
+template <int OP, class T>
+__device__ __forceinline__ void binary_impl(const T* __restrict__ a, const T* __restrict__ b, T* __restrict__ y,
+                                            const i64* __restrict__ meta, i64 n) {
+  GRID_STRIDE(i, n) {
+    i64 off[2];
+    bcast_offsets<2>(i, meta, off);
+    if constexpr (is_flt<T>::value) y[i] = from_f<T>(binary_math<OP>(to_f(a[off[0]]), to_f(b[off[1]])));
+    else y[i] = binary_int<OP, T>(a[off[0]], b[off[1]]);
+  }
+}
+
+#define BINARY(NAME, OP, TN)                                                                               \
+  extern "C" __global__ void binary_##NAME##_##TN(const TN* __restrict__ a, const TN* __restrict__ b,      \
+                                                   TN* __restrict__ y, const i64* __restrict__ meta, i64 n) { \
+    binary_impl<OP, TN>(a, b, y, meta, n);                                                                 \
+  }
+#define BINARY_FLOAT(TN)                                                                                   \
+  BINARY(add, B_ADD, TN) BINARY(sub, B_SUB, TN) BINARY(mul, B_MUL, TN) BINARY(div, B_DIV, TN)            \
+  BINARY(maximum, B_MAX, TN) BINARY(minimum, B_MIN, TN) BINARY(pow, B_POW, TN)
+#define BINARY_INT(TN)                                                                                     \
+  BINARY(add, B_ADD, TN) BINARY(sub, B_SUB, TN) BINARY(mul, B_MUL, TN) BINARY(maximum, B_MAX, TN)        \
+  BINARY(minimum, B_MIN, TN)
+BINARY_FLOAT(f32)
+BINARY_FLOAT(f16)
+BINARY_FLOAT(bf16)
+BINARY_INT(i32)
+BINARY_INT(i64)
+
+// ---- comparisons -> bool -------------------------------------------------------------------------
+enum CompareOp { C_LESS, C_GREATER, C_EQUAL };
+template <int OP, class T>
+__device__ __forceinline__ void compare_impl(const T* __restrict__ a, const T* __restrict__ b, b8* __restrict__ y,
+                                             const i64* __restrict__ meta, i64 n) {
+  GRID_STRIDE(i, n) {
+    i64 off[2];
+    bcast_offsets<2>(i, meta, off);
+    bool r;
+    if constexpr (is_flt<T>::value) {
+      const float x = to_f(a[off[0]]), z = to_f(b[off[1]]);
+      r = OP == C_LESS ? x < z : (OP == C_GREATER ? x > z : x == z);
+    } else {
+      const T x = a[off[0]], z = b[off[1]];
+      r = OP == C_LESS ? x < z : (OP == C_GREATER ? x > z : x == z);
+    }
+    y[i].x = r ? 1 : 0;
+  }
+}
+#define COMPARE(NAME, OP, TN)                                                                              \
+  extern "C" __global__ void compare_##NAME##_##TN(const TN* __restrict__ a, const TN* __restrict__ b,     \
+                                                    b8* __restrict__ y, const i64* __restrict__ meta, i64 n) { \
+    compare_impl<OP, TN>(a, b, y, meta, n);                                                                \
+  }
+#define COMPARE_ALL(TN) COMPARE(less, C_LESS, TN) COMPARE(greater, C_GREATER, TN) COMPARE(equal, C_EQUAL, TN)
+COMPARE_ALL(f32)
+COMPARE_ALL(f16)
+COMPARE_ALL(bf16)
+COMPARE_ALL(i32)
+COMPARE_ALL(i64)
+
+// ---- where (dtype-agnostic: selects bytes by element size) ---------------------------------------
+#define WHERE(BITS, U)                                                                                     \
+  extern "C" __global__ void where_u##BITS(const b8* __restrict__ c, const U* __restrict__ a,              \
+                                           const U* __restrict__ b, U* __restrict__ y,                     \
+                                           const i64* __restrict__ meta, i64 n) {                          \
+    GRID_STRIDE(i, n) {                                                                                    \
+      i64 off[3];                                                                                          \
+      bcast_offsets<3>(i, meta, off);                                                                      \
+      y[i] = c[off[0]].x ? a[off[1]] : b[off[2]];                                                          \
+    }                                                                                                      \
+  }
+WHERE(8, unsigned char)
+WHERE(16, unsigned short)
+WHERE(32, unsigned int)
+WHERE(64, u64)
+
+// ---- modulate: x * (1 + scale) + shift -----------------------------------------------------------
+#define MODULATE(TN)                                                                                       \
+  extern "C" __global__ void modulate_##TN(const TN* __restrict__ x, const TN* __restrict__ s,             \
+                                           const TN* __restrict__ t, TN* __restrict__ y,                   \
+                                           const i64* __restrict__ meta, i64 n) {                          \
+    GRID_STRIDE(i, n) {                                                                                    \
+      i64 off[3];                                                                                          \
+      bcast_offsets<3>(i, meta, off);                                                                      \
+      y[i] = from_f<TN>(to_f(x[off[0]]) * (1.0f + to_f(s[off[1]])) + to_f(t[off[2]]));                    \
+    }                                                                                                      \
+  }
+MODULATE(f32)
+MODULATE(f16)
+MODULATE(bf16)
+
+// ---- glu: split last axis into a | b; first: act(a) * b, second: a * act(b) ----------------------
+enum GluAct { G_SILU, G_GELU, G_GELU_TANH };
+template <int ACT>
+__device__ __forceinline__ float glu_act(float v) {
+  return ACT == G_SILU ? v * sigmoid_f(v) : (ACT == G_GELU ? gelu_erf_f(v) : gelu_tanh_f(v));
+}
+#define GLU(ACTN, ACT, TN)                                                                                 \
+  extern "C" __global__ void glu_##ACTN##_##TN(const TN* __restrict__ x, TN* __restrict__ y, i64 n, i64 h, \
+                                               int gate_first) {                                           \
+    GRID_STRIDE(i, n) {                                                                                    \
+      const i64 r = i / h, j = i - r * h;                                                                  \
+      const float a = to_f(x[r * 2 * h + j]), b = to_f(x[r * 2 * h + h + j]);                              \
+      y[i] = from_f<TN>(gate_first ? glu_act<ACT>(a) * b : a * glu_act<ACT>(b));                           \
+    }                                                                                                      \
+  }
+#define GLU_ALL(TN) GLU(silu, G_SILU, TN) GLU(gelu, G_GELU, TN) GLU(gelu_tanh, G_GELU_TANH, TN)
+GLU_ALL(f32)
+GLU_ALL(f16)
+GLU_ALL(bf16)
+
+// ---- casts ---------------------------------------------------------------------------------------
+template <class A, class B> struct same_t { static const bool value = false; };
+template <class A> struct same_t<A, A> { static const bool value = true; };
+template <class D, class S>
+__device__ __forceinline__ D convert(S s) {
+  if constexpr (is_flt<S>::value) {
+    const float f = to_f(s);
+    if constexpr (is_flt<D>::value) return from_f<D>(f);
+    else if constexpr (same_t<D, b8>::value) { D r; r.x = f != 0.0f; return r; }
+    else return (D)(i64)truncf(f);  // toward zero, as C and numpy do
+  } else {
+    i64 v;
+    if constexpr (same_t<S, b8>::value) v = s.x; else v = (i64)s;
+    if constexpr (is_flt<D>::value) return from_f<D>((float)v);
+    else if constexpr (same_t<D, b8>::value) { D r; r.x = v != 0; return r; }
+    else return (D)v;
+  }
+}
+#define CAST(SN, S, DN, D)                                                                                 \
+  extern "C" __global__ void cast_##SN##_##DN(const S* __restrict__ x, D* __restrict__ y, i64 n) {         \
+    GRID_STRIDE(i, n) { y[i] = convert<D, S>(x[i]); }                                                      \
+  }
+#define CAST_FROM(SN, S)                                                                                   \
+  CAST(SN, S, f32, float) CAST(SN, S, f16, f16) CAST(SN, S, bf16, bf16) CAST(SN, S, f8e4m3, f8e4m3)       \
+  CAST(SN, S, f8e5m2, f8e5m2) CAST(SN, S, i8, i8) CAST(SN, S, i32, i32) CAST(SN, S, i64, i64)             \
+  CAST(SN, S, u8, u8) CAST(SN, S, bool, b8)
+CAST_FROM(f32, float)
+CAST_FROM(f16, f16)
+CAST_FROM(bf16, bf16)
+CAST_FROM(f8e4m3, f8e4m3)
+CAST_FROM(f8e5m2, f8e5m2)
+CAST_FROM(i8, i8)
+CAST_FROM(i32, i32)
+CAST_FROM(i64, i64)
+CAST_FROM(u8, u8)
+CAST_FROM(bool, b8)

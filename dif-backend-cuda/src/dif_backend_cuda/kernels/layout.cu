@@ -1,0 +1,54 @@
+// Data movement, dtype-agnostic (elements moved as 1/2/4/8-byte words): strided copies (transpose,
+// slice, split, concat, broadcast, upsample), fills, reflect padding, gathers (take / embedding).
+
+// meta = [rank, shape[rank], src_strides[rank], dst_strides[rank]] (elements)
+#define LAYOUT(BITS, U)                                                                                    \
+  extern "C" __global__ void strided_copy_u##BITS(const U* __restrict__ src, U* __restrict__ dst,          \
+                                                  const i64* __restrict__ meta, i64 n) {                   \
+    GRID_STRIDE(i, n) {                                                                                    \
+      i64 off[2];                                                                                          \
+      bcast_offsets<2>(i, meta, off);                                                                      \
+      dst[off[1]] = src[off[0]];                                                                           \
+    }                                                                                                      \
+  }                                                                                                        \
+  extern "C" __global__ void fill_u##BITS(U* __restrict__ dst, U value, i64 n) {                           \
+    GRID_STRIDE(i, n) { dst[i] = value; }                                                                  \
+  }                                                                                                        \
+  /* meta = [rank, out_shape, in_shape, before, in_strides]; single reflection (pad < size) */             \
+  extern "C" __global__ void pad_reflect_u##BITS(const U* __restrict__ src, U* __restrict__ dst,           \
+                                                 const i64* __restrict__ meta, i64 n) {                    \
+    const int r = (int)meta[0];                                                                            \
+    GRID_STRIDE(i, n) {                                                                                    \
+      i64 rem = i, off = 0;                                                                                \
+      for (int d = r - 1; d >= 0; --d) {                                                                   \
+        const i64 sz_out = meta[1 + d], sz_in = meta[1 + r + d];                                           \
+        const i64 c = rem % sz_out;                                                                        \
+        rem /= sz_out;                                                                                     \
+        i64 ci = c - meta[1 + 2 * r + d];                                                                  \
+        if (ci < 0) ci = -ci;                                                                              \
+        if (ci >= sz_in) ci = 2 * (sz_in - 1) - ci;                                                        \
+        off += ci * meta[1 + 3 * r + d];                                                                   \
+      }                                                                                                    \
+      dst[i] = src[off];                                                                                   \
+    }                                                                                                      \
+  }                                                                                                        \
+  TAKE(BITS, U, i32, int)                                                                                  \
+  TAKE(BITS, U, i64, i64)
+
+// out[o, j, k] = x[o, idx[j], k] with x viewed as [outer, axis_len, inner]; indices clamped into range.
+#define TAKE(BITS, U, IN, I)                                                                               \
+  extern "C" __global__ void take_u##BITS##_##IN(const U* __restrict__ x, const I* __restrict__ idx,       \
+                                                 U* __restrict__ y, i64 n, i64 n_idx, i64 axis_len,        \
+                                                 i64 inner) {                                              \
+    GRID_STRIDE(i, n) {                                                                                    \
+      const i64 k = i % inner, t = i / inner, j = t % n_idx, o = t / n_idx;                                \
+      i64 a = (i64)idx[j];                                                                                 \
+      a = a < 0 ? 0 : (a >= axis_len ? axis_len - 1 : a);                                                 \
+      y[i] = x[(o * axis_len + a) * inner + k];                                                            \
+    }                                                                                                      \
+  }
+
+LAYOUT(8, unsigned char)
+LAYOUT(16, unsigned short)
+LAYOUT(32, unsigned int)
+LAYOUT(64, u64)

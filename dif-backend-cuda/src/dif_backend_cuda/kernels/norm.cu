@@ -1,0 +1,200 @@
+// Row-wise ops: rms/layer/group norm, softmax, l2 normalize (one block per row, fp32 statistics,
+// two passes like the reference), rotary embedding, and reductions over arbitrary axes.
+typedef float f32;
+
+template <class T, class TW>
+__device__ __forceinline__ void rms_impl(const T* __restrict__ x, const TW* __restrict__ w, T* __restrict__ y,
+                                         i64 len, float eps, float offset, int round_first) {
+  const T* xr = x + (i64)blockIdx.x * len;
+  T* yr = y + (i64)blockIdx.x * len;
+  float ss = 0.0f;
+  for (i64 j = threadIdx.x; j < len; j += blockDim.x) {
+    const float v = to_f(xr[j]);
+    ss += v * v;
+  }
+  ss = block_sum(ss);
+  const float denom = sqrtf(ss / (float)len + eps);
+  for (i64 j = threadIdx.x; j < len; j += blockDim.x) {
+    float v = to_f(xr[j]) / denom;
+    if (w != nullptr) {
+      if (round_first) v = round_to<T>(v);
+      v = v * (to_f(w[j]) + offset);
+    }
+    yr[j] = from_f<T>(v);
+  }
+}
+
+template <class T, class TW>
+__device__ __forceinline__ void layer_impl(const T* __restrict__ x, const TW* __restrict__ w,
+                                           const TW* __restrict__ b, T* __restrict__ y, i64 len, float eps) {
+  const T* xr = x + (i64)blockIdx.x * len;
+  T* yr = y + (i64)blockIdx.x * len;
+  float s = 0.0f;
+  for (i64 j = threadIdx.x; j < len; j += blockDim.x) s += to_f(xr[j]);
+  const float mu = block_sum(s) / (float)len;
+  float q = 0.0f;
+  for (i64 j = threadIdx.x; j < len; j += blockDim.x) {
+    const float d = to_f(xr[j]) - mu;
+    q += d * d;
+  }
+  const float denom = sqrtf(block_sum(q) / (float)len + eps);
+  for (i64 j = threadIdx.x; j < len; j += blockDim.x) {
+    float v = (to_f(xr[j]) - mu) / denom;
+    if (w != nullptr) v = v * to_f(w[j]);
+    if (b != nullptr) v = v + to_f(b[j]);
+    yr[j] = from_f<T>(v);
+  }
+}
+
+// x[N, C, S] (S = all spatial positions); one block per (n, group).
+template <class T, class TW>
+__device__ __forceinline__ void group_impl(const T* __restrict__ x, const TW* __restrict__ w,
+                                           const TW* __restrict__ b, T* __restrict__ y, i64 c, i64 s, i64 groups,
+                                           float eps) {
+  const i64 n = blockIdx.x / groups, g = blockIdx.x % groups, cg = c / groups, m = cg * s;
+  const i64 base = (n * c + g * cg) * s;
+  float acc = 0.0f;
+  for (i64 j = threadIdx.x; j < m; j += blockDim.x) acc += to_f(x[base + j]);
+  const float mu = block_sum(acc) / (float)m;
+  float q = 0.0f;
+  for (i64 j = threadIdx.x; j < m; j += blockDim.x) {
+    const float d = to_f(x[base + j]) - mu;
+    q += d * d;
+  }
+  const float denom = sqrtf(block_sum(q) / (float)m + eps);
+  for (i64 j = threadIdx.x; j < m; j += blockDim.x) {
+    const i64 ch = g * cg + j / s;
+    const float v = (to_f(x[base + j]) - mu) / denom;
+    y[base + j] = from_f<T>(v * to_f(w[ch]) + to_f(b[ch]));
+  }
+}
+
+// Rows along a middle axis: x viewed as [outer, len, inner]; block b handles (b / inner, b % inner).
+template <class T>
+__device__ __forceinline__ void softmax_impl(const T* __restrict__ x, T* __restrict__ y, i64 len, i64 inner) {
+  const i64 o = blockIdx.x / inner, i = blockIdx.x % inner, base = o * len * inner + i;
+  float m = -DIF_INF;
+  for (i64 j = threadIdx.x; j < len; j += blockDim.x) m = fmaxf(m, to_f(x[base + j * inner]));
+  m = block_max(m);
+  float s = 0.0f;
+  for (i64 j = threadIdx.x; j < len; j += blockDim.x) s += expf(to_f(x[base + j * inner]) - m);
+  s = block_sum(s);
+  for (i64 j = threadIdx.x; j < len; j += blockDim.x)
+    y[base + j * inner] = from_f<T>(expf(to_f(x[base + j * inner]) - m) / s);
+}
+
+template <class T>
+__device__ __forceinline__ void l2_impl(const T* __restrict__ x, T* __restrict__ y, i64 len, i64 inner, float eps) {
+  const i64 o = blockIdx.x / inner, i = blockIdx.x % inner, base = o * len * inner + i;
+  float s = 0.0f;
+  for (i64 j = threadIdx.x; j < len; j += blockDim.x) {
+    const float v = to_f(x[base + j * inner]);
+    s += v * v;
+  }
+  const float nrm = fmaxf(sqrtf(block_sum(s)), eps);
+  for (i64 j = threadIdx.x; j < len; j += blockDim.x) y[base + j * inner] = from_f<T>(to_f(x[base + j * inner]) / nrm);
+}
+
+#define NORMS(TN, WN)                                                                                      \
+  extern "C" __global__ void rms_norm_##TN##_##WN(const TN* __restrict__ x, const WN* __restrict__ w,       \
+                                                   TN* __restrict__ y, i64 len, float eps, float offset,   \
+                                                   int round_first) {                                      \
+    rms_impl<TN, WN>(x, w, y, len, eps, offset, round_first);                                              \
+  }                                                                                                        \
+  extern "C" __global__ void layer_norm_##TN##_##WN(const TN* __restrict__ x, const WN* __restrict__ w,     \
+                                                     const WN* __restrict__ b, TN* __restrict__ y, i64 len, \
+                                                     float eps) {                                          \
+    layer_impl<TN, WN>(x, w, b, y, len, eps);                                                              \
+  }                                                                                                        \
+  extern "C" __global__ void group_norm_##TN##_##WN(const TN* __restrict__ x, const WN* __restrict__ w,     \
+                                                     const WN* __restrict__ b, TN* __restrict__ y, i64 c,   \
+                                                     i64 s, i64 groups, float eps) {                       \
+    group_impl<TN, WN>(x, w, b, y, c, s, groups, eps);                                                     \
+  }
+#define NORMS_ALL(TN) NORMS(TN, f32) NORMS(TN, f16) NORMS(TN, bf16)
+NORMS_ALL(f32)
+NORMS_ALL(f16)
+NORMS_ALL(bf16)
+
+#define ROWS(TN)                                                                                           \
+  extern "C" __global__ void softmax_##TN(const TN* __restrict__ x, TN* __restrict__ y, i64 len, i64 inner) { \
+    softmax_impl<TN>(x, y, len, inner);                                                                    \
+  }                                                                                                        \
+  extern "C" __global__ void l2_normalize_##TN(const TN* __restrict__ x, TN* __restrict__ y, i64 len,       \
+                                                i64 inner, float eps) {                                    \
+    l2_impl<TN>(x, y, len, inner, eps);                                                                    \
+  }
+ROWS(f32)
+ROWS(f16)
+ROWS(bf16)
+
+// ---- rotary embedding: x[B, S, H, D], cos/sin[S, R]; the leading R channels of each head rotate --------
+template <class T, class TC>
+__device__ __forceinline__ void rope_impl(const T* __restrict__ x, const TC* __restrict__ cs,
+                                          const TC* __restrict__ sn, T* __restrict__ y, i64 n, i64 seq, i64 heads,
+                                          i64 dim, i64 rot, int pairs) {
+  GRID_STRIDE(i, n) {
+    const i64 d = i % dim;
+    const float xv = to_f(x[i]);
+    if (d >= rot) {
+      y[i] = x[i];
+      continue;
+    }
+    const i64 s = (i / (dim * heads)) % seq;
+    float other;
+    if (pairs) other = (d & 1) ? to_f(x[i - 1]) : -to_f(x[i + 1]);
+    else other = d < rot / 2 ? -to_f(x[i + rot / 2]) : to_f(x[i - rot / 2]);
+    y[i] = from_f<T>(xv * to_f(cs[s * rot + d]) + other * to_f(sn[s * rot + d]));
+  }
+}
+#define ROPE(TN, CN)                                                                                       \
+  extern "C" __global__ void rope_##TN##_##CN(const TN* __restrict__ x, const CN* __restrict__ c,           \
+                                              const CN* __restrict__ s, TN* __restrict__ y, i64 n, i64 seq, \
+                                              i64 heads, i64 dim, i64 rot, int pairs) {                    \
+    rope_impl<TN, CN>(x, c, s, y, n, seq, heads, dim, rot, pairs);                                         \
+  }
+#define ROPE_ALL(TN) ROPE(TN, f32) ROPE(TN, f16) ROPE(TN, bf16)
+ROPE_ALL(f32)
+ROPE_ALL(f16)
+ROPE_ALL(bf16)
+
+// ---- reductions: one warp per output element ------------------------------------------------------
+// meta = [rk, kept_shape[rk], kept_strides[rk], rr, red_shape[rr], red_strides[rr]]
+__device__ __forceinline__ i64 strided_offset(i64 i, const i64* __restrict__ m) {
+  const int r = (int)m[0];
+  i64 off = 0;
+  for (int d = r - 1; d >= 0; --d) {
+    const i64 n = m[1 + d];
+    off += (i % n) * m[1 + r + d];
+    i /= n;
+  }
+  return off;
+}
+template <class T, bool MAX>
+__device__ __forceinline__ void reduce_impl(const T* __restrict__ x, T* __restrict__ y, const i64* __restrict__ meta,
+                                            i64 n_out, i64 n_red, float divisor) {
+  const i64 o = (i64)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+  const int lane = threadIdx.x & 31;
+  if (o >= n_out) return;
+  const i64* red = meta + 1 + 2 * meta[0];
+  const i64 base = strided_offset(o, meta);
+  float acc = MAX ? -DIF_INF : 0.0f;
+  for (i64 j = lane; j < n_red; j += 32) {
+    const float v = to_f(x[base + strided_offset(j, red)]);
+    acc = MAX ? ((v != v || v > acc) ? v : acc) : acc + v;
+  }
+  acc = MAX ? warp_max(acc) : warp_sum(acc);
+  if (lane == 0) y[o] = from_f<T>(MAX ? acc : acc / divisor);
+}
+#define REDUCE(TN)                                                                                         \
+  extern "C" __global__ void reduce_sum_##TN(const TN* __restrict__ x, TN* __restrict__ y,                 \
+                                             const i64* __restrict__ meta, i64 n_out, i64 n_red, float divisor) { \
+    reduce_impl<TN, false>(x, y, meta, n_out, n_red, divisor);                                               \
+  }                                                                                                        \
+  extern "C" __global__ void reduce_max_##TN(const TN* __restrict__ x, TN* __restrict__ y,                 \
+                                             const i64* __restrict__ meta, i64 n_out, i64 n_red, float divisor) { \
+    reduce_impl<TN, true>(x, y, meta, n_out, n_red, divisor);                                                \
+  }
+REDUCE(f32)
+REDUCE(f16)
+REDUCE(bf16)

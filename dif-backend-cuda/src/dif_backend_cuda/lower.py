@@ -1,0 +1,524 @@
+"""Lowering (backend side of the pipeline, after planning): one DiffIR node -> the device steps that
+compute it over fixed addresses (arena slots, weights, input slots): NVRTC kernel launches, device
+copies and library calls. Steps are plain callables `step(stream)`, so the executor can run them
+eagerly or capture them all into one CUDA graph.
+
+Elementwise, layout and row-wise ops live here; matrix products, convolution and attention in
+`lower_linalg`. An op or dtype without a lowering raises `NotImplementedOnBackend`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+from attrs import frozen
+
+from dif.dtypes import DType
+from dif.errors import NotImplementedOnBackend
+from dif.ir.program import Node
+from dif.ops.registry import OpTable
+
+FLOATS = (DType.F32, DType.F16, DType.BF16)
+INTS = (DType.I32, DType.I64)
+THREADS = 256
+
+
+@frozen
+class DevTensor:
+    """A tensor at a fixed device address (contiguous, row-major)."""
+
+    ptr: int
+    shape: tuple[int, ...]
+    dtype: DType
+
+    @property
+    def numel(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def nbytes(self) -> int:
+        return self.numel * self.dtype.itemsize
+
+    def at(self, elements: int) -> int:
+        """Address of the element `elements` positions from the start."""
+        return self.ptr + elements * self.dtype.itemsize
+
+
+@frozen
+class MetaRef:
+    """Index (int64 elements) into the executable's metadata buffer; resolved to a pointer later."""
+
+    offset: int
+
+
+class Launch:
+    """One kernel launch with fixed arguments."""
+
+    kind = "kernel"
+
+    def __init__(self, fn: Any, name: str, grid: tuple[int, ...], block: tuple[int, ...], args: list[Any],
+                 shared: int = 0) -> None:
+        self.fn, self.name, self.grid, self.block, self.args, self.shared = fn, name, grid, block, args, shared
+
+    def resolve(self, meta_ptr: int) -> None:
+        self.args = [np.uint64(meta_ptr + 8 * a.offset) if isinstance(a, MetaRef) else a for a in self.args]
+
+    def __call__(self, stream: Any) -> None:
+        self.fn(self.grid, self.block, tuple(self.args), shared_mem=self.shared, stream=stream)
+
+    def __repr__(self) -> str:
+        return f"Launch({self.name}, grid={self.grid}, block={self.block})"
+
+
+class Copy:
+    """A device-to-device copy (reshape, same-dtype cast)."""
+
+    kind = "copy"
+
+    def __init__(self, dst: int, src: int, nbytes: int) -> None:
+        self.dst, self.src, self.nbytes = dst, src, nbytes
+
+    def __call__(self, stream: Any) -> None:
+        import cupy
+
+        cupy.cuda.runtime.memcpyAsync(self.dst, self.src, self.nbytes, 3, stream.ptr)  # 3: device to device
+
+
+class LowerCtx:
+    """What lowering needs from the backend: kernels, device facts, options, the metadata buffer."""
+
+    def __init__(self, backend: Any, table: OpTable) -> None:
+        self.backend = backend
+        self.kernels = backend.kernels
+        self.sm_count = int(backend.props["sm_count"])
+        self.table = table
+        self.meta_chunks: list[np.ndarray] = []
+        self.meta_len = 0
+        self.choices: dict[int, str] = {}
+
+    def meta(self, values: Sequence[int]) -> MetaRef:
+        arr = np.asarray(values, dtype=np.int64)
+        ref = MetaRef(self.meta_len)
+        self.meta_chunks.append(arr)
+        self.meta_len += arr.size
+        return ref
+
+    def kernel(self, module: str, name: str, grid: tuple[int, ...], block: tuple[int, ...], args: list[Any],
+               shared: int = 0) -> Launch:
+        return Launch(self.kernels.function(module, name), name, grid, block, args, shared)
+
+    def flat(self, module: str, name: str, n: int, args: list[Any]) -> Launch:
+        """A grid-stride elementwise launch over `n` items."""
+        blocks = max(1, min(-(-n // THREADS), self.sm_count * 32))
+        return self.kernel(module, name, (blocks,), (THREADS,), args)
+
+
+def ptr(t: DevTensor | None) -> np.uint64:
+    return np.uint64(0 if t is None else t.ptr)
+
+
+def i64(v: int) -> np.int64:
+    return np.int64(v)
+
+
+def f32(v: float) -> np.float32:
+    return np.float32(v)
+
+
+def contiguous_strides(shape: Sequence[int]) -> list[int]:
+    out, acc = [0] * len(shape), 1
+    for i in reversed(range(len(shape))):
+        out[i] = acc
+        acc *= shape[i]
+    return out
+
+
+def broadcast_strides(shape: Sequence[int], out_shape: Sequence[int]) -> list[int]:
+    """Element strides of a contiguous `shape` read as `out_shape` under numpy broadcasting (0 = repeat)."""
+    base, pad = contiguous_strides(shape), len(out_shape) - len(shape)
+    out = []
+    for i, d in enumerate(out_shape):
+        j = i - pad
+        out.append(0 if j < 0 or (shape[j] == 1 and d != 1) else base[j])
+    return out
+
+
+def collapse(shape: Sequence[int], strides: Sequence[Sequence[int]]) -> tuple[list[int], list[list[int]]]:
+    """Drop size-1 axes and merge neighbours that are contiguous for every operand (fewer index divisions)."""
+    dims = [i for i, d in enumerate(shape) if d != 1]
+    if not dims:
+        return [1], [[0] for _ in strides]
+    new_shape = [shape[dims[0]]]
+    new_strides = [[s[dims[0]]] for s in strides]
+    for i in dims[1:]:
+        d = shape[i]
+        if all(ns[-1] == s[i] * d for ns, s in zip(new_strides, strides, strict=True)):
+            new_shape[-1] *= d
+            for ns, s in zip(new_strides, strides, strict=True):
+                ns[-1] = s[i]
+        else:
+            new_shape.append(d)
+            for ns, s in zip(new_strides, strides, strict=True):
+                ns.append(s[i])
+    return new_shape, new_strides
+
+
+def strided_meta(shape: Sequence[int], strides: Sequence[Sequence[int]]) -> list[int]:
+    cshape, cstrides = collapse(shape, strides)
+    return [len(cshape), *cshape, *(s for st in cstrides for s in st)]
+
+
+def unsupported(node: Node, detail: str) -> NotImplementedOnBackend:
+    return NotImplementedOnBackend(node.op, "cuda", f"node {node.id}: {detail}")
+
+
+def need(node: Node, dtype: DType, allowed: Sequence[DType]) -> str:
+    if dtype not in allowed:
+        raise unsupported(node, f"dtype {dtype.value} (supported: {', '.join(d.value for d in allowed)})")
+    return dtype.value
+
+
+def bits(t: DevTensor) -> int:
+    return t.dtype.itemsize * 8
+
+
+Step = Callable[[Any], None]
+Lowering = Callable[[LowerCtx, Node, dict[str, Any], list[DevTensor], list[DevTensor]], list[Any]]
+LOWERINGS: dict[str, Lowering] = {}
+
+
+def lowering(*ops: str) -> Callable[[Lowering], Lowering]:
+    def wrap(fn: Lowering) -> Lowering:
+        for op in ops:
+            LOWERINGS[op] = fn
+        return fn
+
+    return wrap
+
+
+def lower_node(ctx: LowerCtx, node: Node, ins: list[DevTensor], outs: list[DevTensor]) -> list[Any]:
+    """The steps computing `node` from `ins` into `outs` (results skipped when empty)."""
+    import dif_backend_cuda.lower_linalg  # noqa: F401  (registers linear, matmul, conv2d, sdpa)
+
+    fn = LOWERINGS.get(node.op)
+    if fn is None:
+        raise unsupported(node, "no CUDA lowering for this op")
+    if all(o.numel == 0 for o in outs):
+        return []
+    attrs = ctx.table.get(node.op).check_attrs(node.attrs)
+    return fn(ctx, node, attrs, ins, outs)
+
+
+# -- elementwise -------------------------------------------------------------------------------
+
+UNARY = ("neg", "abs", "exp", "log", "sqrt", "rsqrt", "sin", "cos", "tanh", "sigmoid", "silu", "relu",
+         "reciprocal", "square", "gelu", "clamp", "scalar_affine")
+
+
+@lowering(*UNARY)
+def _unary(ctx: LowerCtx, node: Node, attrs: dict[str, Any], ins: list[DevTensor], outs: list[DevTensor]) -> list[Any]:
+    (x,), (y,) = ins, outs
+    name = node.op
+    p0 = p1 = 0.0
+    if name == "gelu" and attrs["approximate"] == "tanh":
+        name = "gelu_tanh"
+    elif name == "clamp":
+        p0, p1 = attrs["lo"], attrs["hi"]
+    elif name == "scalar_affine":
+        p0, p1 = attrs["scale"], attrs["bias"]
+    dt = need(node, x.dtype, FLOATS)
+    return [ctx.flat("elementwise", f"unary_{name}_{dt}", y.numel, [ptr(x), ptr(y), i64(y.numel), f32(p0), f32(p1)])]
+
+
+def _bcast(ctx: LowerCtx, ins: list[DevTensor], out: DevTensor) -> MetaRef:
+    return ctx.meta(strided_meta(out.shape, [broadcast_strides(t.shape, out.shape) for t in ins]))
+
+
+@lowering("add", "sub", "mul", "div", "maximum", "minimum", "pow")
+def _binary(ctx: LowerCtx, node: Node, attrs: dict[str, Any], ins: list[DevTensor], outs: list[DevTensor]) -> list[Any]:
+    (a, b), (y,) = ins, outs
+    allowed = FLOATS + (INTS if node.op in ("add", "sub", "mul", "maximum", "minimum") else ())
+    dt = need(node, a.dtype, allowed)
+    meta = _bcast(ctx, [a, b], y)
+    return [ctx.flat("elementwise", f"binary_{node.op}_{dt}", y.numel, [ptr(a), ptr(b), ptr(y), meta, i64(y.numel)])]
+
+
+@lowering("less", "greater", "equal")
+def _compare(ctx: LowerCtx, node: Node, attrs: dict[str, Any], ins: list[DevTensor], outs: list[DevTensor]) -> list[Any]:
+    (a, b), (y,) = ins, outs
+    dt = need(node, a.dtype, FLOATS + INTS)
+    meta = _bcast(ctx, [a, b], y)
+    return [ctx.flat("elementwise", f"compare_{node.op}_{dt}", y.numel, [ptr(a), ptr(b), ptr(y), meta, i64(y.numel)])]
+
+
+@lowering("where")
+def _where(ctx: LowerCtx, node: Node, attrs: dict[str, Any], ins: list[DevTensor], outs: list[DevTensor]) -> list[Any]:
+    (c, a, b), (y,) = ins, outs
+    meta = _bcast(ctx, [c, a, b], y)
+    args = [ptr(c), ptr(a), ptr(b), ptr(y), meta, i64(y.numel)]
+    return [ctx.flat("elementwise", f"where_u{bits(y)}", y.numel, args)]
+
+
+@lowering("modulate")
+def _modulate(ctx: LowerCtx, node: Node, attrs: dict[str, Any], ins: list[DevTensor], outs: list[DevTensor]) -> list[Any]:
+    (x, s, t), (y,) = ins, outs
+    dt = need(node, x.dtype, FLOATS)
+    meta = _bcast(ctx, [x, s, t], y)
+    args = [ptr(x), ptr(s), ptr(t), ptr(y), meta, i64(y.numel)]
+    return [ctx.flat("elementwise", f"modulate_{dt}", y.numel, args)]
+
+
+@lowering("glu")
+def _glu(ctx: LowerCtx, node: Node, attrs: dict[str, Any], ins: list[DevTensor], outs: list[DevTensor]) -> list[Any]:
+    (x,), (y,) = ins, outs
+    dt = need(node, x.dtype, FLOATS)
+    first = np.int32(1 if attrs["gated_half"] == "first" else 0)
+    args = [ptr(x), ptr(y), i64(y.numel), i64(y.shape[-1]), first]
+    return [ctx.flat("elementwise", f"glu_{attrs['act']}_{dt}", y.numel, args)]
+
+
+@lowering("cast")
+def _cast(ctx: LowerCtx, node: Node, attrs: dict[str, Any], ins: list[DevTensor], outs: list[DevTensor]) -> list[Any]:
+    (x,), (y,) = ins, outs
+    if x.dtype == y.dtype:
+        return [Copy(y.ptr, x.ptr, y.nbytes)]
+    if ctx.backend.props["major"] * 10 + ctx.backend.props["minor"] < 89 and {x.dtype, y.dtype} & {
+        DType.F8E4M3,
+        DType.F8E5M2,
+    }:
+        raise unsupported(node, "fp8 conversion needs compute capability 8.9+")
+    return [ctx.flat("elementwise", f"cast_{x.dtype.value}_{y.dtype.value}", y.numel, [ptr(x), ptr(y), i64(y.numel)])]
+
+
+def fill_steps(ctx: LowerCtx, y: DevTensor, scalar: np.ndarray) -> list[Any]:
+    """Fill `y` with one value given as a 0-d array of y's storage dtype (bit pattern kept exactly)."""
+    word = np.dtype(f"u{y.dtype.itemsize}")
+    pattern = np.asarray(scalar).astype(y.dtype.np).reshape(1).view(word)[0]
+    return [ctx.flat("layout", f"fill_u{bits(y)}", y.numel, [ptr(y), pattern, i64(y.numel)])]
+
+
+@lowering("full")
+def _full(ctx: LowerCtx, node: Node, attrs: dict[str, Any], ins: list[DevTensor], outs: list[DevTensor]) -> list[Any]:
+    (y,) = outs
+    value = ctx.table.get("full").run_reference([], attrs)[0]  # the op's own meaning of `value`
+    return fill_steps(ctx, y, np.asarray(value).reshape(-1)[:1])
+
+
+# -- layout ------------------------------------------------------------------------------------
+
+
+def copy_steps(ctx: LowerCtx, src: int, dst: int, shape: Sequence[int], src_strides: Sequence[int],
+               dst_strides: Sequence[int], width: int) -> list[Any]:
+    """Copy `shape` elements of `width` bits between two strided views (element strides)."""
+    n = math.prod(shape)
+    if n == 0:
+        return []
+    meta = ctx.meta(strided_meta(shape, [src_strides, dst_strides]))
+    return [ctx.flat("layout", f"strided_copy_u{width}", n, [np.uint64(src), np.uint64(dst), meta, i64(n)])]
+
+
+@lowering("reshape")
+def _reshape(ctx: LowerCtx, node: Node, attrs: dict[str, Any], ins: list[DevTensor], outs: list[DevTensor]) -> list[Any]:
+    return [Copy(outs[0].ptr, ins[0].ptr, outs[0].nbytes)]
+
+
+@lowering("transpose")
+def _transpose(ctx: LowerCtx, node: Node, attrs: dict[str, Any], ins: list[DevTensor], outs: list[DevTensor]) -> list[Any]:
+    (x,), (y,) = ins, outs
+    xs = contiguous_strides(x.shape)
+    src = [xs[p] for p in attrs["perm"]]
+    return copy_steps(ctx, x.ptr, y.ptr, y.shape, src, contiguous_strides(y.shape), bits(y))
+
+
+@lowering("broadcast_to")
+def _broadcast_to(ctx: LowerCtx, node: Node, attrs: dict[str, Any], ins: list[DevTensor], outs: list[DevTensor]) -> list[Any]:
+    (x,), (y,) = ins, outs
+    return copy_steps(ctx, x.ptr, y.ptr, y.shape, broadcast_strides(x.shape, y.shape), contiguous_strides(y.shape), bits(y))
+
+
+@lowering("concat")
+def _concat(ctx: LowerCtx, node: Node, attrs: dict[str, Any], ins: list[DevTensor], outs: list[DevTensor]) -> list[Any]:
+    (y,) = outs
+    axis = attrs["axis"] % len(y.shape)
+    ys = contiguous_strides(y.shape)
+    steps: list[Any] = []
+    start = 0
+    for t in ins:
+        steps += copy_steps(ctx, t.ptr, y.at(start * ys[axis]), t.shape, contiguous_strides(t.shape), ys, bits(y))
+        start += t.shape[axis]
+    return steps
+
+
+@lowering("split")
+def _split(ctx: LowerCtx, node: Node, attrs: dict[str, Any], ins: list[DevTensor], outs: list[DevTensor]) -> list[Any]:
+    (x,) = ins
+    axis = attrs["axis"] % len(x.shape)
+    xs = contiguous_strides(x.shape)
+    steps: list[Any] = []
+    start = 0
+    for r in outs:
+        steps += copy_steps(ctx, x.at(start * xs[axis]), r.ptr, r.shape, xs, contiguous_strides(r.shape), bits(r))
+        start += r.shape[axis]
+    return steps
+
+
+@lowering("slice")
+def _slice(ctx: LowerCtx, node: Node, attrs: dict[str, Any], ins: list[DevTensor], outs: list[DevTensor]) -> list[Any]:
+    (x,), (y,) = ins, outs
+    axis = attrs["axis"] % len(x.shape)
+    first = range(*slice(attrs["start"], attrs["stop"], attrs["step"]).indices(x.shape[axis])).start
+    xs = contiguous_strides(x.shape)
+    src = list(xs)
+    src[axis] = xs[axis] * attrs["step"]
+    return copy_steps(ctx, x.at(first * xs[axis]), y.ptr, y.shape, src, contiguous_strides(y.shape), bits(y))
+
+
+@lowering("upsample_nearest")
+def _upsample(ctx: LowerCtx, node: Node, attrs: dict[str, Any], ins: list[DevTensor], outs: list[DevTensor]) -> list[Any]:
+    (x,), (y,) = ins, outs
+    n, c, h, w = x.shape
+    s = attrs["scale"]
+    shape = (n, c, h, s, w, s)
+    return copy_steps(ctx, x.ptr, y.ptr, shape, [c * h * w, h * w, w, 0, 1, 0], contiguous_strides(shape), bits(y))
+
+
+@lowering("pad")
+def _pad(ctx: LowerCtx, node: Node, attrs: dict[str, Any], ins: list[DevTensor], outs: list[DevTensor]) -> list[Any]:
+    (x,), (y,) = ins, outs
+    pads = attrs["pads"]
+    before = [pads[2 * i] for i in range(len(x.shape))]
+    ys = contiguous_strides(y.shape)
+    if attrs["mode"] == "reflect":
+        r = len(x.shape)
+        meta = ctx.meta([r, *y.shape, *x.shape, *before, *contiguous_strides(x.shape)])
+        return [ctx.flat("layout", f"pad_reflect_u{bits(y)}", y.numel, [ptr(x), ptr(y), meta, i64(y.numel)])]
+    steps = fill_steps(ctx, y, np.asarray(attrs["value"]))
+    offset = sum(b * s for b, s in zip(before, ys, strict=True))
+    return steps + copy_steps(ctx, x.ptr, y.at(offset), x.shape, contiguous_strides(x.shape), ys, bits(y))
+
+
+def _take_steps(ctx: LowerCtx, node: Node, x: DevTensor, idx: DevTensor, y: DevTensor, axis: int) -> list[Any]:
+    it = need(node, idx.dtype, INTS)
+    inner = math.prod(x.shape[axis + 1 :])  # outer extent is implied: numel / (n_idx * inner)
+    args = [ptr(x), ptr(idx), ptr(y), i64(y.numel), i64(idx.numel), i64(x.shape[axis]), i64(inner)]
+    return [ctx.flat("layout", f"take_u{bits(y)}_{it}", y.numel, args)]
+
+
+@lowering("take")
+def _take(ctx: LowerCtx, node: Node, attrs: dict[str, Any], ins: list[DevTensor], outs: list[DevTensor]) -> list[Any]:
+    (x, idx), (y,) = ins, outs
+    return _take_steps(ctx, node, x, idx, y, attrs["axis"] % len(x.shape))
+
+
+@lowering("embedding")
+def _embedding(ctx: LowerCtx, node: Node, attrs: dict[str, Any], ins: list[DevTensor], outs: list[DevTensor]) -> list[Any]:
+    (ids, table), (y,) = ins, outs
+    return _take_steps(ctx, node, table, ids, y, 0)
+
+
+# -- rows and reductions -----------------------------------------------------------------------
+
+
+def row_threads(length: int) -> int:
+    """Threads per row block: about 4 elements per thread, a multiple of 32, at most 1024."""
+    return int(min(1024, max(32, -(-length // 4 // 32) * 32)))
+
+
+@lowering("rms_norm")
+def _rms(ctx: LowerCtx, node: Node, attrs: dict[str, Any], ins: list[DevTensor], outs: list[DevTensor]) -> list[Any]:
+    x, w = ins[0], (ins[1] if len(ins) > 1 else None)
+    (y,) = outs
+    dt = need(node, x.dtype, FLOATS)
+    wt = need(node, w.dtype, FLOATS) if w is not None else dt
+    length = x.shape[-1]
+    args = [ptr(x), ptr(w), ptr(y), i64(length), f32(attrs["eps"]), f32(attrs["offset"]),
+            np.int32(attrs["round_before_weight"])]
+    return [ctx.kernel("norm", f"rms_norm_{dt}_{wt}", (x.numel // length,), (row_threads(length),), args)]
+
+
+@lowering("layer_norm")
+def _layer(ctx: LowerCtx, node: Node, attrs: dict[str, Any], ins: list[DevTensor], outs: list[DevTensor]) -> list[Any]:
+    x = ins[0]
+    w = ins[1] if len(ins) > 1 else None
+    b = ins[2] if len(ins) > 2 else None
+    (y,) = outs
+    dt = need(node, x.dtype, FLOATS)
+    if w is not None and b is not None and w.dtype != b.dtype:
+        raise unsupported(node, f"weight {w.dtype.value} and bias {b.dtype.value} differ in dtype")
+    p = w if w is not None else b
+    wt = need(node, p.dtype, FLOATS) if p is not None else dt
+    length = x.shape[-1]
+    args = [ptr(x), ptr(w), ptr(b), ptr(y), i64(length), f32(attrs["eps"])]
+    return [ctx.kernel("norm", f"layer_norm_{dt}_{wt}", (x.numel // length,), (row_threads(length),), args)]
+
+
+@lowering("group_norm")
+def _group(ctx: LowerCtx, node: Node, attrs: dict[str, Any], ins: list[DevTensor], outs: list[DevTensor]) -> list[Any]:
+    (x, w, b), (y,) = ins, outs
+    dt = need(node, x.dtype, FLOATS)
+    if w.dtype != b.dtype:
+        raise unsupported(node, f"weight {w.dtype.value} and bias {b.dtype.value} differ in dtype")
+    wt = need(node, w.dtype, FLOATS)
+    n, c = x.shape[:2]
+    spatial = math.prod(x.shape[2:])
+    g = attrs["groups"]
+    args = [ptr(x), ptr(w), ptr(b), ptr(y), i64(c), i64(spatial), i64(g), f32(attrs["eps"])]
+    return [ctx.kernel("norm", f"group_norm_{dt}_{wt}", (n * g,), (row_threads(c // g * spatial),), args)]
+
+
+def _axis_rows(x: DevTensor, axis: int) -> tuple[int, int, int]:
+    a = axis % len(x.shape)
+    return math.prod(x.shape[:a]), x.shape[a], math.prod(x.shape[a + 1 :])
+
+
+@lowering("softmax")
+def _softmax(ctx: LowerCtx, node: Node, attrs: dict[str, Any], ins: list[DevTensor], outs: list[DevTensor]) -> list[Any]:
+    (x,), (y,) = ins, outs
+    dt = need(node, x.dtype, FLOATS)
+    outer, length, inner = _axis_rows(x, attrs["axis"])
+    args = [ptr(x), ptr(y), i64(length), i64(inner)]
+    return [ctx.kernel("norm", f"softmax_{dt}", (outer * inner,), (row_threads(length),), args)]
+
+
+@lowering("l2_normalize")
+def _l2(ctx: LowerCtx, node: Node, attrs: dict[str, Any], ins: list[DevTensor], outs: list[DevTensor]) -> list[Any]:
+    (x,), (y,) = ins, outs
+    dt = need(node, x.dtype, FLOATS)
+    outer, length, inner = _axis_rows(x, attrs["axis"])
+    args = [ptr(x), ptr(y), i64(length), i64(inner), f32(attrs["eps"])]
+    return [ctx.kernel("norm", f"l2_normalize_{dt}", (outer * inner,), (row_threads(length),), args)]
+
+
+@lowering("rope")
+def _rope(ctx: LowerCtx, node: Node, attrs: dict[str, Any], ins: list[DevTensor], outs: list[DevTensor]) -> list[Any]:
+    (x, c, s), (y,) = ins, outs
+    dt = need(node, x.dtype, FLOATS)
+    if c.dtype != s.dtype:
+        raise unsupported(node, f"cos {c.dtype.value} and sin {s.dtype.value} differ in dtype")
+    ct = need(node, c.dtype, FLOATS)
+    _b, seq, heads, dim = x.shape
+    pairs = np.int32(attrs["mode"] == "pairs")
+    args = [ptr(x), ptr(c), ptr(s), ptr(y), i64(y.numel), i64(seq), i64(heads), i64(dim), i64(c.shape[1]), pairs]
+    return [ctx.flat("norm", f"rope_{dt}_{ct}", y.numel, args)]
+
+
+@lowering("reduce_sum", "reduce_mean", "reduce_max")
+def _reduce(ctx: LowerCtx, node: Node, attrs: dict[str, Any], ins: list[DevTensor], outs: list[DevTensor]) -> list[Any]:
+    (x,), (y,) = ins, outs
+    dt = need(node, x.dtype, FLOATS)
+    axes = {a % len(x.shape) for a in attrs["axes"]}
+    xs = contiguous_strides(x.shape)
+    kept = [i for i in range(len(x.shape)) if i not in axes]
+    red = sorted(axes)
+    kshape, (kstr,) = collapse([x.shape[i] for i in kept], [[xs[i] for i in kept]])
+    rshape, (rstr,) = collapse([x.shape[i] for i in red], [[xs[i] for i in red]])
+    n_red = math.prod(rshape)
+    meta = ctx.meta([len(kshape), *kshape, *kstr, len(rshape), *rshape, *rstr])
+    kind = "max" if node.op == "reduce_max" else "sum"
+    divisor = float(n_red) if node.op == "reduce_mean" else 1.0
+    warps = THREADS // 32
+    args = [ptr(x), ptr(y), meta, i64(y.numel), i64(n_red), f32(divisor)]
+    return [ctx.kernel("norm", f"reduce_{kind}_{dt}", (-(-y.numel // warps),), (THREADS,), args)]

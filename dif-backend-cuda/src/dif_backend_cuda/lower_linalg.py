@@ -1,0 +1,180 @@
+"""Lowering of matrix products, convolution and attention: cuBLASLt / cuDNN when the backend has them
+and the problem fits, else the NVRTC kernels of `kernels/gemm.cu` and `kernels/attention.cu`. The path
+taken per node is recorded in `LowerCtx.choices` (shown by the executable and the smoke script).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from dif.ir.program import Node
+from dif_backend_cuda.lower import (
+    FLOATS,
+    DevTensor,
+    LowerCtx,
+    broadcast_strides,
+    collapse,
+    contiguous_strides,
+    f32,
+    i64,
+    lowering,
+    need,
+    ptr,
+    unsupported,
+)
+
+TILE = 64
+MAX_GRID_Z = 65535
+
+
+def _lt_step(ctx: LowerCtx, node: Node, problem: Any) -> Any | None:
+    """A cuBLASLt step for `problem`, or None (reason recorded) when the NVRTC GEMM must run."""
+    if ctx.backend.options["gemm"] == "nvrtc":
+        return None
+    lt = ctx.backend.lt()
+    if lt is None:
+        if ctx.backend.options["gemm"] == "cublaslt":
+            raise unsupported(node, f"cuBLASLt requested but unavailable: {ctx.backend._lt_error}")
+        return None
+    from dif_backend_cuda.gemm import LtMatmul
+
+    try:
+        step = LtMatmul(lt, problem)
+    except Exception as exc:
+        if ctx.backend.options["gemm"] == "cublaslt":
+            raise unsupported(node, f"cuBLASLt rejected the problem: {exc}") from exc
+        ctx.choices[node.id] = f"nvrtc-gemm (cuBLASLt: {type(exc).__name__}: {exc})"
+        return None
+    ctx.choices[node.id] = "cublaslt"
+    return step
+
+
+def _gemm_kernel(ctx: LowerCtx, node: Node, dt: str, a: int, b: int, bias: int, c: int, batch_meta: list[int],
+                 batch: int, m: int, n: int, k: int, strides: tuple[int, int, int, int]) -> Any:
+    ctx.choices.setdefault(node.id, "nvrtc-gemm")
+    grid = (-(-n // TILE), -(-m // TILE), max(1, min(batch, MAX_GRID_Z)))
+    args = [np.uint64(a), np.uint64(b), np.uint64(bias), np.uint64(c), ctx.meta(batch_meta), i64(batch), i64(m),
+            i64(n), i64(k), *(i64(s) for s in strides)]
+    return ctx.kernel("gemm", f"gemm_{dt}", grid, (256,), args)
+
+
+@lowering("linear")
+def _linear(ctx: LowerCtx, node: Node, attrs: dict[str, Any], ins: list[DevTensor], outs: list[DevTensor]) -> list[Any]:
+    x, w = ins[0], ins[1]
+    bias = ins[2] if len(ins) > 2 else None
+    (y,) = outs
+    dt = need(node, x.dtype, FLOATS)
+    k, out = x.shape[-1], w.shape[0]
+    rows = x.numel // k if k else 0
+    if k == 0:
+        raise unsupported(node, "zero-length contraction")
+    from dif_backend_cuda.gemm import linear_problem
+
+    step = _lt_step(ctx, node, linear_problem(x.dtype, x.ptr, w.ptr, y.ptr, bias.ptr if bias else 0, rows, k, out))
+    if step is not None:
+        return [step]
+    return [_gemm_kernel(ctx, node, dt, x.ptr, w.ptr, ptr(bias).item(), y.ptr, [1, 1, 0, 0], 1, rows, out, k,
+                         (k, 1, 1, k))]
+
+
+@lowering("matmul")
+def _matmul(ctx: LowerCtx, node: Node, attrs: dict[str, Any], ins: list[DevTensor], outs: list[DevTensor]) -> list[Any]:
+    (a, b), (c,) = ins, outs
+    dt = need(node, a.dtype, FLOATS)
+    m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
+    if k == 0:
+        raise unsupported(node, "zero-length contraction")
+    batch_shape = c.shape[:-2]
+    batch = math.prod(batch_shape)
+    a_st = [s * m * k for s in broadcast_strides(a.shape[:-2], batch_shape)]
+    b_st = [s * k * n for s in broadcast_strides(b.shape[:-2], batch_shape)]
+    cshape, (ca, cb) = collapse(batch_shape, [a_st, b_st])
+    if len(cshape) == 1:
+        from dif_backend_cuda.gemm import matmul_problem
+
+        step = _lt_step(ctx, node, matmul_problem(a.dtype, a.ptr, b.ptr, c.ptr, m, k, n, batch, ca[0], cb[0]))
+        if step is not None:
+            return [step]
+    meta = [len(cshape), *cshape, *ca, *cb]
+    return [_gemm_kernel(ctx, node, dt, a.ptr, b.ptr, 0, c.ptr, meta, batch, m, n, k, (k, 1, n, 1))]
+
+
+@lowering("conv2d")
+def _conv2d(ctx: LowerCtx, node: Node, attrs: dict[str, Any], ins: list[DevTensor], outs: list[DevTensor]) -> list[Any]:
+    x, w = ins[0], ins[1]
+    bias = ins[2] if len(ins) > 2 else None
+    (y,) = outs
+    dt = need(node, x.dtype, FLOATS)
+    n, c, h, wd = x.shape
+    o, _cg, kh, kw = w.shape
+    ho, wo = y.shape[2], y.shape[3]
+    groups = attrs["groups"]
+    (sh, sw), (pt, _pb, pl, _pr), (dh, dw) = attrs["stride"], attrs["padding"], attrs["dilation"]
+    if groups > MAX_GRID_Z:
+        raise unsupported(node, f"{groups} groups")
+    ctx.choices[node.id] = "nvrtc-implicit-gemm"
+    grid = (-(-(n * ho * wo) // TILE), -(-(o // groups) // TILE), groups)
+    geometry = (n, c, h, wd, o, kh, kw, ho, wo, sh, sw, pt, pl, dh, dw, groups)
+    args = [ptr(x), ptr(w), ptr(bias), ptr(y), *(i64(v) for v in geometry)]
+    return [ctx.kernel("gemm", f"conv2d_{dt}", grid, (256,), args)]
+
+
+FA_WARPS, FA_TILE, FA_MAX_DV = 4, 32, 256
+
+
+@lowering("sdpa")
+def _sdpa(ctx: LowerCtx, node: Node, attrs: dict[str, Any], ins: list[DevTensor], outs: list[DevTensor]) -> list[Any]:
+    q, k, v = ins[0], ins[1], ins[2]
+    mask = ins[3] if len(ins) > 3 else None
+    (o,) = outs
+    dt = need(node, q.dtype, FLOATS)
+    b, sq, hq, d = q.shape
+    skv, hkv, dv = k.shape[1], k.shape[2], v.shape[3]
+    scale = attrs["scale"] or 1.0 / math.sqrt(d)
+    causal = bool(attrs["causal"])
+    step = _cudnn_step(ctx, node, q, k, v, o, mask is not None, scale, causal)
+    if step is not None:
+        return [step]
+    if dv > FA_MAX_DV:
+        raise unsupported(node, f"value head dim {dv} > {FA_MAX_DV} in the flash kernel")
+    shared = 4 * (FA_TILE * (d + 1) + FA_TILE * dv + FA_WARPS * d)
+    launch = ctx.kernel("attention", f"flash_attn_{dt}", (-(-sq // FA_WARPS), hq, b), (FA_WARPS * 32,),
+                        [ptr(q), ptr(k), ptr(v), ptr(mask), ptr(o), i64(sq), i64(skv), i64(hq), i64(hkv),
+                         np.int32(d), np.int32(dv), f32(scale), np.int32(causal)], shared)
+    if shared > 48 * 1024:
+        limit = int(ctx.backend.props["smem_optin"])
+        if shared > limit:
+            raise unsupported(node, f"head dims {d}/{dv} need {shared} B of shared memory (device: {limit})")
+        launch.fn.max_dynamic_shared_size_bytes = shared
+    return [launch]
+
+
+def _cudnn_step(ctx: LowerCtx, node: Node, q: DevTensor, k: DevTensor, v: DevTensor, o: DevTensor, masked: bool,
+                scale: float, causal: bool) -> Any | None:
+    from dif_backend_cuda.sdpa import CudnnSdpa, eligible
+
+    choice = ctx.backend.options["sdpa"]
+    if choice == "flash":
+        ctx.choices[node.id] = "nvrtc-flash"
+        return None
+    b, sq, hq, d = q.shape
+    skv, hkv, dv = k.shape[1], k.shape[2], v.shape[3]
+    reason = eligible(q.dtype, d, dv, sq, skv, masked, causal)
+    handle = ctx.backend.cudnn() if not reason else None
+    if handle is None and not reason:
+        reason = f"cuDNN unavailable: {ctx.backend._cudnn_error}"
+    if not reason:
+        try:
+            step = CudnnSdpa(handle, q.dtype, b, sq, skv, hq, hkv, d, q.ptr, k.ptr, v.ptr, o.ptr, scale, causal)
+        except Exception as exc:
+            reason = f"cuDNN rejected it: {type(exc).__name__}: {str(exc)[:200]}"
+        else:
+            ctx.choices[node.id] = "cudnn-sdpa"
+            return step
+    if choice == "cudnn":
+        raise unsupported(node, f"cuDNN SDPA requested but not possible: {reason}")
+    ctx.choices[node.id] = f"nvrtc-flash ({reason})"
+    return None

@@ -1,0 +1,37 @@
+"""Entry point of dif-backend-cuda (`[project.entry-points.dif] cuda = "dif_backend_cuda.plugin"`):
+registers the CUDA backend with dif's plugin manager. Importing this module imports no device
+library; `is_available` imports cupy only to answer, and reports why not instead of raising."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import dif
+from dif.backend import Availability, BackendInfo
+
+
+def _create() -> Any:
+    from dif_backend_cuda.device import CudaBackend
+
+    return CudaBackend()
+
+
+def _available() -> Availability:
+    from dif_backend_cuda.device import cuda_availability
+
+    return cuda_availability()
+
+
+INFO = BackendInfo(
+    name="cuda",
+    priority=100,
+    description="NVIDIA GPUs: NVRTC kernels, cuBLASLt GEMMs, cuDNN attention, one CUDA graph per program",
+    is_available=_available,
+    create=_create,
+)
+
+
+@dif.hookimpl
+def register_backends(register: Callable[[BackendInfo], None]) -> None:
+    register(INFO)

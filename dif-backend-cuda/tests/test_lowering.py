@@ -1,0 +1,155 @@
+"""Lowering without a GPU: every conformance case lowers to launches of kernels that exist in the CUDA
+sources, with exactly the argument count and widths their signatures declare (a mismatch there would
+silently corrupt memory on the device). Needs a C preprocessor (`cpp`) to expand the instantiation
+macros; skipped without one."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from typing import Any
+
+import numpy as np
+import pytest
+
+from dif.errors import NotImplementedOnBackend
+from dif.ops.registry import OPS
+from dif.testing.conformance import case_program, conformance_cases
+from dif_backend_cuda.kernels import MODULES, module_source
+from dif_backend_cuda.lower import (
+    Copy,
+    DevTensor,
+    Launch,
+    LowerCtx,
+    MetaRef,
+    broadcast_strides,
+    collapse,
+    lower_node,
+    strided_meta,
+)
+
+_SIG = re.compile(r'extern\s+"C"\s+__global__\s+void\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?(\w+)\s*\(([^)]*)\)')
+
+
+def _signatures() -> dict[str, dict[str, list[str]]]:
+    cpp = shutil.which("cpp")
+    if cpp is None:
+        pytest.skip("no C preprocessor (cpp) to expand the kernel instantiation macros")
+    out: dict[str, dict[str, list[str]]] = {}
+    for mod in MODULES:
+        text = subprocess.run([cpp, "-P", "-x", "c++"], input=module_source(mod), capture_output=True, text=True,
+                              check=True).stdout
+        out[mod] = {m.group(1): [p.strip() for p in m.group(2).split(",")] for m in _SIG.finditer(text)}
+    return out
+
+
+def _width(param: str) -> tuple[str, int]:
+    """('ptr'|'int'|'uint'|'float', bytes) of a kernel parameter declaration."""
+    decl = param.replace("__restrict__", "").replace("const", "").split()
+    if "*" in param:
+        return "ptr", 8
+    base = " ".join(decl[:-1])
+    return {
+        "i64": ("int", 8), "int": ("int", 4), "float": ("float", 4), "unsigned char": ("uint", 1),
+        "unsigned short": ("uint", 2), "unsigned int": ("uint", 4), "u64": ("uint", 8),
+    }[base]
+
+
+def _arg_width(arg: Any) -> tuple[str, int]:
+    if isinstance(arg, MetaRef):
+        return "ptr", 8
+    assert isinstance(arg, np.generic), f"kernel argument {arg!r} is not a numpy scalar"
+    if arg.dtype == np.uint64 and not isinstance(arg, np.unsignedinteger | np.uint64):
+        raise AssertionError(arg)
+    kind = {"i": "int", "u": "uint", "f": "float"}[arg.dtype.kind]
+    return kind, arg.dtype.itemsize
+
+
+class _FakeFunction:
+    def __init__(self, module: str, name: str, params: list[str]) -> None:
+        self.module, self.name, self.params = module, name, params
+        self.max_dynamic_shared_size_bytes = 0
+
+
+class _FakeKernels:
+    def __init__(self, sigs: dict[str, dict[str, list[str]]]) -> None:
+        self.sigs = sigs
+
+    def function(self, module: str, name: str) -> _FakeFunction:
+        assert name in self.sigs[module], f"kernel {name} is not in module {module}"
+        return _FakeFunction(module, name, self.sigs[module][name])
+
+
+class _FakeBackend:
+    def __init__(self, sigs: dict[str, dict[str, list[str]]]) -> None:
+        self.kernels = _FakeKernels(sigs)
+        self.props = {"sm_count": 132, "major": 9, "minor": 0, "smem_optin": 232448}
+        self.options = {"gemm": "nvrtc", "sdpa": "flash", "graph": True}
+        self._lt_error = self._cudnn_error = "not on this machine"
+
+    def lt(self) -> None:
+        return None
+
+    def cudnn(self) -> None:
+        return None
+
+
+@pytest.fixture(scope="module")
+def sigs() -> dict[str, dict[str, list[str]]]:
+    return _signatures()
+
+
+def _tensors(program: Any) -> dict[str, DevTensor]:
+    base = 1 << 32
+    out = {}
+    for name, t in program.types.items():
+        out[name] = DevTensor(base, t.shape, t.dtype)
+        base += (t.nbytes + 255) // 256 * 256 + 256
+    return out
+
+
+def test_every_conformance_case_lowers_to_matching_kernels(sigs: dict[str, dict[str, list[str]]]) -> None:
+    backend = _FakeBackend(sigs)
+    lowered_ops: set[str] = set()
+    for case in conformance_cases(OPS):
+        program = case_program(case)
+        ctx = LowerCtx(backend, OPS)
+        tensors = _tensors(program)
+        for node in program.nodes:
+            steps = lower_node(ctx, node, [tensors[o] for o in node.operands], [tensors[r.name] for r in node.results])
+            assert steps, f"{case.id}: no steps"
+            for step in steps:
+                assert isinstance(step, Launch | Copy)
+                if isinstance(step, Launch):
+                    params = step.fn.params
+                    assert len(params) == len(step.args), f"{case.id}: {step.name} takes {params}, got {step.args}"
+                    for p, a in zip(params, step.args, strict=True):
+                        assert _width(p) == _arg_width(a), f"{case.id}: {step.name} param '{p}' given {a!r}"
+                    assert all(g >= 1 for g in step.grid) and step.block[0] % 32 == 0
+        lowered_ops.add(case.op)
+    assert lowered_ops == {op.name for op in OPS if op.cases is not None}
+
+
+def test_unsupported_dtype_names_op_and_backend(sigs: dict[str, dict[str, list[str]]]) -> None:
+    from dif.ir.builder import ProgramBuilder
+
+    b = ProgramBuilder("int-div")
+    x = b.input("x", (4,), "i32")
+    b.output(b.emit("div", x, x))
+    program = b.build()
+    ctx = LowerCtx(_FakeBackend(sigs), OPS)
+    t = _tensors(program)
+    node = program.nodes[0]
+    with pytest.raises(NotImplementedOnBackend, match="'div' on backend 'cuda'"):
+        lower_node(ctx, node, [t[o] for o in node.operands], [t[r.name] for r in node.results])
+
+
+def test_broadcast_strides_and_collapse() -> None:
+    assert broadcast_strides((4,), (2, 3, 4)) == [0, 0, 1]
+    assert broadcast_strides((3, 1), (2, 3, 4)) == [0, 1, 0]
+    shape, (a, b) = collapse([2, 3, 4], [[12, 4, 1], [0, 0, 1]])
+    assert shape == [6, 4] and a == [4, 1] and b == [0, 1]
+    shape, (a,) = collapse([1, 5, 1], [[5, 1, 1]])
+    assert shape == [5] and a == [1]
+    assert strided_meta([2, 3], [[3, 1], [3, 1]]) == [1, 6, 1, 1]

@@ -1,0 +1,383 @@
+"""The OpenCL executor: a prepared program whose `run` uploads inputs, enqueues pre-bound launches
+on one in-order queue, and reads back only the outputs (the last stage of the pipeline).
+
+Placement, decided once in `create`:
+- intermediates live in ONE device buffer of `plan.arena_bytes` at the planned offsets (kernels get
+  base buffer + element offset, which needs no CL_DEVICE_MEM_BASE_ADDR_ALIGN sub-buffers); when
+  the arena exceeds the device's largest allocation, each value gets a pool buffer instead,
+  reused after its last consumer in schedule order;
+- inputs, resident weights, per-node scratch and uploaded host results use pool buffers;
+  streamed weights share one staging buffer packed by lifetime and are uploaded before their
+  first consumer in every run;
+- tiny nodes whose operands are all host-known run on the host (see `HOST_EVAL_MAX_BYTES`).
+No kernel is followed by clFinish: the queue orders launches and `run` waits once, for the
+output reads. Buffers go back to the pool only after the last run's final event completes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from attrs import define, field
+
+from dif.dtypes import dtype_of
+from dif.errors import DifError, PlanBindingError, WeightError
+from dif.ir.program import Node, Program
+from dif.ir.types import TensorType
+from dif.ops.registry import OPS
+from dif.plan.plan import STREAMED, Buffer, Plan, align_up, check_plan
+from dif_backend_opencl.lower import LowerCtx, Ref, Slot, Step, lower_node
+
+if TYPE_CHECKING:
+    from dif_backend_opencl.device import OpenCLBackend
+
+BACKEND = "opencl"
+
+
+def _bytes_of(arr: np.ndarray) -> np.ndarray:
+    """A contiguous uint8 view (pyopencl cannot take ml_dtypes arrays through the buffer protocol)."""
+    return np.ascontiguousarray(arr).reshape(-1).view(np.uint8)
+
+
+def _matches(arr: Any, t: TensorType) -> bool:
+    try:
+        return tuple(arr.shape) == t.shape and dtype_of(np.asarray(arr)) == t.dtype
+    except (DifError, AttributeError, TypeError):
+        return False
+
+
+def _describe(arr: Any) -> str:
+    try:
+        return f"{dtype_of(np.asarray(arr)).value}{list(arr.shape)}"
+    except (DifError, AttributeError, TypeError):
+        return f"{getattr(arr, 'dtype', type(arr).__name__)}{list(getattr(arr, 'shape', ()))}"
+
+
+@define
+class Upload:
+    """Host array -> device, inside the step list (streamed weights)."""
+
+    node_id: int
+    dst: Ref
+    host: np.ndarray
+    bound: Any = None
+
+    def bind(self, library: Any, resolve: Any) -> None:
+        self.bound = resolve(self.dst.slot)
+
+    def enqueue(self, queue: Any) -> Any:
+        import pyopencl as cl
+
+        return cl.enqueue_copy(queue, self.bound, self.host, dst_offset=self.dst.byte_offset, is_blocking=False)
+
+
+def _node_bytes(program: Program, node: Node) -> int:
+    types = program.types
+    return sum(types[o].nbytes for o in node.operands) + sum(r.type.nbytes for r in node.results)
+
+
+def split_host_nodes(program: Program, plan: Plan, max_bytes: int) -> tuple[list[Node], list[Node], list[Node]]:
+    """(const nodes: params only, evaluated once; host nodes: evaluated every run; device nodes).
+    A node goes to the host when all its operands are host-known and it touches <= max_bytes."""
+    nodes = program.node_by_id
+    const_known = {p.name for p in program.params}
+    host_known = const_known | {v.name for v in program.inputs}
+    const, host, device = [], [], []
+    for node_id in plan.schedule:
+        node = nodes[node_id]
+        small = max_bytes > 0 and _node_bytes(program, node) <= max_bytes
+        if small and all(o in const_known for o in node.operands):
+            const.append(node)
+            const_known.update(r.name for r in node.results)
+            host_known.update(r.name for r in node.results)
+        elif small and all(o in host_known for o in node.operands):
+            host.append(node)
+            host_known.update(r.name for r in node.results)
+        else:
+            device.append(node)
+    return const, host, device
+
+
+def evaluate(node: Node, env: dict[str, np.ndarray]) -> None:
+    """Run one node with the op table's numpy reference, stored in its result types (as `interpret`)."""
+    outs = OPS.get(node.op).run_reference([env[o] for o in node.operands], node.attrs)
+    for value, arr in zip(node.results, outs, strict=True):
+        env[value.name] = np.asarray(arr).astype(value.type.dtype.np, copy=False).reshape(value.type.shape)
+
+
+@define
+class OpenCLExecutable:
+    """A program prepared on one OpenCL device. `run` is not reentrant (one arena)."""
+
+    backend: OpenCLBackend
+    program: Program
+    plan: Plan
+    steps: list[Any]
+    host_nodes: list[Node]
+    const_env: dict[str, np.ndarray]
+    input_slots: dict[str, Slot]
+    host_uploads: dict[str, Slot]  # run-time host results the device reads
+    outputs: dict[str, Ref]  # device-resident outputs
+    buffers: dict[Slot, Any]
+    weights: dict[str, np.ndarray]
+    owned: list[Any] = field(factory=list)
+    mode: str = "arena"
+    last_event: Any = None
+
+    @classmethod
+    def create(
+        cls, backend: OpenCLBackend, program: Program, plan: Plan, weights: Mapping[str, Any]
+    ) -> OpenCLExecutable:
+        from dif.plan.planner import fingerprint
+
+        got = fingerprint(program)
+        if got != plan.program_fingerprint:
+            raise PlanBindingError(
+                f"backend '{BACKEND}': plan was made for program {plan.program_fingerprint}, not '{program.name}' ({got})",
+                hint="re-plan this program",
+            )
+        check_plan(plan, program)
+        bound = _bind_weights(program, weights)
+        const, host, device = split_host_nodes(program, plan, backend.host_eval_max_bytes)
+        const_env: dict[str, np.ndarray] = dict(bound)
+        for node in const:
+            evaluate(node, const_env)
+        const_env = {k: v for k, v in const_env.items() if k not in bound}
+        return _Builder(backend, program, plan, bound, const_env, host, device).build()
+
+    # -- running ----------------------------------------------------------------------------------------
+    def run(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Execute once; returns host copies of the outputs by name."""
+        return self._run(inputs, None)
+
+    def run_profiled(self, inputs: Mapping[str, np.ndarray]) -> tuple[dict[str, np.ndarray], dict[int, float]]:
+        """`run`, plus device seconds per node id (needs `OpenCLBackend(profiling=True)`)."""
+        times: dict[int, float] = {}
+        return self._run(inputs, times), times
+
+    def _run(self, inputs: Mapping[str, np.ndarray], times: dict[int, float] | None) -> dict[str, np.ndarray]:
+        import pyopencl as cl
+
+        queue = self.backend.queue
+        env: dict[str, np.ndarray] = dict(self.const_env)
+        for v in self.program.inputs:
+            if v.name not in inputs:
+                raise DifError(f"backend '{BACKEND}': input '{v.name}' ({v.type}) was not provided")
+            if not _matches(inputs[v.name], v.type):
+                raise DifError(f"backend '{BACKEND}': input '{v.name}' expected {v.type}, got {_describe(inputs[v.name])}")
+            env[v.name] = np.asarray(inputs[v.name])
+        for name, slot in self.input_slots.items():
+            if env[name].nbytes:
+                cl.enqueue_copy(queue, self.buffers[slot], _bytes_of(env[name]), is_blocking=False)
+        if self.host_nodes:
+            env.update(self.weights)
+            for node in self.host_nodes:
+                evaluate(node, env)
+            for name, slot in self.host_uploads.items():
+                if env[name].nbytes:
+                    cl.enqueue_copy(queue, self.buffers[slot], _bytes_of(env[name]), is_blocking=False)
+        events = []
+        for step in self.steps:
+            event = step.enqueue(queue)
+            if times is not None:
+                events.append((step.node_id, event))
+        results: dict[str, np.ndarray] = {}
+        for name in self.program.outputs:
+            if name in env or name in self.weights:
+                results[name] = np.array(env.get(name, self.weights.get(name)), copy=True)
+            else:
+                ref = self.outputs[name]
+                raw = np.empty(ref.type.nbytes, np.uint8)
+                if raw.nbytes:
+                    cl.enqueue_copy(queue, raw, self.buffers[ref.slot], src_offset=ref.byte_offset, is_blocking=False)
+                results[name] = raw.view(ref.dtype.np).reshape(ref.type.shape)
+        self.last_event = cl.enqueue_marker(queue)
+        self.last_event.wait()
+        for node_id, event in events:
+            times[node_id] = times.get(node_id, 0.0) + (event.profile.end - event.profile.start) * 1e-9  # type: ignore[index]
+        return results
+
+    @property
+    def launches(self) -> int:
+        """Kernel launches and device copies per run."""
+        return len(self.steps)
+
+    def close(self) -> None:
+        """Give the device buffers back to the backend's pool once the last run has finished."""
+        if self.last_event is not None:
+            self.last_event.wait()
+            self.last_event = None
+        for buf in self.owned:
+            self.backend.pool.release(buf)
+        self.owned.clear()
+        self.buffers.clear()
+        self.steps.clear()
+
+    def __enter__(self) -> OpenCLExecutable:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _bind_weights(program: Program, weights: Mapping[str, Any]) -> dict[str, np.ndarray]:
+    bound: dict[str, np.ndarray] = {}
+    for p in program.params:
+        if p.name not in weights:
+            raise WeightError(
+                f"backend '{BACKEND}': parameter '{p.name}' ({p.type}) is missing from the weights",
+                hint="check the frontend's weight-name mapping for this checkpoint",
+            )
+        arr = weights[p.name]
+        if not _matches(arr, p.type):
+            raise WeightError(f"backend '{BACKEND}': parameter '{p.name}' expected {p.type}, got {_describe(arr)}")
+        bound[p.name] = np.asarray(arr)
+    return bound
+
+
+class _Builder:
+    """Places every value, lowers the device nodes and binds the launches (see module docstring)."""
+
+    def __init__(
+        self,
+        backend: OpenCLBackend,
+        program: Program,
+        plan: Plan,
+        weights: dict[str, np.ndarray],
+        const_env: dict[str, np.ndarray],
+        host: list[Node],
+        device: list[Node],
+    ) -> None:
+        self.backend, self.program, self.plan = backend, program, plan
+        self.weights, self.const_env, self.host, self.device = weights, const_env, host, device
+        self.refs: dict[str, Ref] = {}
+        self.sizes: dict[Slot, int] = {}
+        self.buffers: dict[Slot, Any] = {}
+        self.owned: list[Any] = []
+        self.mode = "arena" if plan.arena_bytes <= backend.info.max_alloc_bytes else "pool"
+
+    def _slot(self, key: str, nbytes: int) -> Slot:
+        slot = Slot(key)
+        self.sizes[slot] = max(self.sizes.get(slot, 0), nbytes)
+        return slot
+
+    def _acquire(self, nbytes: int) -> Any:
+        buf = self.backend.pool.acquire(nbytes)
+        self.owned.append(buf)
+        return buf
+
+    def build(self) -> OpenCLExecutable:
+        import pyopencl as cl
+
+        program, plan = self.program, self.plan
+        types = program.types
+        used = {o for n in self.device for o in n.operands} | set(program.outputs)
+        host_results = {r.name for n in self.host for r in n.results}
+        inputs = {v.name for v in program.inputs}
+        streamed = set(plan.streamed)
+        stream_refs = self._place_streamed(streamed)
+        input_slots, host_uploads = {}, {}
+        for name in used:
+            t = types[name]
+            if name in inputs:
+                input_slots[name] = self._slot(f"in:{name}", t.nbytes)
+                self.refs[name] = Ref(input_slots[name], 0, t)
+            elif name in self.weights and name not in streamed:
+                self.refs[name] = Ref(self._slot(f"w:{name}", t.nbytes), 0, t)
+            elif name in self.const_env:
+                self.refs[name] = Ref(self._slot(f"const:{name}", t.nbytes), 0, t)
+            elif name in host_results:
+                host_uploads[name] = self._slot(f"host:{name}", t.nbytes)
+                self.refs[name] = Ref(host_uploads[name], 0, t)
+        self.refs.update(stream_refs)
+        arena_slot = self._slot("arena", plan.arena_bytes) if self.mode == "arena" else None
+        for node in self.device:
+            for r in node.results:
+                b = plan.buffer_by_name[r.name]
+                if arena_slot is not None:
+                    self.refs[r.name] = Ref(arena_slot, b.offset // r.type.dtype.itemsize, r.type)
+                else:
+                    self.refs[r.name] = Ref(self._slot(f"val:{r.name}", r.type.nbytes), 0, r.type)
+        ctx = LowerCtx(row_group=self.backend.row_group, max_group=self.backend.info.max_work_group,
+                       options=self.backend.options)  # fmt: skip
+        first_use = self._first_streamed_use(streamed)
+        for node in self.device:
+            ctx.begin(node.id)
+            for name in first_use.get(node.id, ()):
+                ctx.steps.append(Upload(node.id, self.refs[name], _bytes_of(self.weights[name])))
+            lower_node(ctx, node, [self.refs[o] for o in node.operands], [self.refs[r.name] for r in node.results])
+        self._slot("scratch", ctx.scratch_bytes)
+        self._allocate()
+        queue = self.backend.queue
+        for slot, buf in self.buffers.items():  # weights and params-only host results: uploaded once
+            kind, _, name = slot.key.partition(":")
+            host = self.weights.get(name) if kind == "w" else self.const_env.get(name) if kind == "const" else None
+            if host is not None and host.nbytes:
+                cl.enqueue_copy(queue, buf, _bytes_of(host), is_blocking=False)
+        resolve = self.buffers.__getitem__
+        steps: list[Step | Upload] = list(ctx.steps)
+        for step in steps:
+            step.bind(self.backend.library, resolve)
+        queue.finish()
+        outputs = {name: self.refs[name] for name in program.outputs if name in self.refs and name not in inputs}
+        return OpenCLExecutable(
+            self.backend, program, plan, steps, self.host, self.const_env, input_slots, host_uploads, outputs,
+            self.buffers, self.weights, self.owned, self.mode,
+        )  # fmt: skip
+
+    def _place_streamed(self, streamed: set[str]) -> dict[str, Ref]:
+        """Streamed weights packed by lifetime (device schedule positions) into one 'stream' buffer."""
+        from dif.plan.planner import assign_arena
+
+        if not streamed:
+            return {}
+        position = {n.id: i for i, n in enumerate(self.device)}
+        spans: dict[str, list[int]] = {}
+        for node in self.device:
+            for o in node.operands:
+                if o in streamed:
+                    spans.setdefault(o, []).append(position[node.id])
+        types = self.program.types
+        raw = [Buffer(n, types[n].nbytes, align_up(types[n].nbytes), 0, min(s), max(s)) for n, s in spans.items()]
+        placed = assign_arena(raw)
+        slot = self._slot("stream", max((b.offset + b.size for b in placed), default=0))
+        return {b.name: Ref(slot, b.offset // types[b.name].dtype.itemsize, types[b.name]) for b in placed}
+
+    def _first_streamed_use(self, streamed: set[str]) -> dict[int, list[str]]:
+        seen: set[str] = set()
+        out: dict[int, list[str]] = {}
+        for node in self.device:
+            for o in dict.fromkeys(node.operands):
+                if o in streamed and o not in seen:
+                    seen.add(o)
+                    out.setdefault(node.id, []).append(o)
+        return out
+
+    def _allocate(self) -> None:
+        """Pool buffers for every slot; in pool mode values reuse buffers after their last use."""
+        if self.mode == "pool":
+            self._allocate_values()
+        for slot, size in self.sizes.items():
+            if slot not in self.buffers:
+                self.buffers[slot] = self._acquire(size)
+
+    def _allocate_values(self) -> None:
+        from dif_backend_opencl.memory import bucket
+
+        free: dict[int, list[Any]] = {}
+        by_step = sorted(
+            (b for b in self.plan.buffers if Slot(f"val:{b.name}") in self.sizes), key=lambda b: (b.first_use, b.name)
+        )
+        ends = sorted(by_step, key=lambda b: b.last_use)
+        done = 0
+        for b in by_step:
+            while done < len(ends) and ends[done].last_use < b.first_use:
+                old = self.buffers[Slot(f"val:{ends[done].name}")]
+                free.setdefault(int(old.size), []).append(old)
+                done += 1
+            size = bucket(b.nbytes)
+            reuse = free.get(size)
+            self.buffers[Slot(f"val:{b.name}")] = reuse.pop() if reuse else self._acquire(b.nbytes)
+

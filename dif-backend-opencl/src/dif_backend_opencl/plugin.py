@@ -1,0 +1,50 @@
+"""Entry point of dif-backend-opencl (`[project.entry-points.dif] opencl = "dif_backend_opencl.plugin"`):
+registers the OpenCL backend. pyopencl is imported only when availability or priority is asked.
+
+Priority: 10 (above cpu's 0, below cuda) when a GPU or accelerator OpenCL device exists; -10 when
+the only devices are CPUs (PoCL), so the numpy CPU backend stays the default there. Deciding it
+enumerates platforms once per process (~0.3 s with pyopencl's import); without pyopencl it is -10.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import dif
+from dif.backend import Availability, Backend, BackendInfo
+
+
+def _create() -> Backend:
+    from dif_backend_opencl.device import OpenCLBackend
+
+    return OpenCLBackend()  # type: ignore[return-value]
+
+
+def _available() -> Availability:
+    from dif_backend_opencl.device import availability
+
+    return availability()
+
+
+def _priority() -> int:
+    from dif_backend_opencl.device import PRIORITY_CPU_ONLY, priority
+
+    try:
+        return priority()
+    except Exception:  # a broken ICD must not break backend listing
+        return PRIORITY_CPU_ONLY
+
+
+def info() -> BackendInfo:
+    return BackendInfo(
+        name="opencl",
+        priority=_priority(),
+        description="pyopencl kernels on any OpenCL 1.2+ device (PoCL on CPUs, AMD / Intel / NVIDIA GPUs)",
+        is_available=_available,
+        create=_create,
+    )
+
+
+@dif.hookimpl
+def register_backends(register: Callable[[BackendInfo], None]) -> None:
+    register(info())

@@ -1,0 +1,118 @@
+"""Media output, images: decoded pixels -> PNG with generation metadata, written atomically.
+
+Where it sits: the last stage of an image pipeline. Two text chunks are written:
+  `parameters`  A1111-style text (prompt, "Negative prompt: ...", "Steps: 4, Sampler: ..., Seed: ...")
+                that image viewers, A1111/Forge and civitai already parse;
+  `dif`         the same settings as JSON, for tools (schema'd by the caller's dict).
+The file appears complete or not at all (temp file in the same folder, then rename).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from dif.errors import DifError
+from dif.serialize.container import write_atomic
+
+JSON_KEY = "dif"
+PARAMETERS_KEY = "parameters"
+
+
+def to_uint8(image: np.ndarray, *, value_range: str = "-1,1") -> np.ndarray:
+    """(H, W, C) or (C, H, W) float image -> (H, W, C) uint8.
+
+    value_range "-1,1": x/2 + 0.5 first (a VAE's output); "0,1": as is. Then clamp to [0, 1] and
+    round(x * 255), as diffusers' image processor does (ties to even, like torch/numpy round).
+    """
+    arr = np.asarray(image, dtype=np.float32)
+    if arr.ndim != 3:
+        raise DifError(f"expected one image of rank 3, got shape {list(arr.shape)}")
+    if arr.shape[0] in (1, 3, 4) and arr.shape[-1] not in (1, 3, 4):
+        arr = arr.transpose(1, 2, 0)
+    if value_range == "-1,1":
+        arr = arr * np.float32(0.5) + np.float32(0.5)
+    elif value_range != "0,1":
+        raise DifError(f"unknown value range '{value_range}'", hint="use '-1,1' or '0,1'")
+    arr = np.clip(arr, 0.0, 1.0)
+    return np.round(arr * np.float32(255.0)).astype(np.uint8)
+
+
+def format_parameters(prompt: str, negative_prompt: str | None, settings: Mapping[str, Any]) -> str:
+    """A1111 `parameters` text: prompt line(s), optional `Negative prompt:` line, then `Key: value`
+    pairs joined by ", " (values containing ',' or ':' are JSON-quoted, as A1111 does)."""
+    lines = [prompt]
+    if negative_prompt:
+        lines.append(f"Negative prompt: {negative_prompt}")
+    pairs = []
+    for key, value in settings.items():
+        if value is None:
+            continue
+        text = str(value)
+        if any(c in text for c in ",:\n"):
+            text = json.dumps(text, ensure_ascii=False)
+        pairs.append(f"{key}: {text}")
+    if pairs:
+        lines.append(", ".join(pairs))
+    return "\n".join(lines)
+
+
+def encode_png(
+    pixels: np.ndarray, *, parameters: str | None = None, metadata: Mapping[str, Any] | None = None
+) -> bytes:
+    """PNG bytes of an (H, W, 3|4|1) uint8 image with the two metadata chunks."""
+    from PIL import Image, PngImagePlugin
+
+    arr = np.asarray(pixels)
+    if arr.dtype != np.uint8 or arr.ndim != 3 or arr.shape[-1] not in (1, 3, 4):
+        raise DifError(f"encode_png wants (H, W, 1|3|4) uint8 pixels, got {arr.dtype}{list(arr.shape)}")
+    mode = {1: "L", 3: "RGB", 4: "RGBA"}[arr.shape[-1]]
+    image = Image.fromarray(arr[..., 0] if mode == "L" else arr, mode=mode)
+    info = PngImagePlugin.PngInfo()
+    if parameters is not None:
+        info.add_text(PARAMETERS_KEY, parameters)  # tEXt when latin-1, else iTXt (Pillow decides)
+    if metadata is not None:
+        info.add_itxt(JSON_KEY, json.dumps(dict(metadata), ensure_ascii=False, sort_keys=True))
+    buf = io.BytesIO()
+    image.save(buf, format="PNG", pnginfo=info)
+    return buf.getvalue()
+
+
+def write_png(
+    path: str | Path,
+    pixels: np.ndarray,
+    *,
+    parameters: str | None = None,
+    metadata: Mapping[str, Any] | None = None,
+) -> Path:
+    """Encode and write atomically; returns the path. The folder must exist (no surprise mkdirs)."""
+    path = Path(path)
+    if not path.parent.is_dir():
+        raise DifError(f"cannot write {path}: folder {path.parent} does not exist")
+    data = encode_png(pixels, parameters=parameters, metadata=metadata)
+    try:
+        write_atomic(path, data)
+    except OSError as exc:
+        raise DifError(f"cannot write {path}: {exc.strerror}") from None
+    return path
+
+
+def read_png_metadata(path: str | Path) -> dict[str, Any]:
+    """{'parameters': str | None, 'dif': dict | None, 'size': (W, H), 'mode': str} of a PNG."""
+    from PIL import Image
+
+    with Image.open(path) as image:
+        text = dict(getattr(image, "text", {}))
+        size, mode = image.size, image.mode
+    raw = text.get(JSON_KEY)
+    return {
+        PARAMETERS_KEY: text.get(PARAMETERS_KEY),
+        JSON_KEY: json.loads(raw) if raw else None,
+        "size": size,
+        "mode": mode,
+    }

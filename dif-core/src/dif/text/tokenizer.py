@@ -1,0 +1,168 @@
+"""Text conditioning, step 1: a checkpoint's own tokenizer files -> token ids and attention masks.
+
+Where it sits: a frontend formats the prompt (`dif.text.chat`), tokenizes it here, and feeds the
+ids and mask to its text-encoder program. Built on the `tokenizers` library, loaded from either
+  tokenizer.json                         (the serialized fast tokenizer), or
+  vocab.json + merges.txt                (byte-level BPE, Qwen2-style pre-tokenization), plus
+  tokenizer_config.json                  (added/special tokens with their ids, pad token;
+                                          `additional_special_tokens` not yet known get the next ids).
+Padding and truncation are done here in numpy, not by the library, so the rule is explicit:
+truncate to the first `max_length` tokens, pad on the right with the pad token, mask 1/0.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from dif.errors import CheckpointError, DifError
+
+# Qwen2/Qwen3 pre-tokenization: contractions, letter runs with one optional leading non-letter,
+# single digits, punctuation runs with trailing newlines, newline runs, and whitespace (a space
+# before a word stays attached to that word). Part of the tokenizer's definition: ids change if
+# this changes, so tests compare against the reference tokenizer.
+QWEN2_SPLIT_PATTERN = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)"
+    r"|[^\r\n\p{L}\p{N}]?\p{L}+"
+    r"|\p{N}"
+    r"| ?[^\s\p{L}\p{N}]+[\r\n]*"
+    r"|\s*[\r\n]+"
+    r"|\s+(?!\S)"
+    r"|\s+"
+)
+
+
+def _token_text(value: Any) -> str | None:
+    if isinstance(value, dict):
+        value = value.get("content")
+    return value if isinstance(value, str) else None
+
+
+class TextTokenizer:
+    """Ids and masks for prompts; see the module docstring for where the files come from."""
+
+    def __init__(self, backend: Any, *, pad_token: str | None, source: str) -> None:
+        self.backend = backend
+        self.source = source
+        self.pad_token = pad_token
+        self.pad_id = None if pad_token is None else backend.token_to_id(pad_token)
+        if pad_token is not None and self.pad_id is None:
+            raise CheckpointError(f"{source}: pad token {pad_token!r} is not in the vocabulary")
+
+    # -- loading -------------------------------------------------------------------------------
+    @classmethod
+    def from_folder(cls, folder: str | Path) -> TextTokenizer:
+        """Load from a tokenizer folder (tokenizer.json preferred over vocab.json + merges.txt)."""
+        from tokenizers import Tokenizer
+
+        folder = Path(folder)
+        if not folder.is_dir():
+            raise CheckpointError(f"{folder}: tokenizer folder does not exist")
+        config = _read_json(folder / "tokenizer_config.json") if (folder / "tokenizer_config.json").is_file() else {}
+        if (folder / "tokenizer.json").is_file():
+            try:
+                backend = Tokenizer.from_file(str(folder / "tokenizer.json"))
+            except Exception as exc:  # the library raises plain Exception subclasses
+                raise CheckpointError(f"{folder / 'tokenizer.json'}: cannot load: {exc}") from None
+            backend.no_padding()
+            backend.no_truncation()
+        elif (folder / "vocab.json").is_file() and (folder / "merges.txt").is_file():
+            backend = _byte_level_bpe(folder, config)
+        else:
+            raise CheckpointError(
+                f"{folder}: no tokenizer.json and no vocab.json + merges.txt",
+                hint="point at the checkpoint's tokenizer/ folder",
+            )
+        return cls(backend, pad_token=_token_text(config.get("pad_token")), source=str(folder))
+
+    # -- use -----------------------------------------------------------------------------------
+    def encode(self, text: str) -> list[int]:
+        """Token ids of `text`, special-token strings in it recognised, nothing added around it."""
+        return list(self.backend.encode(text, add_special_tokens=False).ids)
+
+    def decode(self, ids: Sequence[int], *, skip_special_tokens: bool = False) -> str:
+        return str(self.backend.decode(list(ids), skip_special_tokens=skip_special_tokens))
+
+    def token_to_id(self, token: str) -> int | None:
+        result = self.backend.token_to_id(token)
+        return None if result is None else int(result)
+
+    def encode_batch(self, texts: Sequence[str], max_length: int) -> tuple[np.ndarray, np.ndarray]:
+        """(ids, mask), both int64 [len(texts), max_length]: truncated to the first `max_length`
+        tokens, right-padded with the pad token; mask is 1 on real tokens, 0 on padding."""
+        if self.pad_id is None:
+            raise DifError(f"tokenizer {self.source} has no pad token; cannot pad to {max_length}")
+        ids = np.full((len(texts), max_length), self.pad_id, dtype=np.int64)
+        mask = np.zeros((len(texts), max_length), dtype=np.int64)
+        for row, text in enumerate(texts):
+            tokens = self.encode(text)[:max_length]
+            ids[row, : len(tokens)] = tokens
+            mask[row, : len(tokens)] = 1
+        return ids, mask
+
+    @property
+    def vocab_size(self) -> int:
+        """Number of ids, added tokens included."""
+        return int(self.backend.get_vocab_size(with_added_tokens=True))
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise CheckpointError(f"{path}: cannot read tokenizer settings ({exc})") from None
+    if not isinstance(data, dict):
+        raise CheckpointError(f"{path}: expected a JSON object")
+    return data
+
+
+def _byte_level_bpe(folder: Path, config: dict[str, Any]) -> Any:
+    """A Qwen2-style byte-level BPE from vocab.json + merges.txt, then the added tokens of
+    tokenizer_config.json in id order (each must land on the id the config gives it)."""
+    from tokenizers import AddedToken, Regex, Tokenizer, decoders, normalizers, pre_tokenizers
+    from tokenizers.models import BPE
+
+    try:
+        vocab, merges = BPE.read_file(str(folder / "vocab.json"), str(folder / "merges.txt"))
+    except Exception as exc:
+        raise CheckpointError(f"{folder}: cannot read vocab.json / merges.txt: {exc}") from None
+    backend = Tokenizer(BPE(vocab, merges, unk_token=None, fuse_unk=False, byte_fallback=False))
+    backend.normalizer = normalizers.NFC()
+    backend.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(QWEN2_SPLIT_PATTERN), behavior="isolated", invert=False),
+            pre_tokenizers.ByteLevel(add_prefix_space=bool(config.get("add_prefix_space", False)), use_regex=False),
+        ]
+    )
+    backend.decoder = decoders.ByteLevel()
+    added = config.get("added_tokens_decoder") or {}
+    for key in sorted(added, key=int):
+        spec = added[key]
+        token = AddedToken(
+            spec["content"],
+            single_word=bool(spec.get("single_word", False)),
+            lstrip=bool(spec.get("lstrip", False)),
+            rstrip=bool(spec.get("rstrip", False)),
+            normalized=bool(spec.get("normalized", not spec.get("special", False))),
+            special=bool(spec.get("special", False)),
+        )
+        if spec.get("special", False):
+            backend.add_special_tokens([token])
+        else:
+            backend.add_tokens([token])
+        got = backend.token_to_id(spec["content"])
+        if got != int(key):
+            raise CheckpointError(
+                f"{folder}: added token {spec['content']!r} got id {got}, tokenizer_config.json says {key}",
+                hint="vocab.json and tokenizer_config.json come from different tokenizers",
+            )
+    # Special tokens named only in `additional_special_tokens` get the next free ids, in list order.
+    for extra in config.get("additional_special_tokens") or []:
+        text = _token_text(extra)
+        if text is not None and backend.token_to_id(text) is None:
+            backend.add_special_tokens([AddedToken(text, special=True, normalized=False)])
+    return backend

@@ -1,0 +1,42 @@
+"""Checkpoint tensors: safetensors files, sharded indexes, renaming rules and binding to programs.
+
+Where it sits: frontends open a checkpoint here (`open_component`, `open_safetensors`), present it
+under program names (`MappedSource`), and `bind_weights` checks it against a program before a
+backend's `prepare` receives the weights. Nothing is read until a tensor is used (memmap).
+"""
+
+from dif.weights.bind import BoundWeights, Conversion, bind_weights
+from dif.weights.remap import Chunk, DropUnitAxes, MappedSource, Rule, SwapHalves
+from dif.weights.safetensors_file import SafetensorsFile, TensorInfo, encode_safetensors, read_header, save_safetensors
+from dif.weights.source import (
+    ArraySource,
+    FileSource,
+    TensorSource,
+    open_component,
+    open_index,
+    open_safetensors,
+    weight_file_names,
+)
+
+__all__ = [
+    "ArraySource",
+    "BoundWeights",
+    "Chunk",
+    "Conversion",
+    "DropUnitAxes",
+    "FileSource",
+    "MappedSource",
+    "Rule",
+    "SafetensorsFile",
+    "SwapHalves",
+    "TensorInfo",
+    "TensorSource",
+    "bind_weights",
+    "encode_safetensors",
+    "open_component",
+    "open_index",
+    "open_safetensors",
+    "read_header",
+    "save_safetensors",
+    "weight_file_names",
+]

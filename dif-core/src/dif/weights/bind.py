@@ -1,0 +1,173 @@
+"""Checkpoint access, step 4: bind a source to a program's parameters, checking everything first.
+
+`bind_weights` compares every parameter of the program with the checkpoint before any data is
+read: missing tensors, unexpected ones, wrong shapes and unusable dtypes are gathered into one
+`WeightError` that names each tensor and the file it lives in. Float dtypes convert (a bf16
+checkpoint runs an f32 program and vice versa); the conversion happens on first access and is
+cached, and same-dtype tensors stay zero-copy memmap views.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Iterator, Mapping
+
+import numpy as np
+from attrs import frozen
+
+from dif.dtypes import DType
+from dif.errors import WeightError
+from dif.ir.program import Program
+from dif.weights.source import TensorSource
+
+FLOAT_SOURCES = {"F64", "F32", "F16", "BF16", "F8_E4M3", "F8_E5M2"}
+MAX_LISTED = 12
+
+
+@frozen
+class Conversion:
+    param: str
+    tensor: str
+    source_dtype: str
+    target_dtype: str
+
+
+class BoundWeights(Mapping[str, np.ndarray]):
+    """Parameter name -> array for one program; converts dtypes lazily and caches the result."""
+
+    def __init__(
+        self,
+        source: TensorSource,
+        names: Mapping[str, str],
+        targets: Mapping[str, DType],
+        conversions: list[Conversion],
+    ) -> None:
+        self.source = source
+        self._names = dict(names)
+        self._targets = dict(targets)
+        self._convert = {c.param for c in conversions}
+        self.conversions = tuple(conversions)
+        self._cache: dict[str, np.ndarray] = {}
+
+    def __getitem__(self, param: str) -> np.ndarray:
+        cached = self._cache.get(param)
+        if cached is not None:
+            return cached
+        arr = self.source[self._names[param]]
+        if param in self._convert:
+            arr = np.asarray(arr, dtype=np.float32).astype(self._targets[param].np)
+            self._cache[param] = arr
+        return arr
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._names)
+
+    def __len__(self) -> int:
+        return len(self._names)
+
+    def tensor_of(self, param: str) -> str:
+        return self._names[param]
+
+    def materialize(self) -> dict[str, np.ndarray]:
+        """Every parameter read (and converted) now; returns a plain dict."""
+        return {p: self[p] for p in self._names}
+
+
+def bind_weights(
+    program: Program,
+    source: TensorSource,
+    mapping: Mapping[str, str] | Callable[[str], str] | None = None,
+    *,
+    ignore: Iterable[str] | Callable[[str], bool] = (),
+    convert: bool = True,
+) -> BoundWeights:
+    """Check `source` against `program.params` and return the bound weights.
+
+    mapping: param name -> checkpoint tensor name (a dict or a function); identity by default.
+    ignore:  checkpoint tensors the program legitimately does not use (regexes, matched in
+             full, or a predicate), e.g. `lm_head.weight` or encoder halves of a VAE.
+    convert: allow float -> float dtype conversion; otherwise a dtype mismatch is an error.
+
+    Raises one `WeightError` listing every missing, mis-shaped, mis-typed and unexpected tensor.
+    """
+    if mapping is None:
+        name_of: Callable[[str], str] = lambda p: p  # noqa: E731
+    elif callable(mapping):
+        name_of = mapping
+    else:
+        table = dict(mapping)
+        name_of = lambda p: table.get(p, p)  # noqa: E731
+    ignored = _ignore_predicate(ignore)
+
+    names: dict[str, str] = {}
+    targets: dict[str, DType] = {}
+    conversions: list[Conversion] = []
+    missing: list[str] = []
+    misshaped: list[str] = []
+    mistyped: list[str] = []
+    for param in program.params:
+        tensor = name_of(param.name)
+        names[param.name] = tensor
+        targets[param.name] = param.type.dtype
+        want = param.type
+        alias = "" if tensor == param.name else f" (program parameter '{param.name}')"
+        if tensor not in source:
+            missing.append(f"'{tensor}'{alias}: expected {want}, not found in {source.label}")
+            continue
+        info = source.info(tensor)
+        if info.shape != want.shape:
+            misshaped.append(
+                f"'{tensor}'{alias} in {source.file_of(tensor)}: "
+                f"checkpoint has {info.describe()}, program expects {want}"
+            )
+            continue
+        if info.dtype == want.dtype.safetensors_name:
+            continue
+        if convert and info.dtype in FLOAT_SOURCES and want.dtype.is_float:
+            conversions.append(Conversion(param.name, tensor, info.dtype, want.dtype.value))
+        else:
+            why = "" if convert else " (conversion disabled)"
+            mistyped.append(
+                f"'{tensor}'{alias} in {source.file_of(tensor)}: checkpoint dtype {info.dtype} cannot feed {want}{why}"
+            )
+    used = set(names.values())
+    unexpected = [
+        f"'{n}' in {source.file_of(n)} ({source.info(n).describe()})"
+        for n in source.names()
+        if n not in used and not ignored(n)
+    ]
+    problems = [
+        ("missing", missing),
+        ("mis-shaped", misshaped),
+        ("mis-typed", mistyped),
+        ("unexpected (not used by the program)", unexpected),
+    ]
+    if any(items for _, items in problems):
+        raise WeightError(_report(program.name, source.label, problems), hint=_hint(missing, unexpected))
+    return BoundWeights(source, names, targets, conversions)
+
+
+def _ignore_predicate(ignore: Iterable[str] | Callable[[str], bool]) -> Callable[[str], bool]:
+    if callable(ignore):
+        return ignore
+    patterns = [re.compile(p) for p in ignore]
+    return lambda name: any(p.fullmatch(name) for p in patterns)
+
+
+def _report(program: str, label: str, problems: list[tuple[str, list[str]]]) -> str:
+    counts = ", ".join(f"{len(items)} {kind.split(' ')[0]}" for kind, items in problems if items)
+    lines = [f"checkpoint {label} does not fit program '{program}' ({counts})"]
+    for kind, items in problems:
+        for item in items[:MAX_LISTED]:
+            lines.append(f"  {kind}: {item}")
+        if len(items) > MAX_LISTED:
+            lines.append(f"  ... and {len(items) - MAX_LISTED} more {kind.split(' ')[0]}")
+    return "\n".join(lines)
+
+
+def _hint(missing: list[str], unexpected: list[str]) -> str | None:
+    if missing and unexpected:
+        return "tensors are missing and others are unused: is this the right model size / layout (or a key prefix)?"
+    if missing:
+        return "the checkpoint is incomplete or belongs to another model"
+    return None

@@ -1,0 +1,103 @@
+"""The physical-format registry: legality comes from TargetProfile lists, never device names."""
+
+from __future__ import annotations
+
+import pytest
+
+from dif.errors import PluginError, UsageError
+from dif.formats import (
+    FORMATS,
+    TENSOR_CORE_FORMATS,
+    FormatRegistry,
+    PhysicalFormat,
+    Usage,
+    assess,
+    formats_table,
+    legal_on,
+)
+from dif.target import TargetProfile
+
+CPU_LIKE = TargetProfile(backend="cpu", device="host", dtypes=("f32", "f16", "bf16", "f8e4m3", "i8", "u8"))
+FP8_GPU = TargetProfile(
+    backend="fake",
+    device="whatever",
+    dtypes=("f32", "f16", "bf16", "f8e4m3", "f8e5m2", "i8", "u8"),
+    tensor_core_formats=("bf16", "fp16", "fp8-e4m3", "fp8-e5m2", "int8"),
+)
+
+
+def test_core_formats_are_registered():
+    names = [f.name for f in FORMATS]
+    for name in ("fp32", "bf16", "fp16", "fp8-e4m3", "fp8-e5m2", "int8", "int4-group", "nvfp4"):
+        assert name in names
+    assert FORMATS.get("int4-group").group_size == 128
+    assert FORMATS.get("int8").scale == "per-channel"
+
+
+def test_every_required_tensor_core_format_is_in_the_vocabulary():
+    for fmt in FORMATS:
+        for tc in fmt.requires_tensor_core:
+            assert tc in TENSOR_CORE_FORMATS, (fmt.name, tc)
+
+
+def test_fp8_needs_the_tensor_core_format_listed_by_the_profile():
+    ok, reason = legal_on("fp8-e4m3", CPU_LIKE)
+    assert not ok
+    assert "tensor-core format 'fp8-e4m3'" in reason
+    ok, reason = legal_on("fp8-e4m3", FP8_GPU)
+    assert ok, reason
+
+
+def test_legality_ignores_the_device_name():
+    renamed = TargetProfile(backend="cuda", device="NVIDIA H200", arch="sm_90", dtypes=CPU_LIKE.dtypes)
+    assert legal_on("fp8-e4m3", renamed) == legal_on("fp8-e4m3", CPU_LIKE)
+
+
+def test_missing_dtype_is_the_reason():
+    f32_only = TargetProfile(backend="x", device="y", dtypes=("f32",))
+    ok, reason = legal_on(FORMATS.get("bf16"), f32_only)
+    assert not ok
+    assert "dtype 'bf16'" in reason and "f32" in reason
+
+
+def test_capability_requirement():
+    fmt = PhysicalFormat(
+        name="needs-cap",
+        description="d",
+        storage_dtype="u8",
+        bits=4,
+        usage=Usage.HOOK_ONLY,
+        usage_reason="r",
+        requires_capabilities=("int4-unpack",),
+    )
+    assert legal_on(fmt, CPU_LIKE)[0] is False
+    with_cap = TargetProfile(backend="x", device="y", capabilities=("int4-unpack",))
+    assert legal_on(fmt, with_cap)[0] is True
+
+
+def test_verdicts_and_searchable():
+    rows = {v.format: v for v in formats_table(FP8_GPU)}
+    assert rows["fp8-e4m3"].searchable
+    assert not rows["fp8-e5m2"].searchable  # legal but hook only
+    assert rows["fp8-e5m2"].legal
+    assert not rows["nvfp4"].legal
+    assert rows["int8"].usage is Usage.EXECUTION_POLICY and not rows["int8"].searchable
+    as_dict = assess("bf16", FP8_GPU).to_dict()
+    assert as_dict["usage"] == "search candidate"
+    assert set(as_dict) == {"format", "legal", "reason", "usage", "usage_reason", "searchable"}
+
+
+def test_registry_duplicates_and_unknown_names():
+    reg = FormatRegistry()
+    fmt = FORMATS.get("bf16")
+    reg.register(fmt)
+    reg.register(fmt)  # the same definition again is fine (plugins re-registering)
+    other = PhysicalFormat(
+        name="bf16", description="other", storage_dtype="bf16", bits=16, usage="hook only", usage_reason="r"
+    )
+    with pytest.raises(PluginError, match="already registered"):
+        reg.register(other)
+    with pytest.raises(UsageError, match="unknown physical format 'nope'"):
+        reg.get("nope")
+    with pytest.raises(PluginError):
+        reg.register("bf16")  # type: ignore[arg-type]

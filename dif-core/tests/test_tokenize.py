@@ -1,0 +1,79 @@
+"""dif.text: ChatML formatting and the tokenizer over real Qwen files (vocab.json + merges.txt)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from dif.errors import CheckpointError
+from dif.text import Message, TextTokenizer, chatml
+
+QWEN = Path(__file__).resolve().parents[3] / "shared" / "tokenizers" / "qwen3-vl"
+if not QWEN.is_dir():
+    QWEN = Path("/work/shared/tokenizers/qwen3-vl")
+needs_qwen = pytest.mark.skipif(not QWEN.is_dir(), reason=f"Qwen tokenizer files not found at {QWEN}")
+
+PROMPTS = [
+    "A cat holding a sign that says hello world",
+    "  spaces\n\nnewlines\ttabs 1234567 héllo wörld 你好世界 🐱 don't I'll",
+    "",
+    "<think> literal special tokens <|im_end|> <d> inside",
+]
+
+
+def test_chatml_qwen3_no_thinking() -> None:
+    text = chatml([Message("user", "a cat")], enable_thinking=False)
+    assert text == "<|im_start|>user\na cat<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n"
+    assert chatml([Message("user", "x")]).endswith("<|im_start|>assistant\n")
+    assert chatml([Message("system", "s"), Message("user", "u")], add_generation_prompt=False) == (
+        "<|im_start|>system\ns<|im_end|>\n<|im_start|>user\nu<|im_end|>\n"
+    )
+
+
+@needs_qwen
+def test_special_tokens_and_padding() -> None:
+    tok = TextTokenizer.from_folder(QWEN)
+    assert tok.pad_id == 151643  # <|endoftext|>
+    ids = tok.encode(chatml([Message("user", "hi")], enable_thinking=False))
+    assert ids[0] == tok.token_to_id("<|im_start|>") == 151644
+    assert tok.token_to_id("<think>") in ids and tok.token_to_id("</think>") in ids
+    batch, mask = tok.encode_batch(["hi", "word " * 600], max_length=16)
+    assert batch.shape == mask.shape == (2, 16) and batch.dtype == np.int64
+    assert mask[0].sum() == 1 and (batch[0, 1:] == 151643).all()
+    assert mask[1].all()  # truncated to the first 16 tokens
+    assert tok.decode(tok.encode("héllo 你好")) == "héllo 你好"
+
+
+@needs_qwen
+def test_bad_folders(tmp_path: Path) -> None:
+    with pytest.raises(CheckpointError, match="no tokenizer.json"):
+        TextTokenizer.from_folder(tmp_path)
+    shutil.copy(QWEN / "vocab.json", tmp_path / "vocab.json")
+    shutil.copy(QWEN / "merges.txt", tmp_path / "merges.txt")
+    config = json.loads((QWEN / "tokenizer_config.json").read_text())
+    config["added_tokens_decoder"] = {"5": config["added_tokens_decoder"]["151643"]}
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps(config))
+    with pytest.raises(CheckpointError, match="got id 151643, tokenizer_config.json says 5"):
+        TextTokenizer.from_folder(tmp_path)
+
+
+@pytest.mark.oracle
+@needs_qwen
+def test_matches_transformers_tokenizer(tmp_path: Path) -> None:
+    transformers = pytest.importorskip("transformers")
+    ref = transformers.AutoTokenizer.from_pretrained(str(QWEN))
+    ours = TextTokenizer.from_folder(QWEN)
+    texts = [chatml([Message("user", p)], enable_thinking=False) for p in PROMPTS]
+    ids, mask = ours.encode_batch(texts, 64)
+    r = ref(texts, padding="max_length", max_length=64, truncation=True)
+    np.testing.assert_array_equal(ids, np.array(r["input_ids"]))
+    np.testing.assert_array_equal(mask, np.array(r["attention_mask"]))
+    # tokenizer.json path: the serialized fast tokenizer loads to the same ids
+    ref.save_pretrained(str(tmp_path))
+    assert (tmp_path / "tokenizer.json").is_file()
+    from_json = TextTokenizer.from_folder(tmp_path)
+    np.testing.assert_array_equal(from_json.encode_batch(texts, 64)[0], ids)

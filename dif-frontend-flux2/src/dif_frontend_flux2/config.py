@@ -1,0 +1,392 @@
+"""FLUX.2 [klein] configuration: parsed from a diffusers folder's JSON files before any building.
+
+`Flux2TransformerConfig`, `Qwen3Config` and `Flux2VaeConfig` hold exactly the fields the DiffIR
+builders need (model.py, text_encoder.py, vae.py); `Flux2PipelineInfo` reads model_index.json.
+Every field is validated here so builders can trust their config.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Self, TypeVar
+
+from attrs import fields, frozen
+
+from dif.errors import CheckpointError
+
+T = TypeVar("T")
+
+
+class ConfigError(CheckpointError):
+    """A config.json / model_index.json is missing, malformed or describes an unsupported model."""
+
+
+def _read_json(path: str | Path) -> dict[str, Any]:
+    p = Path(path)
+    try:
+        data = json.loads(p.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"{p}: file not found", hint="point at a diffusers folder (model_index.json + components)") from None
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{p}: not valid JSON ({exc})") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{p}: expected a JSON object, got {type(data).__name__}")
+    return data
+
+
+def _pos_int(what: str, name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ConfigError(f"{what}: '{name}' must be a positive integer, got {value!r}")
+    return value
+
+
+def _pos_float(what: str, name: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+        raise ConfigError(f"{what}: '{name}' must be a positive number, got {value!r}")
+    return float(value)
+
+
+def _int_tuple(what: str, name: str, value: Any) -> tuple[int, ...]:
+    if not isinstance(value, list | tuple) or not value:
+        raise ConfigError(f"{what}: '{name}' must be a non-empty list of integers, got {value!r}")
+    return tuple(_pos_int(what, f"{name}[{i}]", v) for i, v in enumerate(value))
+
+
+def _from_known(
+    cls: type[T], what: str, data: Mapping[str, Any], ignored: frozenset[str], strict: bool
+) -> dict[str, Any]:
+    """The subset of `data` naming fields of `cls`; with `strict`, other keys (not `_*`, not in
+    `ignored`) are errors, since an unknown key may change the architecture."""
+    names = {f.name for f in fields(cls)}  # type: ignore[arg-type]
+    if strict:
+        unknown = sorted(k for k in data if k not in names and k not in ignored and not k.startswith("_"))
+        if unknown:
+            raise ConfigError(
+                f"{what}: unknown config keys {', '.join(unknown)}",
+                hint="this diffusers version may have added options dif does not implement yet",
+            )
+    return {k: v for k, v in data.items() if k in names}
+
+
+def _load(cls: type[T], path: str | Path) -> T:
+    data = _read_json(path)
+    try:
+        return cls.from_dict(data)  # type: ignore[attr-defined, no-any-return]
+    except ConfigError as exc:
+        raise ConfigError(f"{path}: {exc}") from None
+
+
+# -- transformer ---------------------------------------------------------------------------------
+
+
+@frozen
+class Flux2TransformerConfig:
+    """Flux2Transformer2DModel config (diffusers transformer/config.json)."""
+
+    num_layers: int
+    num_single_layers: int
+    num_attention_heads: int
+    attention_head_dim: int
+    joint_attention_dim: int
+    in_channels: int = 128
+    out_channels: int | None = None
+    patch_size: int = 1
+    timestep_guidance_channels: int = 256
+    mlp_ratio: float = 3.0
+    axes_dims_rope: tuple[int, ...] = (32, 32, 32, 32)
+    rope_theta: float = 2000.0
+    eps: float = 1e-6
+    guidance_embeds: bool = False
+
+    @property
+    def inner_dim(self) -> int:
+        return self.num_attention_heads * self.attention_head_dim
+
+    @property
+    def mlp_hidden(self) -> int:
+        return int(self.inner_dim * self.mlp_ratio)
+
+    @property
+    def out_dim(self) -> int:
+        return self.out_channels or self.in_channels
+
+    @classmethod
+    def from_json(cls, path: str | Path) -> Self:
+        """Parse a JSON file; errors name the file."""
+        return _load(cls, path)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Flux2TransformerConfig:
+        what = "Flux2 transformer config"
+        cls_name = data.get("_class_name", "Flux2Transformer2DModel")
+        if cls_name != "Flux2Transformer2DModel":
+            raise ConfigError(f"{what}: _class_name is {cls_name!r}, expected 'Flux2Transformer2DModel'")
+        kw = _from_known(cls, what, data, frozenset(), strict=True)
+        missing = [n for n in ("num_layers", "num_single_layers", "num_attention_heads", "attention_head_dim",
+                               "joint_attention_dim") if n not in kw]
+        if missing:
+            raise ConfigError(f"{what}: missing keys {', '.join(missing)}")
+        for n in ("num_attention_heads", "attention_head_dim", "joint_attention_dim", "in_channels",
+                  "timestep_guidance_channels", "patch_size"):
+            if n in kw:
+                kw[n] = _pos_int(what, n, kw[n])
+        for n in ("num_layers", "num_single_layers"):
+            if isinstance(kw[n], bool) or not isinstance(kw[n], int) or kw[n] < 0:
+                raise ConfigError(f"{what}: '{n}' must be a non-negative integer, got {kw[n]!r}")
+        if kw.get("out_channels") is not None:
+            kw["out_channels"] = _pos_int(what, "out_channels", kw["out_channels"])
+        if kw.get("patch_size", 1) != 1:
+            raise ConfigError(f"{what}: patch_size {kw['patch_size']} is not supported (FLUX.2 uses 1)")
+        for n in ("mlp_ratio", "rope_theta", "eps"):
+            if n in kw:
+                kw[n] = _pos_float(what, n, kw[n])
+        if "axes_dims_rope" in kw:
+            kw["axes_dims_rope"] = _int_tuple(what, "axes_dims_rope", kw["axes_dims_rope"])
+        if "guidance_embeds" in kw and not isinstance(kw["guidance_embeds"], bool):
+            raise ConfigError(f"{what}: 'guidance_embeds' must be true/false, got {kw['guidance_embeds']!r}")
+        cfg = cls(**kw)
+        if any(d % 2 for d in cfg.axes_dims_rope) or sum(cfg.axes_dims_rope) > cfg.attention_head_dim:
+            raise ConfigError(
+                f"{what}: axes_dims_rope {list(cfg.axes_dims_rope)} must be even widths summing to at most "
+                f"attention_head_dim={cfg.attention_head_dim}"
+            )
+        if cfg.timestep_guidance_channels % 2:
+            raise ConfigError(f"{what}: timestep_guidance_channels must be even, got {cfg.timestep_guidance_channels}")
+        if float(cfg.mlp_hidden) != cfg.inner_dim * cfg.mlp_ratio:
+            raise ConfigError(f"{what}: mlp_ratio {cfg.mlp_ratio} x {cfg.inner_dim} is not an integer width")
+        return cfg
+
+
+# -- text encoder --------------------------------------------------------------------------------
+
+
+@frozen
+class Qwen3Config:
+    """Qwen3 decoder config (transformers text_encoder/config.json); only what the stack needs."""
+
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    head_dim: int
+    rms_norm_eps: float = 1e-6
+    rope_theta: float = 1_000_000.0
+    attention_bias: bool = False
+    tie_word_embeddings: bool = False
+
+    @classmethod
+    def from_json(cls, path: str | Path) -> Self:
+        """Parse a JSON file; errors name the file."""
+        return _load(cls, path)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Qwen3Config:
+        what = "Qwen3 text encoder config"
+        model_type = data.get("model_type", "qwen3")
+        if model_type != "qwen3":
+            raise ConfigError(f"{what}: model_type is {model_type!r}, expected 'qwen3'")
+        act = data.get("hidden_act", "silu")
+        if act != "silu":
+            raise ConfigError(f"{what}: hidden_act {act!r} is not supported (Qwen3 uses 'silu')")
+        if data.get("use_sliding_window"):
+            raise ConfigError(f"{what}: use_sliding_window=true is not supported")
+        types = data.get("layer_types")
+        if types is not None and any(t != "full_attention" for t in types):
+            raise ConfigError(f"{what}: only full_attention layers are supported, got {sorted(set(types))}")
+        kw = _from_known(cls, what, data, frozenset(), strict=False)
+        kw.pop("rope_theta", None)
+        kw["rope_theta"] = _qwen_rope_theta(what, data)
+        if kw.get("head_dim") is None:  # older configs: hidden_size / heads
+            heads = _pos_int(what, "num_attention_heads", data.get("num_attention_heads"))
+            kw["head_dim"] = _pos_int(what, "hidden_size", data.get("hidden_size")) // heads
+        required = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+                    "num_key_value_heads")
+        missing = [n for n in required if n not in kw]
+        if missing:
+            raise ConfigError(f"{what}: missing keys {', '.join(missing)}")
+        for n in (*required, "head_dim"):
+            kw[n] = _pos_int(what, n, kw[n])
+        if "rms_norm_eps" in kw:
+            kw["rms_norm_eps"] = _pos_float(what, "rms_norm_eps", kw["rms_norm_eps"])
+        for n in ("attention_bias", "tie_word_embeddings"):
+            if n in kw and not isinstance(kw[n], bool):
+                raise ConfigError(f"{what}: '{n}' must be true/false, got {kw[n]!r}")
+        cfg = cls(**kw)
+        if cfg.num_attention_heads % cfg.num_key_value_heads:
+            raise ConfigError(
+                f"{what}: num_attention_heads {cfg.num_attention_heads} is not a multiple of "
+                f"num_key_value_heads {cfg.num_key_value_heads}"
+            )
+        if cfg.head_dim % 2:
+            raise ConfigError(f"{what}: head_dim must be even for RoPE, got {cfg.head_dim}")
+        return cfg
+
+
+def _qwen_rope_theta(what: str, data: Mapping[str, Any]) -> float:
+    """rope_theta from the flat key (transformers 4 layout) or `rope_parameters` (transformers 5)."""
+    params = data.get("rope_parameters")
+    scaling = data.get("rope_scaling")
+    for block in (params, scaling):
+        if isinstance(block, Mapping):
+            kind = block.get("rope_type", block.get("type", "default"))
+            if kind != "default":
+                raise ConfigError(f"{what}: rope type {kind!r} is not supported (only 'default')")
+        elif block is not None:
+            raise ConfigError(f"{what}: rope parameters must be an object or null, got {block!r}")
+    theta = data.get("rope_theta")
+    if theta is None and isinstance(params, Mapping):
+        theta = params.get("rope_theta")
+    return _pos_float(what, "rope_theta", 1_000_000.0 if theta is None else theta)
+
+
+# -- VAE -----------------------------------------------------------------------------------------
+
+_VAE_IGNORED = frozenset({"sample_size", "force_upcast", "batch_norm_momentum", "scaling_factor", "shift_factor"})
+
+
+@frozen
+class Flux2VaeConfig:
+    """AutoencoderKLFlux2 config (diffusers vae/config.json)."""
+
+    block_out_channels: tuple[int, ...] = (128, 256, 512, 512)
+    decoder_block_out_channels: tuple[int, ...] | None = None
+    in_channels: int = 3
+    out_channels: int = 3
+    latent_channels: int = 32
+    layers_per_block: int = 2
+    norm_num_groups: int = 32
+    act_fn: str = "silu"
+    use_quant_conv: bool = True
+    use_post_quant_conv: bool = True
+    mid_block_add_attention: bool = True
+    batch_norm_eps: float = 1e-4
+    patch_size: tuple[int, int] = (2, 2)
+    down_block_types: tuple[str, ...] = ("DownEncoderBlock2D",) * 4
+    up_block_types: tuple[str, ...] = ("UpDecoderBlock2D",) * 4
+
+    @property
+    def decoder_channels(self) -> tuple[int, ...]:
+        return self.decoder_block_out_channels or self.block_out_channels
+
+    @property
+    def patched_channels(self) -> int:
+        return self.latent_channels * self.patch_size[0] * self.patch_size[1]
+
+    @property
+    def scale_factor(self) -> int:
+        """Image pixels per latent pixel along each axis (8 for four blocks)."""
+        return 2 ** (len(self.block_out_channels) - 1)
+
+    @classmethod
+    def from_json(cls, path: str | Path) -> Self:
+        """Parse a JSON file; errors name the file."""
+        return _load(cls, path)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Flux2VaeConfig:
+        what = "Flux2 VAE config"
+        cls_name = data.get("_class_name", "AutoencoderKLFlux2")
+        if cls_name != "AutoencoderKLFlux2":
+            raise ConfigError(f"{what}: _class_name is {cls_name!r}, expected 'AutoencoderKLFlux2'")
+        kw = _from_known(cls, what, data, _VAE_IGNORED, strict=True)
+        for n in ("block_out_channels", "decoder_block_out_channels"):
+            if kw.get(n) is not None:
+                kw[n] = _int_tuple(what, n, kw[n])
+        for n in ("in_channels", "out_channels", "latent_channels", "layers_per_block", "norm_num_groups"):
+            if n in kw:
+                kw[n] = _pos_int(what, n, kw[n])
+        if "batch_norm_eps" in kw:
+            kw["batch_norm_eps"] = _pos_float(what, "batch_norm_eps", kw["batch_norm_eps"])
+        if "patch_size" in kw:
+            ps = _int_tuple(what, "patch_size", kw["patch_size"])
+            if ps != (2, 2):
+                raise ConfigError(f"{what}: patch_size {list(ps)} is not supported (FLUX.2 uses [2, 2])")
+            kw["patch_size"] = ps
+        for n in ("down_block_types", "up_block_types"):
+            if n in kw:
+                kw[n] = tuple(kw[n])
+        for n in ("use_quant_conv", "use_post_quant_conv", "mid_block_add_attention"):
+            if n in kw and not isinstance(kw[n], bool):
+                raise ConfigError(f"{what}: '{n}' must be true/false, got {kw[n]!r}")
+        cfg = cls(**kw)
+        if cfg.act_fn != "silu":
+            raise ConfigError(f"{what}: act_fn {cfg.act_fn!r} is not supported (only 'silu')")
+        n_blocks = len(cfg.block_out_channels)
+        if cfg.down_block_types != ("DownEncoderBlock2D",) * n_blocks:
+            raise ConfigError(f"{what}: down_block_types must be {n_blocks} x DownEncoderBlock2D")
+        if cfg.up_block_types != ("UpDecoderBlock2D",) * len(cfg.decoder_channels):
+            raise ConfigError(f"{what}: up_block_types must be {len(cfg.decoder_channels)} x UpDecoderBlock2D")
+        for ch in (*cfg.block_out_channels, *cfg.decoder_channels):
+            if ch % cfg.norm_num_groups:
+                raise ConfigError(f"{what}: channel count {ch} is not divisible by norm_num_groups {cfg.norm_num_groups}")
+        return cfg
+
+
+# -- pipeline ------------------------------------------------------------------------------------
+
+_KLEIN_COMPONENTS = {
+    "transformer": "Flux2Transformer2DModel",
+    "text_encoder": "Qwen3ForCausalLM",
+    "vae": "AutoencoderKLFlux2",
+    "scheduler": "FlowMatchEulerDiscreteScheduler",
+}
+
+
+@frozen
+class Flux2PipelineInfo:
+    """model_index.json of a Flux2KleinPipeline folder."""
+
+    is_distilled: bool
+    components: dict[str, tuple[str, str]]
+
+    @classmethod
+    def from_json(cls, path: str | Path) -> Self:
+        """Parse a JSON file; errors name the file."""
+        return _load(cls, path)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Flux2PipelineInfo:
+        what = "model_index.json"
+        name = data.get("_class_name")
+        if name != "Flux2KleinPipeline":
+            raise ConfigError(f"{what}: _class_name is {name!r}, expected 'Flux2KleinPipeline'")
+        distilled = data.get("is_distilled", False)
+        if not isinstance(distilled, bool):
+            raise ConfigError(f"{what}: 'is_distilled' must be true/false, got {distilled!r}")
+        comps: dict[str, tuple[str, str]] = {}
+        for key, value in data.items():
+            if key.startswith("_") or key == "is_distilled":
+                continue
+            if isinstance(value, list | tuple) and len(value) == 2 and all(isinstance(v, str | None) for v in value):
+                comps[key] = (str(value[0]), str(value[1]))
+        for key, expected in _KLEIN_COMPONENTS.items():
+            if key not in comps:
+                raise ConfigError(f"{what}: component '{key}' is missing")
+            if comps[key][1] != expected:
+                raise ConfigError(f"{what}: component '{key}' is {comps[key][1]!r}, expected {expected!r}")
+        return cls(distilled, comps)
+
+
+@frozen
+class Flux2Configs:
+    """All configs of one diffusers Flux2KleinPipeline folder."""
+
+    pipeline: Flux2PipelineInfo
+    transformer: Flux2TransformerConfig
+    text_encoder: Qwen3Config
+    vae: Flux2VaeConfig
+
+
+def load_configs(folder: str | Path) -> Flux2Configs:
+    """Read model_index.json and the transformer/text_encoder/vae config.json of a diffusers folder."""
+    root = Path(folder)
+    return Flux2Configs(
+        Flux2PipelineInfo.from_json(root / "model_index.json"),
+        Flux2TransformerConfig.from_json(root / "transformer" / "config.json"),
+        Qwen3Config.from_json(root / "text_encoder" / "config.json"),
+        Flux2VaeConfig.from_json(root / "vae" / "config.json"),
+    )

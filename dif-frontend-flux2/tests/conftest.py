@@ -1,0 +1,100 @@
+"""Shared fixtures for the FLUX.2 frontend tests: oracle availability, weight loading, metrics.
+
+Oracle tests (marker `oracle`) build tiny random diffusers/transformers models, save them with
+`save_pretrained`, and read them back with dif's own safetensors reader, so the program's
+parameter names are checked against the real on-disk layout.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+MODEL_CONFIGS = REPO_ROOT.parent / "shared" / "model-configs"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "oracle: needs torch + diffusers/transformers as reference oracles")
+
+
+@pytest.fixture(scope="session")
+def torch():  # type: ignore[no-untyped-def]
+    """The torch module (tests using it skip with a reason when it is not installed)."""
+    mod = pytest.importorskip("torch", reason="oracle tests need torch")
+    mod.set_grad_enabled(False)
+    return mod
+
+
+@pytest.fixture(scope="session")
+def model_configs() -> Path:
+    """The published FLUX.2 [klein] configs (../shared/model-configs next to the repo)."""
+    if not (MODEL_CONFIGS / "flux2-klein-9b" / "transformer" / "config.json").is_file():
+        pytest.skip(f"published model configs not found at {MODEL_CONFIGS}")
+    return MODEL_CONFIGS
+
+
+def read_safetensors(path: Path) -> dict[str, np.ndarray]:
+    """All tensors of one safetensors file via dif's reader (mmap views, copied to own them)."""
+    from dif.serialize.diftensor import open_safetensors
+
+    return {k: np.array(v) for k, v in open_safetensors(path).items()}
+
+
+@pytest.fixture(scope="session")
+def load_weights() -> Callable[[Path], dict[str, np.ndarray]]:
+    """Read every `*.safetensors` file of a save_pretrained folder into one name -> array dict."""
+
+    def load(folder: Path) -> dict[str, np.ndarray]:
+        files = sorted(Path(folder).glob("*.safetensors"))
+        assert files, f"no safetensors file in {folder}"
+        out: dict[str, np.ndarray] = {}
+        for f in files:
+            out.update(read_safetensors(f))
+        return out
+
+    return load
+
+
+def rel_l2(actual: np.ndarray, expected: np.ndarray) -> float:
+    """||a - e|| / ||e|| in float64."""
+    a = np.asarray(actual, dtype=np.float64)
+    e = np.asarray(expected, dtype=np.float64)
+    assert a.shape == e.shape, f"shape {a.shape} != {e.shape}"
+    return float(np.linalg.norm(a - e) / max(np.linalg.norm(e), 1e-30))
+
+
+@pytest.fixture(scope="session")
+def rel_l2_fn() -> Callable[[np.ndarray, np.ndarray], float]:
+    return rel_l2
+
+
+def randomize_(module, torch, seed: int = 0) -> None:  # type: ignore[no-untyped-def]
+    """Give a freshly initialised torch module non-trivial weights in place: every float
+    parameter and buffer gets noise, norm weights stay near 1 and variances stay positive, so
+    biases, norm weights and running statistics are all exercised. Only state-dict entries are
+    touched (non-persistent buffers such as RoPE inverse frequencies are derived, not weights)."""
+    gen = torch.Generator().manual_seed(seed)
+    for name, t in module.state_dict(keep_vars=True).items():
+        if not t.is_floating_point():
+            continue
+        t = t.data
+        noise = torch.randn(t.shape, generator=gen, dtype=t.dtype)
+        leaf = name.rsplit(".", 1)[-1]
+        if "running_var" in leaf:
+            t.copy_(0.5 + noise.abs())
+        elif "norm" in name and leaf == "weight" and t.ndim == 1:
+            t.copy_(1.0 + 0.2 * noise)
+        elif t.ndim == 1:
+            t.copy_(0.2 * noise)
+        else:
+            fan_in = max(1, t[0].numel())
+            t.copy_(noise / fan_in**0.5)
+
+
+@pytest.fixture(scope="session")
+def randomize() -> Callable[..., None]:
+    return randomize_

@@ -1,0 +1,413 @@
+"""Krea 2 text-to-image: prompt -> Qwen3-VL taps -> text fusion -> flow-match Euler loop -> VAE -> pixels.
+
+Frontend stage, the whole product path. Four DiffIR programs (text encoder, text fusion + txt_in,
+denoiser, VAE decoder) are built for the requested shape, bound to the checkpoint and prepared on
+a backend once; text fusion runs once per prompt (it does not depend on the timestep), and the
+sampling loop runs on the host:
+  sigmas = linspace(1, 1/n, n), exponential shift with mu = 1.15 (Turbo, `is_distilled`) or the
+           resolution-dependent line through (256, 0.5) and (6400, 1.15) (Raw)
+  per step: v = denoiser(latents, t) [CFG when g > 0: v = v_c + g (v_c - v_u), negative prompt ""]
+            latents = latents + (sigma_next - sigma) * v, stored in the run dtype
+Roundings follow diffusers' Krea2Pipeline, so an fp32 run from the same initial noise reproduces
+its latents; `init_noise` supplies that noise, seeds use numpy's PCG64 (`dif.noise`).
+"""
+
+from __future__ import annotations
+
+import resource
+import sys
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from attrs import define, frozen
+
+from dif.dtypes import DType
+from dif.errors import UsageError
+from dif.ir.program import Program
+from dif.media import to_uint8
+from dif.noise import gaussian_noise
+from dif.sched import FlowMatchSchedule, euler_step, flow_match_schedule
+from dif.text import TextTokenizer
+from dif.weights import BoundWeights
+from dif_frontend_krea2.config import TURBO_MU, Krea2Configs
+from dif_frontend_krea2.model import (
+    attention_mask,
+    build_denoiser,
+    build_text_fusion,
+    rope_tables,
+    timestep_proj_from_timesteps,
+)
+from dif_frontend_krea2.text_encoder import build_text_encoder, text_rope_tables
+from dif_frontend_krea2.tokenize import MAX_SEQUENCE_LENGTH, PromptTokens, encode_prompt
+from dif_frontend_krea2.vae import build_vae_decoder
+from dif_frontend_krea2.weights import Krea2Checkpoint, bind_denoiser, bind_text_encoder, bind_text_fusion, bind_vae
+
+PIXELS_PER_TOKEN = 16  # VAE 8x times the 2x2 patch
+TURBO_STEPS, RAW_STEPS, RAW_GUIDANCE = 8, 28, 4.5
+Runner = Callable[[Mapping[str, np.ndarray]], dict[str, np.ndarray]]
+
+
+# -- shape, schedule and latent layout ------------------------------------------------------------
+
+
+def round_size(width: int, height: int) -> tuple[int, int, list[str]]:
+    """(width, height) rounded up to multiples of 16, as the reference does, with a warning each."""
+    if width <= 0 or height <= 0:
+        raise UsageError(f"image size {width}x{height} must be positive")
+    out, warnings = [], []
+    for name, value in (("width", width), ("height", height)):
+        rounded = -(-value // PIXELS_PER_TOKEN) * PIXELS_PER_TOKEN
+        if rounded != value:
+            warnings.append(f"{name} {value} rounded up to {rounded} (Krea 2 works on 16x16-pixel tokens)")
+        out.append(rounded)
+    return out[0], out[1], warnings
+
+
+def default_steps_guidance(configs: Krea2Configs) -> tuple[int, float]:
+    """(steps, guidance) defaults: Turbo (distilled) 8 / 0.0, Raw 28 / 4.5."""
+    return (TURBO_STEPS, 0.0) if configs.pipeline.is_distilled else (RAW_STEPS, RAW_GUIDANCE)
+
+
+def krea2_schedule(configs: Krea2Configs, image_len: int, steps: int) -> FlowMatchSchedule:
+    """Sigmas for `steps` Euler steps at `image_len` tokens: Turbo shifts with the fixed mu = 1.15,
+    Raw with the scheduler config's resolution-dependent mu (both only under dynamic shifting, as
+    the scheduler ignores mu otherwise and applies its static `shift`)."""
+    sched = configs.scheduler
+    if not sched.use_dynamic_shifting:
+        return flow_match_schedule(steps, shift=sched.shift, num_train_timesteps=sched.num_train_timesteps)
+    mu = TURBO_MU if configs.pipeline.is_distilled else sched.mu_for(image_len)
+    return flow_match_schedule(steps, mu=mu, shift_type=sched.time_shift_type,
+                               num_train_timesteps=sched.num_train_timesteps)
+
+
+def pack_latents(latents: np.ndarray) -> np.ndarray:
+    """(B, C, h, w) -> (B, h/2 * w/2, 4C): 2x2 patches row-major, channel c*4 + 2*dy + dx."""
+    b, c, h, w = latents.shape
+    x = latents.reshape(b, c, h // 2, 2, w // 2, 2).transpose(0, 2, 4, 1, 3, 5)
+    return np.ascontiguousarray(x.reshape(b, (h // 2) * (w // 2), c * 4))
+
+
+def unpack_latents(packed: np.ndarray, grid_h: int, grid_w: int) -> np.ndarray:
+    """(B, grid_h * grid_w, 4C) -> (B, C, 2 grid_h, 2 grid_w), the inverse of `pack_latents`."""
+    b, _, cp = packed.shape
+    x = packed.reshape(b, grid_h, grid_w, cp // 4, 2, 2).transpose(0, 3, 1, 4, 2, 5)
+    return np.ascontiguousarray(x.reshape(b, cp // 4, grid_h * 2, grid_w * 2))
+
+
+def denormalize(latents: np.ndarray, mean: tuple[float, ...], std: tuple[float, ...]) -> np.ndarray:
+    """`latents / (1 / std) + mean` per channel of (B, C, h, w), each operation rounded to the
+    latents' dtype as the reference does (it builds 1/std in that dtype first)."""
+    dt = latents.dtype
+    shape = (1, len(mean), 1, 1)
+    inv_std = (np.float32(1.0) / np.asarray(std, np.float32).astype(dt).astype(np.float32)).astype(dt)
+    m = np.asarray(mean, np.float32).astype(dt).reshape(shape)
+    x = (latents.astype(np.float32) / inv_std.reshape(shape).astype(np.float32)).astype(dt)
+    return (x.astype(np.float32) + m.astype(np.float32)).astype(dt)
+
+
+def krea2_cfg(cond: np.ndarray, uncond: np.ndarray, scale: float) -> np.ndarray:
+    """cond + scale * (cond - uncond), each operation rounded to the inputs' dtype as torch does."""
+    lo = np.asarray(cond).dtype
+    diff = (cond.astype(np.float32) - uncond.astype(np.float32)).astype(lo)
+    scaled = (np.float32(scale) * diff.astype(np.float32)).astype(lo)
+    return (cond.astype(np.float32) + scaled.astype(np.float32)).astype(lo)
+
+
+# -- the pipeline ---------------------------------------------------------------------------------
+
+
+@frozen
+class GenerationRequest:
+    prompt: str
+    negative_prompt: str = ""
+    steps: int | None = None  # None: 8 Turbo, 28 Raw
+    guidance: float | None = None  # None: 0 (off) Turbo, 4.5 Raw; CFG runs whenever > 0
+    seed: int = 0
+    width: int = 1024
+    height: int = 1024
+    init_noise: np.ndarray | None = None  # (1, 16, H/8, W/8) or packed (1, N, 64)
+
+
+@frozen(eq=False)
+class GenerationResult:
+    pixels: np.ndarray  # (H, W, 3) uint8
+    latents: np.ndarray  # final packed latents (1, N, 64), run dtype
+    noise: np.ndarray  # initial packed latents (1, N, 64), run dtype
+    settings: dict[str, Any]
+    timings: dict[str, float]
+    warnings: tuple[str, ...]
+    peak_rss_bytes: int
+    plan_peak_bytes: int
+
+
+@frozen(eq=False)
+class EncodedPrompt:
+    """Text conditioning for the denoiser: embeds (1, L, hidden) in the run dtype, mask (1, L) bool."""
+
+    embeds: np.ndarray
+    mask: np.ndarray
+    tokens: PromptTokens
+
+
+@define
+class Krea2Pipeline:
+    """Runs one checkpoint at one dtype on one backend; programs are cached per shape."""
+
+    checkpoint: Krea2Checkpoint
+    dtype: DType = DType.F32
+    backend: str | None = None  # a dif backend name, None for the default, "interp" for the reference interpreter
+    max_sequence_length: int = MAX_SEQUENCE_LENGTH
+    on_step: Callable[[int, int], None] | None = None
+    on_stage: Callable[[str, float], None] | None = None
+    _runners: dict[tuple[Any, ...], Runner] = {}
+    _tokenizer: TextTokenizer | None = None
+    plan_peak_bytes: int = 0
+    load_seconds: float = 0.0
+
+    def __attrs_post_init__(self) -> None:
+        self._runners = {}
+
+    @property
+    def configs(self) -> Krea2Configs:
+        return self.checkpoint.configs
+
+    # -- programs ------------------------------------------------------------------------------
+    def _runner(self, key: tuple[Any, ...], build: Callable[[], tuple[Program, Mapping[str, np.ndarray]]]) -> Runner:
+        runner = self._runners.get(key)
+        if runner is None:
+            start = time.perf_counter()
+            program, weights = build()
+            runner = self._prepare(program, weights)
+            self._runners[key] = runner
+            self.load_seconds += time.perf_counter() - start
+        return runner
+
+    def _prepare(self, program: Program, weights: Mapping[str, np.ndarray]) -> Runner:
+        """The program ready to run: the reference interpreter for backend "interp", otherwise
+        planned and prepared by `dif.runtime.prepare` on the named (or default) backend."""
+        if self.backend == "interp":
+            from dif.interp import interpret
+
+            resolved = dict(weights.materialize() if isinstance(weights, BoundWeights) else weights)
+            return lambda inputs: interpret(program, inputs, resolved)
+        from dif.runtime import prepare
+
+        executable, plan = prepare(program, weights, backend=self.backend)
+        self.plan_peak_bytes = max(self.plan_peak_bytes, int(plan.peak_bytes + plan.param_bytes))
+        return executable.run
+
+    def _text_encoder_runner(self, seq_len: int, drop_prefix: int) -> Runner:
+        cfg, taps = self.configs.text_encoder, self.configs.pipeline.text_encoder_select_layers
+
+        def build() -> tuple[Program, Mapping[str, np.ndarray]]:
+            prog = build_text_encoder(cfg, seq_len=seq_len, taps=taps, drop_prefix=drop_prefix, dtype=self.dtype)
+            return prog, bind_text_encoder(prog, self.checkpoint.text_encoder, self.checkpoint.text_prefix)
+
+        return self._runner(("text_encoder", seq_len, drop_prefix), build)
+
+    def _fusion_runner(self) -> Runner:
+        def build() -> tuple[Program, Mapping[str, np.ndarray]]:
+            prog = build_text_fusion(self.configs.transformer, text_len=self.max_sequence_length, dtype=self.dtype)
+            return prog, bind_text_fusion(prog, self.checkpoint.transformer)
+
+        return self._runner(("text_fusion",), build)
+
+    def _denoiser_runner(self, image_len: int) -> Runner:
+        def build() -> tuple[Program, Mapping[str, np.ndarray]]:
+            prog = build_denoiser(self.configs.transformer, image_len=image_len, text_len=self.max_sequence_length,
+                                  dtype=self.dtype)
+            return prog, bind_denoiser(prog, self.checkpoint.transformer)
+
+        return self._runner(("denoiser", image_len), build)
+
+    def _vae_runner(self, grid_h: int, grid_w: int) -> Runner:
+        cfg = self.configs.vae
+
+        def build() -> tuple[Program, Mapping[str, np.ndarray]]:
+            prog = build_vae_decoder(cfg, latent_h=2 * grid_h, latent_w=2 * grid_w, dtype=self.dtype)
+            return prog, bind_vae(prog, self.checkpoint.vae)
+
+        return self._runner(("vae", grid_h, grid_w), build)
+
+    def prepare_all(self, width: int, height: int) -> None:
+        """Build, bind and prepare every program for this (already rounded) size now."""
+        gh, gw = height // PIXELS_PER_TOKEN, width // PIXELS_PER_TOKEN
+        tokens = encode_prompt(self.tokenizer, "", max_sequence_length=self.max_sequence_length)
+        self._text_encoder_runner(tokens.seq_len, tokens.drop_prefix)
+        self._fusion_runner()
+        self._denoiser_runner(gh * gw)
+        self._vae_runner(gh, gw)
+
+    # -- stages --------------------------------------------------------------------------------
+    @property
+    def tokenizer(self) -> TextTokenizer:
+        if self._tokenizer is None:
+            self._tokenizer = TextTokenizer.from_folder(self.checkpoint.tokenizer_dir)
+        return self._tokenizer
+
+    def text_features(self, prompt: str) -> tuple[np.ndarray, PromptTokens]:
+        """Tapped hidden states (1, L, num_taps, hidden) in the run dtype, and the prompt's tokens."""
+        tokens = encode_prompt(self.tokenizer, prompt, max_sequence_length=self.max_sequence_length)
+        cos, sin = text_rope_tables(self.configs.text_encoder, tokens.positions, dtype=self.dtype)
+        run = self._text_encoder_runner(tokens.seq_len, tokens.drop_prefix)
+        out = run({"input_ids": tokens.ids, "attention_mask": tokens.mask, "rope_cos": cos, "rope_sin": sin})
+        return next(iter(out.values())), tokens
+
+    def encode(self, prompt: str) -> EncodedPrompt:
+        """Text features of `prompt` fused and projected once (timestep-independent)."""
+        feats, tokens = self.text_features(prompt)
+        out = self._fusion_runner()({"text_hidden_states": feats, "text_mask": tokens.text_mask})
+        embeds = next(iter(out.values()))
+        return EncodedPrompt(embeds, tokens.text_mask, tokens)
+
+    def denoise(
+        self,
+        noise: np.ndarray,
+        cond: EncodedPrompt,
+        uncond: EncodedPrompt | None,
+        schedule: FlowMatchSchedule,
+        guidance: float,
+        grid_h: int,
+        grid_w: int,
+    ) -> np.ndarray:
+        """Packed latents (1, grid_h*grid_w, 64) after the schedule; CFG when `uncond` is given."""
+        cfg = self.configs.transformer
+        n_img = grid_h * grid_w
+        run = self._denoiser_runner(n_img)
+        cos, sin = rope_tables(cfg, self.max_sequence_length, grid_h, grid_w)
+        masks = [attention_mask(p.mask, n_img) for p in (cond, uncond) if p is not None]
+        latents = noise.astype(self.dtype.np)
+        for i, t in enumerate(schedule.timesteps):
+            t_proj = timestep_proj_from_timesteps([t], dtype=self.dtype, dim=cfg.timestep_embed_dim)
+            inputs = {"latents": latents, "timestep_proj": t_proj, "rope_cos": cos, "rope_sin": sin}
+            velocity = next(iter(run({**inputs, "text_embeds": cond.embeds, "attention_mask": masks[0]}).values()))
+            if uncond is not None:
+                v_u = next(iter(run({**inputs, "text_embeds": uncond.embeds, "attention_mask": masks[1]}).values()))
+                velocity = krea2_cfg(velocity, v_u, guidance)
+            latents = euler_step(latents, velocity, schedule.dt(i))
+            if self.on_step is not None:
+                self.on_step(i + 1, schedule.num_steps)
+        return latents
+
+    def decode_image(self, latents: np.ndarray, grid_h: int, grid_w: int) -> np.ndarray:
+        """(1, 3, H, W) in [-1, 1] from packed latents (denormalized, then the VAE decoder)."""
+        vae = self.configs.vae
+        z = denormalize(unpack_latents(latents, grid_h, grid_w), vae.latents_mean, vae.latents_std)
+        return next(iter(self._vae_runner(grid_h, grid_w)({"latents": z}).values()))
+
+    def decode(self, latents: np.ndarray, grid_h: int, grid_w: int) -> np.ndarray:
+        """(H, W, 3) uint8, rounded as the reference image processor does."""
+        image = self.decode_image(latents, grid_h, grid_w)[0]
+        if image.dtype != np.float32:  # the reference maps to [0, 1] in the run dtype before uint8
+            half = np.float32(0.5)
+            image = (image.astype(np.float32) * half).astype(image.dtype)
+            image = (image.astype(np.float32) + half).astype(image.dtype)
+            return to_uint8(image, value_range="0,1")
+        return to_uint8(image)
+
+    # -- the whole path ------------------------------------------------------------------------
+    def resolve(self, req: GenerationRequest) -> tuple[int, float, bool, list[str]]:
+        """(steps, guidance, use_cfg, warnings) with the Turbo/Raw defaults and the reference rule
+        (CFG whenever guidance > 0)."""
+        warnings: list[str] = []
+        default_steps, default_guidance = default_steps_guidance(self.configs)
+        steps = req.steps if req.steps is not None else default_steps
+        if steps < 1:
+            raise UsageError(f"steps must be at least 1, got {steps}")
+        guidance = req.guidance if req.guidance is not None else default_guidance
+        if guidance < 0:
+            raise UsageError(f"guidance must be >= 0 (0 switches CFG off), got {guidance}")
+        use_cfg = guidance > 0
+        if self.checkpoint.is_distilled and use_cfg:
+            warnings.append(f"guidance {guidance} runs CFG on Turbo, which is distilled for guidance 0")
+        if not use_cfg and req.negative_prompt:
+            warnings.append("the negative prompt is ignored: CFG is off at guidance 0")
+        return steps, guidance, use_cfg, warnings
+
+    def initial_noise(self, req: GenerationRequest, grid_h: int, grid_w: int) -> np.ndarray:
+        """Packed initial latents (1, N, 64) in the run dtype, from the seed or `init_noise`."""
+        z = self.configs.vae.z_dim
+        h, w = 2 * grid_h, 2 * grid_w
+        if req.init_noise is None:
+            noise = gaussian_noise((1, z, h, w), req.seed)
+            return pack_latents(noise).astype(self.dtype.np)
+        arr = np.asarray(req.init_noise)
+        if arr.ndim == 3 and arr.shape == (z, h, w):
+            arr = arr[None]
+        if arr.shape == (1, z, h, w):
+            return pack_latents(arr.astype(np.float32)).astype(self.dtype.np)
+        if arr.shape == (1, grid_h * grid_w, 4 * z):
+            return arr.astype(self.dtype.np)
+        raise UsageError(
+            f"initial noise has shape {list(arr.shape)}; for {w * 8}x{h * 8} it must be "
+            f"[1, {z}, {h}, {w}] (diffusers' unpacked latents) or packed [1, {grid_h * grid_w}, {4 * z}]"
+        )
+
+    def generate(self, req: GenerationRequest) -> GenerationResult:
+        width, height, warnings = round_size(req.width, req.height)
+        gh, gw = height // PIXELS_PER_TOKEN, width // PIXELS_PER_TOKEN
+        steps, guidance, use_cfg, more = self.resolve(req)
+        warnings += more
+        timings: dict[str, float] = {}
+
+        def stage(name: str, start: float) -> None:
+            timings[name] = time.perf_counter() - start
+            if self.on_stage is not None:
+                self.on_stage(name, timings[name])
+
+        start = time.perf_counter()
+        self.prepare_all(width, height)
+        noise = self.initial_noise(req, gh, gw)
+        schedule = krea2_schedule(self.configs, gh * gw, steps)
+        stage("load", start)
+        start = time.perf_counter()
+        cond = self.encode(req.prompt)
+        uncond = self.encode(req.negative_prompt) if use_cfg else None
+        stage("encode", start)
+        start = time.perf_counter()
+        latents = self.denoise(noise, cond, uncond, schedule, guidance, gh, gw)
+        stage("denoise", start)
+        start = time.perf_counter()
+        pixels = self.decode(latents, gh, gw)
+        stage("decode", start)
+        settings = {
+            "prompt": req.prompt,
+            "negative_prompt": req.negative_prompt if use_cfg else "",
+            "steps": steps,
+            "guidance": guidance,
+            "cfg": use_cfg,
+            "seed": None if req.init_noise is not None else req.seed,
+            "init_noise": req.init_noise is not None,
+            "width": width,
+            "height": height,
+            "dtype": self.dtype.value,
+            "mu": schedule.mu,
+            "sampler": "flow-match euler",
+            "model": self.checkpoint.name,
+            "variant": self.checkpoint.variant,
+            "distilled": self.checkpoint.is_distilled,
+        }
+        return GenerationResult(pixels, latents, noise, settings, timings, tuple(warnings), peak_rss_bytes(),
+                                self.plan_peak_bytes)
+
+
+def peak_rss_bytes() -> int:
+    """Peak resident memory of this process so far (Linux reports KiB, macOS bytes)."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return int(peak if sys.platform == "darwin" else peak * 1024)
+
+
+def load_noise_file(path: str | Path) -> np.ndarray:
+    """The initial-noise tensor of a safetensors file: its only tensor, or the one named `noise` /
+    `latents`."""
+    from dif.weights import open_safetensors
+
+    source = open_safetensors(path)
+    names = source.names()
+    pick = names[0] if len(names) == 1 else next((n for n in ("noise", "latents") if n in names), None)
+    if pick is None:
+        raise UsageError(f"{path}: holds {len(names)} tensors; name the noise tensor 'noise' or 'latents'")
+    return np.array(source[pick])

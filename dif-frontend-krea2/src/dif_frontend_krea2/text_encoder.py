@@ -1,0 +1,106 @@
+"""Krea 2 text encoder: the Qwen3-VL text stack as a DiffIR program, truncated to the tapped layers.
+
+Frontend stage 1. Token ids in the Krea 2 layout (`tokenize.py`) -> decoder layers -> the hidden
+states at the 12 taps, stacked per token -> the prefix rows dropped. Parameter names are the
+transformers Qwen3VLModel state-dict names (`language_model.layers.3.self_attn.q_proj.weight` ...).
+Only text is encoded, so the three mRoPE axes carry the same position and the interleaved mRoPE
+is plain half-split RoPE with the `positions` the tokenizer computed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from dif.dtypes import DType
+from dif.errors import DifError
+from dif.ir.builder import ProgramBuilder
+from dif.ir.program import Program
+from dif.layers.basic import embedding, rms_norm
+from dif.layers.causal_lm import DecoderLayerSpec, decoder_layer
+from dif.layers.tables import rope_half_tables
+from dif_frontend_krea2.config import DEFAULT_TAPS, QwenVLTextConfig
+
+MODULE = "text_encoder"
+PREFIX = "language_model"
+
+
+def text_rope_tables(
+    cfg: QwenVLTextConfig, positions: Sequence[int] | np.ndarray, *, dtype: DType | str = "f32"
+) -> tuple[np.ndarray, np.ndarray]:
+    """`rope_cos` / `rope_sin` inputs (S, head_dim) for per-token `positions` (S,), computed in fp32
+    and rounded to `dtype`, as the reference does before rotating."""
+    cos, sin = rope_half_tables(np.asarray(positions), cfg.head_dim, cfg.rope_theta)
+    store = DType(dtype).np
+    return cos.astype(store), sin.astype(store)
+
+
+def layer_spec(cfg: QwenVLTextConfig) -> DecoderLayerSpec:
+    return DecoderLayerSpec(
+        hidden_size=cfg.hidden_size,
+        intermediate_size=cfg.intermediate_size,
+        heads=cfg.num_attention_heads,
+        kv_heads=cfg.num_key_value_heads,
+        head_dim=cfg.head_dim,
+        eps=cfg.rms_norm_eps,
+        attention_bias=cfg.attention_bias,
+        round_before_weight=True,
+    )
+
+
+def build_text_encoder(
+    cfg: QwenVLTextConfig,
+    *,
+    seq_len: int,
+    taps: Sequence[int] = DEFAULT_TAPS,
+    drop_prefix: int = 0,
+    batch: int = 1,
+    dtype: DType | str = "f32",
+) -> Program:
+    """Decoder layers up to the deepest tap; output the taps stacked on a new axis.
+
+    Tap k is transformers' `hidden_states[k]`: the embeddings for k = 0, the output of layer k-1
+    for 0 < k < num_layers, and the final-normed output of the last layer for k = num_layers.
+    Inputs:
+      input_ids       (B, S) i64
+      attention_mask  (B, S) bool, True on real tokens (attention: causal AND key valid)
+      rope_cos, rope_sin  (S, head_dim) in `dtype`, from `text_rope_tables(positions)`; all rows of
+                      the batch share them, so batch rows must have the same positions (batch 1 is
+                      the usual case: Krea 2 prompts differ in length)
+    Output (meta["outputs"] = "text_hidden_states"): (B, S - drop_prefix, len(taps), hidden_size).
+    """
+    taps = tuple(int(t) for t in taps)
+    n_total = cfg.num_hidden_layers
+    if not taps or min(taps) < 0 or max(taps) > n_total:
+        raise DifError(f"text encoder taps {taps} must lie in 0..{n_total}")
+    if not 0 <= drop_prefix < seq_len:
+        raise DifError(f"cannot drop {drop_prefix} prefix rows of a {seq_len}-token sequence")
+    dt = DType(dtype)
+    depth = min(max(taps), n_total)
+    spec = layer_spec(cfg)
+    b = ProgramBuilder("krea2_text_encoder")
+    b.meta.update({"family": "krea2", "component": "text_encoder", "dtype": dt.value, "taps": ",".join(map(str, taps))})
+    ids = b.input("input_ids", (batch, seq_len), DType.I64)
+    mask = b.input("attention_mask", (batch, seq_len), DType.BOOL)
+    cos = b.input("rope_cos", (seq_len, cfg.head_dim), dt)
+    sin = b.input("rope_sin", (seq_len, cfg.head_dim), dt)
+
+    with b.scope(module=MODULE, block=f"{PREFIX}.embed_tokens", section="embed"):
+        h = embedding(b, ids, f"{PREFIX}.embed_tokens", cfg.vocab_size, cfg.hidden_size, dt)
+    hidden = [h]
+    with b.scope(module=MODULE):
+        for i in range(depth):
+            h = decoder_layer(b, spec, f"{PREFIX}.layers.{i}", h, key_mask=mask, cos=cos, sin=sin)
+            hidden.append(h)
+    if max(taps) == n_total:  # the last hidden state transformers reports is the normed one
+        with b.scope(module=MODULE, block=f"{PREFIX}.norm", section="final_norm"):
+            hidden[n_total] = rms_norm(b, h, f"{PREFIX}.norm", eps=cfg.rms_norm_eps, round_before_weight=True)
+    with b.scope(module=MODULE, block="taps", section="stack"):
+        rows = [b.emit("reshape", hidden[t], shape=(batch, seq_len, 1, cfg.hidden_size)) for t in taps]
+        out = rows[0] if len(rows) == 1 else b.emit("concat", *rows, axis=2)
+        if drop_prefix:
+            out = b.emit("slice", out, axis=1, start=drop_prefix, stop=seq_len)
+    b.output(out)
+    b.meta["outputs"] = "text_hidden_states"
+    return b.build()

@@ -1,0 +1,170 @@
+"""Krea 2 checkpoint access: each component folder opened, presented under program names, bound.
+
+Frontend stage between the builders and a backend's `prepare`. Program parameters carry the
+diffusers / transformers state-dict names, so binding is by identity except for
+  - the text encoder, saved either as `Qwen3VLModel` (`language_model.*`) or as
+    `Qwen3VLForConditionalGeneration` (`model.language_model.*`); the vision tower, `lm_head` and
+    layers past the deepest tap are not used;
+  - the VAE, whose causal 3D kernels (O, I, T, kh, kw) are read as the 2D kernel of their last
+    temporal tap (`LastTemporalTap`); the encoder half and the temporal upsampling convs are unused.
+Every mismatch is reported by `dif.weights.bind_weights` naming the tensor and its file.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+from attrs import frozen
+
+from dif.errors import CheckpointError, WeightError
+from dif.ir.program import Program
+from dif.weights import BoundWeights, TensorSource, bind_weights, open_component
+from dif.weights.safetensors_file import TensorInfo
+from dif_frontend_krea2.config import Krea2Configs, is_krea2_folder, load_configs
+from dif_frontend_krea2.vae import unused_tensor_patterns
+
+
+class LastTemporalTap(TensorSource):
+    """`base` with every rank-5 tensor (a 3D conv kernel O, I, T, kh, kw) shown as its last temporal
+    tap (O, I, kh, kw); other tensors pass through. Nothing is read until a tensor is used."""
+
+    def __init__(self, base: TensorSource) -> None:
+        self.base = base
+        self.label = base.label
+
+    def names(self) -> list[str]:
+        return self.base.names()
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.base
+
+    def info(self, name: str) -> TensorInfo:
+        src = self.base.info(name)
+        if len(src.shape) != 5:
+            return src
+        o, i, _, kh, kw = src.shape
+        return TensorInfo(name, src.dtype, (o, i, kh, kw), src.begin, src.end, src.file)
+
+    def file_of(self, name: str) -> str:
+        where = self.base.file_of(name)
+        if len(self.base.info(name).shape) == 5:
+            return f"{where} (last temporal tap of the 3D kernel)"
+        return where
+
+    def _load(self, name: str) -> np.ndarray:
+        arr = self.base[name]
+        return np.ascontiguousarray(arr[:, :, -1]) if arr.ndim == 5 else arr
+
+
+def _text_prefix(source: TensorSource) -> str:
+    """'' for a Qwen3VLModel checkpoint, 'model.' for Qwen3VLForConditionalGeneration."""
+    for prefix in ("", "model."):
+        if f"{prefix}language_model.embed_tokens.weight" in source:
+            return prefix
+    raise WeightError(
+        f"{source.label}: no 'language_model.embed_tokens.weight' (nor 'model.language_model.embed_tokens.weight')",
+        hint="the text_encoder folder must hold a Qwen3-VL checkpoint",
+    )
+
+
+def text_encoder_unused(prefix: str, depth: int, final_norm: bool) -> Callable[[str], bool]:
+    """Predicate for text-encoder tensors a program with `depth` layers (and the final norm or not)
+    does not read: later layers, the vision tower, `lm_head`."""
+    layer = re.compile(re.escape(prefix) + r"language_model\.layers\.(\d+)\.")
+    others = [re.escape(prefix) + r"visual\..*", r"lm_head\.weight"]
+    if not final_norm:
+        others.append(re.escape(prefix) + r"language_model\.norm\.weight")
+    patterns = [re.compile(p) for p in others]
+
+    def unused(name: str) -> bool:
+        m = layer.match(name)
+        if m is not None:
+            return int(m.group(1)) >= depth
+        return any(p.fullmatch(name) for p in patterns)
+
+    return unused
+
+
+@frozen
+class Krea2Checkpoint:
+    """One Krea 2 diffusers folder: configs, tokenizer folder and a lazy source per component."""
+
+    root: Path
+    name: str
+    configs: Krea2Configs
+    tokenizer_dir: Path
+    transformer: TensorSource
+    text_encoder: TensorSource
+    text_prefix: str
+    vae: TensorSource
+
+    @property
+    def is_distilled(self) -> bool:
+        return self.configs.pipeline.is_distilled
+
+    @property
+    def variant(self) -> str:
+        return self.configs.pipeline.variant
+
+
+def open_checkpoint(path: str | Path, *, variant: str | None = None) -> Krea2Checkpoint:
+    """Open a Krea 2 diffusers folder (model_index.json naming Krea2Pipeline); nothing is read yet
+    beyond configs and safetensors headers. `variant` picks e.g. `*.fp16.safetensors` files."""
+    root = Path(path)
+    if not root.exists():
+        raise CheckpointError(f"{root}: no such file or folder")
+    if not is_krea2_folder(root):
+        raise CheckpointError(
+            f"{root}: not a Krea 2 diffusers folder (no model_index.json naming Krea2Pipeline)",
+            hint="point at the folder holding model_index.json, transformer/, text_encoder/, vae/, tokenizer/",
+        )
+    configs = load_configs(root)
+    text = open_component(root / "text_encoder", variant=variant)
+    return Krea2Checkpoint(
+        root,
+        root.resolve().name or "krea2",
+        configs,
+        root / "tokenizer",
+        open_component(root / "transformer", variant=variant),
+        text,
+        _text_prefix(text),
+        LastTemporalTap(open_component(root / "vae", variant=variant)),
+    )
+
+
+def bind_text_encoder(program: Program, source: TensorSource, prefix: str | None = None) -> BoundWeights:
+    """Bind a `build_text_encoder` program to a text-encoder source (either naming)."""
+    prefix = _text_prefix(source) if prefix is None else prefix
+    layers = {int(m.group(1)) for p in program.params if (m := re.match(r"language_model\.layers\.(\d+)\.", p.name))}
+    depth = max(layers) + 1 if layers else 0
+    final_norm = any(p.name == "language_model.norm.weight" for p in program.params)
+    return bind_weights(program, source, lambda p: prefix + p, ignore=text_encoder_unused(prefix, depth, final_norm))
+
+
+TEXT_FUSION_PREFIXES = ("text_fusion.", "txt_in.")
+
+
+def bind_transformer(program: Program, source: TensorSource) -> BoundWeights:
+    """Bind a whole-forward `build_transformer` program: every checkpoint tensor must be used."""
+    return bind_weights(program, source)
+
+
+def bind_text_fusion(program: Program, source: TensorSource) -> BoundWeights:
+    """Bind a `build_text_fusion` program: it owns the `text_fusion.*` and `txt_in.*` tensors."""
+    return bind_weights(program, source, ignore=lambda n: not n.startswith(TEXT_FUSION_PREFIXES))
+
+
+def bind_denoiser(program: Program, source: TensorSource) -> BoundWeights:
+    """Bind a `build_denoiser` program: everything but the text-fusion tensors (so between the two
+    bindings, an unused or missing tensor anywhere in the checkpoint is reported)."""
+    return bind_weights(program, source, ignore=lambda n: n.startswith(TEXT_FUSION_PREFIXES))
+
+
+def bind_vae(program: Program, source: TensorSource) -> BoundWeights:
+    """Bind a `build_vae_decoder` program to a VAE source (wrapped in `LastTemporalTap` if not yet)."""
+    if not isinstance(source, LastTemporalTap):
+        source = LastTemporalTap(source)
+    return bind_weights(program, source, ignore=unused_tensor_patterns())

@@ -1,0 +1,109 @@
+"""The `dif` command: a click group whose built-in subcommands are imported only when invoked,
+plus whatever plugins add through the `register_commands(cli)` hook.
+
+A `DifError` anywhere below ends the command with one line on stderr and exit status 1.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+import click
+
+import dif
+from dif.errors import DifError, PluginError
+
+# name -> (module, attribute, one-line summary shown by `dif --help` without importing the module)
+BUILTINS: dict[str, tuple[str, str, str]] = {
+    "formats-table": (
+        "dif_tools.commands.formats_table",
+        "formats_table",
+        "Physical formats: legality and usage per backend.",
+    ),
+    "inspect": ("dif_tools.commands.inspect", "inspect", "Summarise a .difir program: ops, types, params, provenance."),
+    "plugins": ("dif_tools.commands.plugins", "plugins", "List plugins, their hooks, registrations and errors."),
+    "probe": ("dif_tools.commands.probe", "probe", "TargetProfile and RuntimeBudget of every backend."),
+    "run": ("dif_tools.commands.run", "run", "Run a .difir program on inputs from a safetensors file."),
+}
+
+
+def one_line(exc: BaseException) -> str:
+    """An error message folded onto one line (hints included)."""
+    return " ".join(part.strip() for part in str(exc).splitlines() if part.strip()) or type(exc).__name__
+
+
+class DifGroup(click.Group):
+    """Lazy built-ins, plugin commands added on first listing/lookup, DifError -> one-line exit."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._plugins_added = False
+
+    def _add_plugin_commands(self) -> None:
+        if not self._plugins_added:
+            self._plugins_added = True
+            from dif.plugins import add_commands
+
+            add_commands(self)
+
+    def add_command(self, cmd: click.Command, name: str | None = None) -> None:
+        name = name or cmd.name
+        if name in BUILTINS and not getattr(cmd, "_dif_builtin", False):
+            raise PluginError(f"command '{name}' is built into dif and cannot be replaced by a plugin")
+        super().add_command(cmd, name)
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        self._add_plugin_commands()
+        return sorted(set(BUILTINS) | set(self.commands))
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name in BUILTINS and cmd_name not in self.commands:
+            module, attr, _ = BUILTINS[cmd_name]
+            cmd = getattr(importlib.import_module(module), attr)
+            cmd._dif_builtin = True
+            self.add_command(cmd, cmd_name)
+        if cmd_name not in self.commands:
+            self._add_plugin_commands()
+        return self.commands.get(cmd_name)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        rows = []
+        for name in self.list_commands(ctx):
+            if name in BUILTINS:
+                rows.append((name, BUILTINS[name][2]))
+            else:
+                rows.append((name, self.commands[name].get_short_help_str(formatter.width - 20)))
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except DifError as exc:
+            raise click.ClickException(one_line(exc)) from None
+
+
+def build_cli() -> DifGroup:
+    """A fresh root group (the module-level `cli` is one; tests build their own)."""
+
+    @click.group(cls=DifGroup, name="dif", context_settings={"help_option_names": ["-h", "--help"]})
+    @click.version_option(dif.__version__, prog_name="dif")
+    def root() -> None:
+        """dif: a diffusion compiler. DiffIR programs, planned and run on pluggable backends.
+
+        Every command takes --json and then prints one dif-telemetry/1 document on stdout.
+        Errors print one line on stderr and exit 1 (2 for command-line usage errors).
+        """
+
+    assert isinstance(root, DifGroup)
+    return root
+
+
+cli = build_cli()
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Console-script entry point (`dif`)."""
+    cli.main(args=argv, prog_name="dif")

@@ -1,0 +1,1 @@
+"""Built-in `dif` subcommands, one module each, imported only when the subcommand is invoked."""
