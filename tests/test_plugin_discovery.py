@@ -7,7 +7,7 @@ import json
 from click.testing import CliRunner
 
 from dif.backend import BackendInfo
-from dif.plugins import backends, isolated_plugins, load_plugins, plugin_records
+from dif.plugins import backends, isolated_plugins, load_plugins, plugin_records, registrations
 from dif.telemetry import validate_document
 from dif_tools.cli import build_cli
 
@@ -24,9 +24,12 @@ def test_cpu_backend_is_discovered_through_its_entry_point():
         assert info.is_available().ok
 
 
-def test_no_installed_plugin_fails_to_load():
+def test_every_installed_plugin_loads_registers_and_adds_commands_cleanly():
     with isolated_plugins(None):
-        broken = {r.name: r.error for r in load_plugins() if r.error}
+        load_plugins()
+        registrations()  # every collector: duplicates and hook exceptions become errors
+        build_cli().add_plugin_commands()
+        broken = {r.name: r.error for r in plugin_records() if r.error}
         assert broken == {}
 
 

@@ -98,3 +98,57 @@ def randomize_(module, torch, seed: int = 0) -> None:  # type: ignore[no-untyped
 @pytest.fixture(scope="session")
 def randomize() -> Callable[..., None]:
     return randomize_
+
+
+# -- tiny oracle models (shared by the fp32 and bf16 parity tests) -------------------------------
+
+TINY_TRANSFORMER = dict(
+    num_layers=1,
+    num_single_layers=1,
+    attention_head_dim=32,
+    num_attention_heads=2,
+    joint_attention_dim=48,
+    in_channels=16,
+    timestep_guidance_channels=64,
+    axes_dims_rope=(8, 8, 8, 8),
+    rope_theta=2000,
+    mlp_ratio=3.0,
+    eps=1e-6,
+)
+
+
+@pytest.fixture
+def tiny_transformer(torch, tmp_path):  # type: ignore[no-untyped-def]
+    """factory(guidance_embeds) -> random Flux2Transformer2DModel saved to tmp_path."""
+    diffusers = pytest.importorskip("diffusers", reason="oracle tests need diffusers")
+
+    def make(guidance_embeds: bool = False):  # type: ignore[no-untyped-def]
+        torch.manual_seed(0)
+        model = diffusers.Flux2Transformer2DModel(**TINY_TRANSFORMER, guidance_embeds=guidance_embeds).eval()
+        randomize_(model, torch, seed=1)
+        return model
+
+    return make
+
+
+@pytest.fixture
+def tiny_qwen3(torch):  # type: ignore[no-untyped-def]
+    """A random 6-layer Qwen3ForCausalLM (GQA 4:2, head_dim 16, rope theta 1e4)."""
+    transformers = pytest.importorskip("transformers", reason="oracle tests need transformers")
+    config = transformers.Qwen3Config(
+        vocab_size=97,
+        hidden_size=64,
+        intermediate_size=96,
+        num_hidden_layers=6,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        max_position_embeddings=128,
+        rms_norm_eps=1e-6,
+        rope_theta=10000.0,
+        tie_word_embeddings=False,
+    )
+    torch.manual_seed(0)
+    model = transformers.Qwen3ForCausalLM(config).eval()
+    randomize_(model, torch, seed=2)
+    return model

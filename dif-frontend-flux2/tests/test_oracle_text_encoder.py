@@ -15,30 +15,9 @@ pytestmark = pytest.mark.oracle
 TAPS = (1, 3, 4)  # Klein uses (9, 18, 27) of 36 layers; here 4 of 6 layers are built
 
 
-def _tiny_qwen3(torch, randomize, tmp_path):  # type: ignore[no-untyped-def]
-    transformers = pytest.importorskip("transformers", reason="oracle tests need transformers")
-    config = transformers.Qwen3Config(
-        vocab_size=97,
-        hidden_size=64,
-        intermediate_size=96,
-        num_hidden_layers=6,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=16,
-        max_position_embeddings=128,
-        rms_norm_eps=1e-6,
-        rope_theta=10000.0,
-        tie_word_embeddings=False,
-    )
-    torch.manual_seed(0)
-    model = transformers.Qwen3ForCausalLM(config).eval()
-    randomize(model, torch, seed=2)
+def test_text_encoder_features_match_transformers(torch, tmp_path, load_weights, tiny_qwen3, rel_l2_fn):  # type: ignore[no-untyped-def]
+    model = tiny_qwen3
     model.save_pretrained(tmp_path)
-    return model
-
-
-def test_text_encoder_features_match_transformers(torch, tmp_path, load_weights, randomize, rel_l2_fn):  # type: ignore[no-untyped-def]
-    model = _tiny_qwen3(torch, randomize, tmp_path)
     cfg = Qwen3Config.from_json(tmp_path / "config.json")
     assert cfg.num_hidden_layers == 6 and cfg.rope_theta == 10000.0 and cfg.head_dim == 16
 
@@ -72,8 +51,9 @@ def test_text_encoder_features_match_transformers(torch, tmp_path, load_weights,
     assert err_pad <= 1e-5, f"pad rows rel-L2 {err_pad:.3e}"
 
 
-def test_rope_tables_match_transformers(torch, tmp_path, randomize):  # type: ignore[no-untyped-def]
-    model = _tiny_qwen3(torch, randomize, tmp_path)
+def test_rope_tables_match_transformers(torch, tmp_path, tiny_qwen3):  # type: ignore[no-untyped-def]
+    model = tiny_qwen3
+    model.save_pretrained(tmp_path)
     cfg = Qwen3Config.from_json(tmp_path / "config.json")
     pos = torch.arange(40)[None]
     ref_cos, ref_sin = model.model.rotary_emb(torch.zeros(1, dtype=torch.float32), pos)

@@ -17,31 +17,14 @@ from dif_frontend_flux2.model import (
 
 pytestmark = pytest.mark.oracle
 
-TINY = dict(
-    num_layers=1,
-    num_single_layers=1,
-    attention_head_dim=32,
-    num_attention_heads=2,
-    joint_attention_dim=48,
-    in_channels=16,
-    timestep_guidance_channels=64,
-    axes_dims_rope=(8, 8, 8, 8),
-    rope_theta=2000,
-    mlp_ratio=3.0,
-    eps=1e-6,
-)
-
 
 @pytest.mark.parametrize("guidance_embeds", [False, True])
 def test_transformer_forward_matches_diffusers(
-    torch, tmp_path, load_weights, randomize, rel_l2_fn, guidance_embeds
+    torch, tmp_path, load_weights, tiny_transformer, rel_l2_fn, guidance_embeds
 ):  # type: ignore[no-untyped-def]
-    diffusers = pytest.importorskip("diffusers", reason="oracle tests need diffusers")
     from diffusers.pipelines.flux2.pipeline_flux2_klein import Flux2KleinPipeline
 
-    torch.manual_seed(0)
-    ref = diffusers.Flux2Transformer2DModel(**TINY, guidance_embeds=guidance_embeds).eval()
-    randomize(ref, torch, seed=1)
+    ref = tiny_transformer(guidance_embeds)
     ref.save_pretrained(tmp_path)
 
     cfg = Flux2TransformerConfig.from_json(tmp_path / "config.json")

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Callable
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -51,6 +53,18 @@ SCHEDULER: dict[str, Any] = dict(
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "oracle: needs torch + diffusers/transformers as reference oracles")
+
+
+@pytest.fixture(scope="session")
+def tiny() -> SimpleNamespace:
+    """The tiny configs (diffusers / transformers constructor keywords) the tests build from."""
+    return SimpleNamespace(transformer=TINY_TRANSFORMER, taps=TINY_TAPS, text=TINY_TEXT, vision=TINY_VISION,
+                           vae=TINY_VAE, scheduler=SCHEDULER)
+
+
+@pytest.fixture(scope="session")
+def rel_l2_fn() -> Callable[[np.ndarray, np.ndarray], float]:
+    return rel_l2
 
 
 def rel_l2(actual: np.ndarray, expected: np.ndarray) -> float:

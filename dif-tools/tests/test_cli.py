@@ -112,6 +112,21 @@ def test_plugins_json(runner):
     assert doc["provenance"]["tool"] == "dif plugins"
 
 
+def test_plugins_reports_a_failing_register_commands():
+    class BrokenCommands:
+        @dif.hookimpl
+        def register_commands(self, cli):
+            raise ImportError("No module named 'myfrontend.cli'")
+
+    with isolated_plugins(""):
+        register_plugin(BrokenCommands(), "brokencmds")
+        result = CliRunner().invoke(build_cli(), ["plugins", "--json"], catch_exceptions=False)
+        doc = _doc(result, "plugins")
+        (entry,) = doc["data"]["plugins"]
+        assert "register_commands raised ImportError" in entry["error"]
+        assert "ERROR: register_commands raised" in CliRunner().invoke(build_cli(), ["plugins"]).output
+
+
 def test_probe_json_lists_available_and_unavailable(runner):
     doc = _doc(_invoke(runner, "probe", "--json"), "probe")
     by_name = {h["backend"]: h for h in doc["hardware"]}
@@ -168,6 +183,23 @@ def test_inspect_json(runner, tmp_path):
     assert data["provenance"]["modules"] == ["toy"]
     assert "linear" in data["text"]
     assert len(data["fingerprint"]) >= 16
+
+
+def test_inspect_reads_a_provenance_sidecar(runner, tmp_path):
+    from attrs import evolve
+
+    from dif.ir.program import Provenance
+    from dif.serialize.difir import load_program
+    from dif.serialize.provenance import save_provenance
+
+    path, _, _ = _write_program(tmp_path)
+    program = load_program(path)
+    richer = evolve(program, provenance={0: Provenance(module="sidecar_mod", tensors=("a.weight", "b.weight"))})
+    save_provenance(richer, tmp_path / "p.difir.prov.json")
+    prov = _doc(_invoke(runner, "inspect", str(path), "--json"), "inspect")["data"]["provenance"]
+    assert prov["source"] == "sidecar"
+    assert prov["modules"] == ["sidecar_mod"]
+    assert prov["checkpoint_tensors"] == 2
 
 
 def test_run_json_and_output_file(runner, tmp_path):

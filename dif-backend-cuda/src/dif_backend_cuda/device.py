@@ -40,7 +40,8 @@ def cuda_availability() -> Availability:
     try:
         import cupy
     except Exception as exc:  # ImportError, or a broken CUDA install raising at import
-        return Availability(False, f"cupy is not importable ({type(exc).__name__}: {exc}); install dif-backend-cuda[gpu]")
+        reason = f"cupy is not importable ({type(exc).__name__}: {exc}); install dif-backend-cuda[gpu]"
+        return Availability(False, reason)
     try:
         count = cupy.cuda.runtime.getDeviceCount()
     except Exception as exc:

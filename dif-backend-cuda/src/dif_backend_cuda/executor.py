@@ -84,8 +84,9 @@ def upload(dst_ptr: int, arrays: list[tuple[int, np.ndarray]], stream: Any) -> f
             if used[turn]:
                 events[turn].synchronize()  # the copy out of this stage has finished
             stages[turn][: chunk.size] = chunk
-            cupy.cuda.runtime.memcpyAsync(dst_ptr + offset + start, stages[turn].ctypes.data, chunk.size, H2D,
-                                          stream.ptr)
+            cupy.cuda.runtime.memcpyAsync(
+                dst_ptr + offset + start, stages[turn].ctypes.data, chunk.size, H2D, stream.ptr
+            )
             events[turn].record(stream)
             used[turn] = True
             turn ^= 1
@@ -126,11 +127,14 @@ class CudaExecutable:
         check_plan(plan, program)
         for p in program.params:
             if p.name not in weights:
-                raise WeightError(f"backend 'cuda': parameter '{p.name}' ({p.type}) is missing from the weights",
-                                  hint="check the frontend's weight-name mapping for this checkpoint")
+                raise WeightError(
+                    f"backend 'cuda': parameter '{p.name}' ({p.type}) is missing from the weights",
+                    hint="check the frontend's weight-name mapping for this checkpoint",
+                )
             if not _matches(weights[p.name], p.type):
-                raise WeightError(f"backend 'cuda': parameter '{p.name}' expected {p.type}, got "
-                                  f"{_describe(weights[p.name])}")
+                raise WeightError(
+                    f"backend 'cuda': parameter '{p.name}' expected {p.type}, got {_describe(weights[p.name])}"
+                )
         stream = backend.stream
         memory = {"arena": _device_alloc(plan.arena_bytes, "plan arena")}
         w_off, w_total = _pack(program.params)
@@ -146,8 +150,11 @@ class CudaExecutable:
             for r in node.results:
                 buf = plan.buffer_by_name[r.name]
                 tensors[r.name] = DevTensor(memory["arena"].ptr + buf.offset, r.type.shape, r.type.dtype)
-        timings = {"upload_s": upload(memory["weights"].ptr, [(w_off[p.name], weights[p.name]) for p in program.params],
-                                      stream)}
+        timings = {
+            "upload_s": upload(
+                memory["weights"].ptr, [(w_off[p.name], weights[p.name]) for p in program.params], stream
+            )
+        }
         # pinned host mirrors of the input slots and outputs: one H2D copy in, one D2H copy per output
         in_pinned = cupyx.empty_pinned((max(in_total, 1),), dtype=np.uint8)
         in_host = {v.name: _typed(in_pinned, in_off[v.name], v.type) for v in program.inputs}
@@ -170,8 +177,7 @@ class CudaExecutable:
             if isinstance(s, Launch):
                 s.resolve(memory["meta"].ptr)
         timings["lower_s"] = time.perf_counter() - t0 - timings["upload_s"]
-        exe = cls(program, plan, backend, steps, tensors, memory, in_host, out_host, dict(ctx.choices),
-                  timings=timings)
+        exe = cls(program, plan, backend, steps, tensors, memory, in_host, out_host, dict(ctx.choices), timings=timings)
         exe._warm_and_capture()
         timings["prepare_s"] = time.perf_counter() - t0
         return exe

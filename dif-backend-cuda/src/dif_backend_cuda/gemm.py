@@ -61,15 +61,33 @@ class GemmProblem:
 
 def linear_problem(dtype: DType, x: int, w: int, y: int, bias: int, rows: int, k: int, out: int) -> GemmProblem:
     """y[rows, out] = x[rows, k] @ w[out, k]^T + bias[out] (all row-major)."""
-    return GemmProblem(dtype, m=out, n=rows, k=k, a=w, lda=k, trans_a=OP_T, b=x, ldb=k, trans_b=OP_N, d=y,
-                       ldd=out, bias=bias)
+    return GemmProblem(
+        dtype, m=out, n=rows, k=k, a=w, lda=k, trans_a=OP_T, b=x, ldb=k, trans_b=OP_N, d=y, ldd=out, bias=bias
+    )
 
 
-def matmul_problem(dtype: DType, a: int, b: int, c: int, m: int, k: int, n: int, batch: int, stride_a: int,
-                   stride_b: int) -> GemmProblem:
+def matmul_problem(
+    dtype: DType, a: int, b: int, c: int, m: int, k: int, n: int, batch: int, stride_a: int, stride_b: int
+) -> GemmProblem:
     """c[z, m, n] = a[z, m, k] @ b[z, k, n] (row-major; batch strides in elements, 0 = broadcast)."""
-    return GemmProblem(dtype, m=n, n=m, k=k, a=b, lda=n, trans_a=OP_N, b=a, ldb=k, trans_b=OP_N, d=c, ldd=n,
-                       batch=batch, stride_a=stride_b, stride_b=stride_a, stride_d=m * n)
+    return GemmProblem(
+        dtype,
+        m=n,
+        n=m,
+        k=k,
+        a=b,
+        lda=n,
+        trans_a=OP_N,
+        b=a,
+        ldb=k,
+        trans_b=OP_N,
+        d=c,
+        ldd=n,
+        batch=batch,
+        stride_a=stride_b,
+        stride_b=stride_a,
+        stride_d=m * n,
+    )
 
 
 def _alignment(addr: int) -> int:
@@ -104,15 +122,35 @@ class LtMatmul:
         pref = lib.matmul_preference_create()
         try:
             pattr = lib.MatmulPreferenceAttribute
-            self._set(lib.matmul_preference_set_attribute, lib.get_matmul_preference_attribute_dtype, pref,
-                      pattr.MAX_WORKSPACE_BYTES, ctx.workspace_bytes)
+            self._set(
+                lib.matmul_preference_set_attribute,
+                lib.get_matmul_preference_attribute_dtype,
+                pref,
+                pattr.MAX_WORKSPACE_BYTES,
+                ctx.workspace_bytes,
+            )
             for name, addr in (("A", p.a), ("B", p.b), ("C", p.d), ("D", p.d)):
-                self._set(lib.matmul_preference_set_attribute, lib.get_matmul_preference_attribute_dtype, pref,
-                          getattr(pattr, f"MIN_ALIGNMENT_{name}_BYTES"), _alignment(addr))
+                self._set(
+                    lib.matmul_preference_set_attribute,
+                    lib.get_matmul_preference_attribute_dtype,
+                    pref,
+                    getattr(pattr, f"MIN_ALIGNMENT_{name}_BYTES"),
+                    _alignment(addr),
+                )
             self.heuristic = np.zeros(1, dtype=lib.matmul_heuristic_result_dtype)
             count = np.zeros(1, dtype=np.int32)
-            lib.matmul_algo_get_heuristic(ctx.handle, self.desc, self.adesc, self.bdesc, self.ddesc, self.ddesc, pref,
-                                          1, self.heuristic.ctypes.data, count.ctypes.data)
+            lib.matmul_algo_get_heuristic(
+                ctx.handle,
+                self.desc,
+                self.adesc,
+                self.bdesc,
+                self.ddesc,
+                self.ddesc,
+                pref,
+                1,
+                self.heuristic.ctypes.data,
+                count.ctypes.data,
+            )
         finally:
             lib.matmul_preference_destroy(pref)
         if int(count[0]) < 1:
@@ -142,9 +180,24 @@ class LtMatmul:
 
     def __call__(self, stream: Any) -> None:
         p, ctx = self.p, self.ctx
-        ctx.lib.matmul(ctx.handle, self.desc, self.alpha.ctypes.data, p.a, self.adesc, p.b, self.bdesc,
-                       self.beta.ctypes.data, p.d, self.ddesc, p.d, self.ddesc, self.algo_ptr, ctx.workspace.ptr,
-                       ctx.workspace_bytes, stream.ptr)
+        ctx.lib.matmul(
+            ctx.handle,
+            self.desc,
+            self.alpha.ctypes.data,
+            p.a,
+            self.adesc,
+            p.b,
+            self.bdesc,
+            self.beta.ctypes.data,
+            p.d,
+            self.ddesc,
+            p.d,
+            self.ddesc,
+            self.algo_ptr,
+            ctx.workspace.ptr,
+            ctx.workspace_bytes,
+            stream.ptr,
+        )
 
     def __del__(self) -> None:
         lib = getattr(getattr(self, "ctx", None), "lib", None)

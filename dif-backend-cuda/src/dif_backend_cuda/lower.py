@@ -59,8 +59,9 @@ class Launch:
 
     kind = "kernel"
 
-    def __init__(self, fn: Any, name: str, grid: tuple[int, ...], block: tuple[int, ...], args: list[Any],
-                 shared: int = 0) -> None:
+    def __init__(
+        self, fn: Any, name: str, grid: tuple[int, ...], block: tuple[int, ...], args: list[Any], shared: int = 0
+    ) -> None:
         self.fn, self.name, self.grid, self.block, self.args, self.shared = fn, name, grid, block, args, shared
 
     def resolve(self, meta_ptr: int) -> None:
@@ -106,8 +107,9 @@ class LowerCtx:
         self.meta_len += arr.size
         return ref
 
-    def kernel(self, module: str, name: str, grid: tuple[int, ...], block: tuple[int, ...], args: list[Any],
-               shared: int = 0) -> Launch:
+    def kernel(
+        self, module: str, name: str, grid: tuple[int, ...], block: tuple[int, ...], args: list[Any], shared: int = 0
+    ) -> Launch:
         return Launch(self.kernels.function(module, name), name, grid, block, args, shared)
 
     def flat(self, module: str, name: str, n: int, args: list[Any]) -> Launch:
@@ -185,8 +187,10 @@ def bits(t: DevTensor) -> int:
     return t.dtype.itemsize * 8
 
 
-Step = Callable[[Any], None]
-Lowering = Callable[[LowerCtx, Node, dict[str, Any], list[DevTensor], list[DevTensor]], list[Any]]
+Attrs = dict[str, Any]
+Ts = list[DevTensor]
+Steps = list[Any]
+Lowering = Callable[[LowerCtx, Node, Attrs, Ts, Ts], Steps]
 LOWERINGS: dict[str, Lowering] = {}
 
 
@@ -214,12 +218,29 @@ def lower_node(ctx: LowerCtx, node: Node, ins: list[DevTensor], outs: list[DevTe
 
 # -- elementwise -------------------------------------------------------------------------------
 
-UNARY = ("neg", "abs", "exp", "log", "sqrt", "rsqrt", "sin", "cos", "tanh", "sigmoid", "silu", "relu",
-         "reciprocal", "square", "gelu", "clamp", "scalar_affine")
+UNARY = (
+    "neg",
+    "abs",
+    "exp",
+    "log",
+    "sqrt",
+    "rsqrt",
+    "sin",
+    "cos",
+    "tanh",
+    "sigmoid",
+    "silu",
+    "relu",
+    "reciprocal",
+    "square",
+    "gelu",
+    "clamp",
+    "scalar_affine",
+)
 
 
 @lowering(*UNARY)
-def _unary(ctx: LowerCtx, node: Node, attrs: dict[str, Any], ins: list[DevTensor], outs: list[DevTensor]) -> list[Any]:
+def _unary(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Ts, outs: Ts) -> Steps:
     (x,), (y,) = ins, outs
     name = node.op
     p0 = p1 = 0.0
@@ -238,7 +259,7 @@ def _bcast(ctx: LowerCtx, ins: list[DevTensor], out: DevTensor) -> MetaRef:
 
 
 @lowering("add", "sub", "mul", "div", "maximum", "minimum", "pow")
-def _binary(ctx: LowerCtx, node: Node, attrs: dict[str, Any], ins: list[DevTensor], outs: list[DevTensor]) -> list[Any]:
+def _binary(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Ts, outs: Ts) -> Steps:
     (a, b), (y,) = ins, outs
     allowed = FLOATS + (INTS if node.op in ("add", "sub", "mul", "maximum", "minimum") else ())
     dt = need(node, a.dtype, allowed)
@@ -247,7 +268,7 @@ def _binary(ctx: LowerCtx, node: Node, attrs: dict[str, Any], ins: list[DevTenso
 
 
 @lowering("less", "greater", "equal")
-def _compare(ctx: LowerCtx, node: Node, attrs: dict[str, Any], ins: list[DevTensor], outs: list[DevTensor]) -> list[Any]:
+def _compare(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Ts, outs: Ts) -> Steps:
     (a, b), (y,) = ins, outs
     dt = need(node, a.dtype, FLOATS + INTS)
     meta = _bcast(ctx, [a, b], y)
@@ -255,7 +276,7 @@ def _compare(ctx: LowerCtx, node: Node, attrs: dict[str, Any], ins: list[DevTens
 
 
 @lowering("where")
-def _where(ctx: LowerCtx, node: Node, attrs: dict[str, Any], ins: list[DevTensor], outs: list[DevTensor]) -> list[Any]:
+def _where(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Ts, outs: Ts) -> Steps:
     (c, a, b), (y,) = ins, outs
     meta = _bcast(ctx, [c, a, b], y)
     args = [ptr(c), ptr(a), ptr(b), ptr(y), meta, i64(y.numel)]
@@ -263,7 +284,7 @@ def _where(ctx: LowerCtx, node: Node, attrs: dict[str, Any], ins: list[DevTensor
 
 
 @lowering("modulate")
-def _modulate(ctx: LowerCtx, node: Node, attrs: dict[str, Any], ins: list[DevTensor], outs: list[DevTensor]) -> list[Any]:
+def _modulate(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Ts, outs: Ts) -> Steps:
     (x, s, t), (y,) = ins, outs
     dt = need(node, x.dtype, FLOATS)
     meta = _bcast(ctx, [x, s, t], y)
@@ -272,7 +293,7 @@ def _modulate(ctx: LowerCtx, node: Node, attrs: dict[str, Any], ins: list[DevTen
 
 
 @lowering("glu")
-def _glu(ctx: LowerCtx, node: Node, attrs: dict[str, Any], ins: list[DevTensor], outs: list[DevTensor]) -> list[Any]:
+def _glu(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Ts, outs: Ts) -> Steps:
     (x,), (y,) = ins, outs
     dt = need(node, x.dtype, FLOATS)
     first = np.int32(1 if attrs["gated_half"] == "first" else 0)
@@ -281,7 +302,7 @@ def _glu(ctx: LowerCtx, node: Node, attrs: dict[str, Any], ins: list[DevTensor],
 
 
 @lowering("cast")
-def _cast(ctx: LowerCtx, node: Node, attrs: dict[str, Any], ins: list[DevTensor], outs: list[DevTensor]) -> list[Any]:
+def _cast(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Ts, outs: Ts) -> Steps:
     (x,), (y,) = ins, outs
     if x.dtype == y.dtype:
         return [Copy(y.ptr, x.ptr, y.nbytes)]
@@ -301,7 +322,7 @@ def fill_steps(ctx: LowerCtx, y: DevTensor, scalar: np.ndarray) -> list[Any]:
 
 
 @lowering("full")
-def _full(ctx: LowerCtx, node: Node, attrs: dict[str, Any], ins: list[DevTensor], outs: list[DevTensor]) -> list[Any]:
+def _full(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Ts, outs: Ts) -> Steps:
     (y,) = outs
     value = ctx.table.get("full").run_reference([], attrs)[0]  # the op's own meaning of `value`
     return fill_steps(ctx, y, np.asarray(value).reshape(-1)[:1])
@@ -310,8 +331,15 @@ def _full(ctx: LowerCtx, node: Node, attrs: dict[str, Any], ins: list[DevTensor]
 # -- layout ------------------------------------------------------------------------------------
 
 
-def copy_steps(ctx: LowerCtx, src: int, dst: int, shape: Sequence[int], src_strides: Sequence[int],
-               dst_strides: Sequence[int], width: int) -> list[Any]:
+def copy_steps(
+    ctx: LowerCtx,
+    src: int,
+    dst: int,
+    shape: Sequence[int],
+    src_strides: Sequence[int],
+    dst_strides: Sequence[int],
+    width: int,
+) -> list[Any]:
     """Copy `shape` elements of `width` bits between two strided views (element strides)."""
     n = math.prod(shape)
     if n == 0:
@@ -321,12 +349,12 @@ def copy_steps(ctx: LowerCtx, src: int, dst: int, shape: Sequence[int], src_stri
 
 
 @lowering("reshape")
-def _reshape(ctx: LowerCtx, node: Node, attrs: dict[str, Any], ins: list[DevTensor], outs: list[DevTensor]) -> list[Any]:
+def _reshape(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Ts, outs: Ts) -> Steps:
     return [Copy(outs[0].ptr, ins[0].ptr, outs[0].nbytes)]
 
 
 @lowering("transpose")
-def _transpose(ctx: LowerCtx, node: Node, attrs: dict[str, Any], ins: list[DevTensor], outs: list[DevTensor]) -> list[Any]:
+def _transpose(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Ts, outs: Ts) -> Steps:
     (x,), (y,) = ins, outs
     xs = contiguous_strides(x.shape)
     src = [xs[p] for p in attrs["perm"]]
@@ -334,13 +362,15 @@ def _transpose(ctx: LowerCtx, node: Node, attrs: dict[str, Any], ins: list[DevTe
 
 
 @lowering("broadcast_to")
-def _broadcast_to(ctx: LowerCtx, node: Node, attrs: dict[str, Any], ins: list[DevTensor], outs: list[DevTensor]) -> list[Any]:
+def _broadcast_to(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Ts, outs: Ts) -> Steps:
     (x,), (y,) = ins, outs
-    return copy_steps(ctx, x.ptr, y.ptr, y.shape, broadcast_strides(x.shape, y.shape), contiguous_strides(y.shape), bits(y))
+    return copy_steps(
+        ctx, x.ptr, y.ptr, y.shape, broadcast_strides(x.shape, y.shape), contiguous_strides(y.shape), bits(y)
+    )
 
 
 @lowering("concat")
-def _concat(ctx: LowerCtx, node: Node, attrs: dict[str, Any], ins: list[DevTensor], outs: list[DevTensor]) -> list[Any]:
+def _concat(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Ts, outs: Ts) -> Steps:
     (y,) = outs
     axis = attrs["axis"] % len(y.shape)
     ys = contiguous_strides(y.shape)
@@ -353,7 +383,7 @@ def _concat(ctx: LowerCtx, node: Node, attrs: dict[str, Any], ins: list[DevTenso
 
 
 @lowering("split")
-def _split(ctx: LowerCtx, node: Node, attrs: dict[str, Any], ins: list[DevTensor], outs: list[DevTensor]) -> list[Any]:
+def _split(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Ts, outs: Ts) -> Steps:
     (x,) = ins
     axis = attrs["axis"] % len(x.shape)
     xs = contiguous_strides(x.shape)
@@ -366,7 +396,7 @@ def _split(ctx: LowerCtx, node: Node, attrs: dict[str, Any], ins: list[DevTensor
 
 
 @lowering("slice")
-def _slice(ctx: LowerCtx, node: Node, attrs: dict[str, Any], ins: list[DevTensor], outs: list[DevTensor]) -> list[Any]:
+def _slice(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Ts, outs: Ts) -> Steps:
     (x,), (y,) = ins, outs
     axis = attrs["axis"] % len(x.shape)
     first = range(*slice(attrs["start"], attrs["stop"], attrs["step"]).indices(x.shape[axis])).start
@@ -377,7 +407,7 @@ def _slice(ctx: LowerCtx, node: Node, attrs: dict[str, Any], ins: list[DevTensor
 
 
 @lowering("upsample_nearest")
-def _upsample(ctx: LowerCtx, node: Node, attrs: dict[str, Any], ins: list[DevTensor], outs: list[DevTensor]) -> list[Any]:
+def _upsample(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Ts, outs: Ts) -> Steps:
     (x,), (y,) = ins, outs
     n, c, h, w = x.shape
     s = attrs["scale"]
@@ -386,7 +416,7 @@ def _upsample(ctx: LowerCtx, node: Node, attrs: dict[str, Any], ins: list[DevTen
 
 
 @lowering("pad")
-def _pad(ctx: LowerCtx, node: Node, attrs: dict[str, Any], ins: list[DevTensor], outs: list[DevTensor]) -> list[Any]:
+def _pad(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Ts, outs: Ts) -> Steps:
     (x,), (y,) = ins, outs
     pads = attrs["pads"]
     before = [pads[2 * i] for i in range(len(x.shape))]
@@ -408,13 +438,13 @@ def _take_steps(ctx: LowerCtx, node: Node, x: DevTensor, idx: DevTensor, y: DevT
 
 
 @lowering("take")
-def _take(ctx: LowerCtx, node: Node, attrs: dict[str, Any], ins: list[DevTensor], outs: list[DevTensor]) -> list[Any]:
+def _take(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Ts, outs: Ts) -> Steps:
     (x, idx), (y,) = ins, outs
     return _take_steps(ctx, node, x, idx, y, attrs["axis"] % len(x.shape))
 
 
 @lowering("embedding")
-def _embedding(ctx: LowerCtx, node: Node, attrs: dict[str, Any], ins: list[DevTensor], outs: list[DevTensor]) -> list[Any]:
+def _embedding(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Ts, outs: Ts) -> Steps:
     (ids, table), (y,) = ins, outs
     return _take_steps(ctx, node, table, ids, y, 0)
 
@@ -428,19 +458,26 @@ def row_threads(length: int) -> int:
 
 
 @lowering("rms_norm")
-def _rms(ctx: LowerCtx, node: Node, attrs: dict[str, Any], ins: list[DevTensor], outs: list[DevTensor]) -> list[Any]:
+def _rms(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Ts, outs: Ts) -> Steps:
     x, w = ins[0], (ins[1] if len(ins) > 1 else None)
     (y,) = outs
     dt = need(node, x.dtype, FLOATS)
     wt = need(node, w.dtype, FLOATS) if w is not None else dt
     length = x.shape[-1]
-    args = [ptr(x), ptr(w), ptr(y), i64(length), f32(attrs["eps"]), f32(attrs["offset"]),
-            np.int32(attrs["round_before_weight"])]
+    args = [
+        ptr(x),
+        ptr(w),
+        ptr(y),
+        i64(length),
+        f32(attrs["eps"]),
+        f32(attrs["offset"]),
+        np.int32(attrs["round_before_weight"]),
+    ]
     return [ctx.kernel("norm", f"rms_norm_{dt}_{wt}", (x.numel // length,), (row_threads(length),), args)]
 
 
 @lowering("layer_norm")
-def _layer(ctx: LowerCtx, node: Node, attrs: dict[str, Any], ins: list[DevTensor], outs: list[DevTensor]) -> list[Any]:
+def _layer(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Ts, outs: Ts) -> Steps:
     x = ins[0]
     w = ins[1] if len(ins) > 1 else None
     b = ins[2] if len(ins) > 2 else None
@@ -456,7 +493,7 @@ def _layer(ctx: LowerCtx, node: Node, attrs: dict[str, Any], ins: list[DevTensor
 
 
 @lowering("group_norm")
-def _group(ctx: LowerCtx, node: Node, attrs: dict[str, Any], ins: list[DevTensor], outs: list[DevTensor]) -> list[Any]:
+def _group(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Ts, outs: Ts) -> Steps:
     (x, w, b), (y,) = ins, outs
     dt = need(node, x.dtype, FLOATS)
     if w.dtype != b.dtype:
@@ -475,7 +512,7 @@ def _axis_rows(x: DevTensor, axis: int) -> tuple[int, int, int]:
 
 
 @lowering("softmax")
-def _softmax(ctx: LowerCtx, node: Node, attrs: dict[str, Any], ins: list[DevTensor], outs: list[DevTensor]) -> list[Any]:
+def _softmax(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Ts, outs: Ts) -> Steps:
     (x,), (y,) = ins, outs
     dt = need(node, x.dtype, FLOATS)
     outer, length, inner = _axis_rows(x, attrs["axis"])
@@ -484,7 +521,7 @@ def _softmax(ctx: LowerCtx, node: Node, attrs: dict[str, Any], ins: list[DevTens
 
 
 @lowering("l2_normalize")
-def _l2(ctx: LowerCtx, node: Node, attrs: dict[str, Any], ins: list[DevTensor], outs: list[DevTensor]) -> list[Any]:
+def _l2(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Ts, outs: Ts) -> Steps:
     (x,), (y,) = ins, outs
     dt = need(node, x.dtype, FLOATS)
     outer, length, inner = _axis_rows(x, attrs["axis"])
@@ -493,7 +530,7 @@ def _l2(ctx: LowerCtx, node: Node, attrs: dict[str, Any], ins: list[DevTensor], 
 
 
 @lowering("rope")
-def _rope(ctx: LowerCtx, node: Node, attrs: dict[str, Any], ins: list[DevTensor], outs: list[DevTensor]) -> list[Any]:
+def _rope(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Ts, outs: Ts) -> Steps:
     (x, c, s), (y,) = ins, outs
     dt = need(node, x.dtype, FLOATS)
     if c.dtype != s.dtype:
@@ -506,7 +543,7 @@ def _rope(ctx: LowerCtx, node: Node, attrs: dict[str, Any], ins: list[DevTensor]
 
 
 @lowering("reduce_sum", "reduce_mean", "reduce_max")
-def _reduce(ctx: LowerCtx, node: Node, attrs: dict[str, Any], ins: list[DevTensor], outs: list[DevTensor]) -> list[Any]:
+def _reduce(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Ts, outs: Ts) -> Steps:
     (x,), (y,) = ins, outs
     dt = need(node, x.dtype, FLOATS)
     axes = {a % len(x.shape) for a in attrs["axes"]}

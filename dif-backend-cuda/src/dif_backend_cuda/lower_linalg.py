@@ -13,11 +13,13 @@ import numpy as np
 from dif.ir.program import Node
 from dif_backend_cuda.lower import (
     FLOATS,
+    Attrs,
     DevTensor,
     LowerCtx,
+    Steps,
+    Ts,
     broadcast_strides,
     collapse,
-    contiguous_strides,
     f32,
     i64,
     lowering,
@@ -52,17 +54,40 @@ def _lt_step(ctx: LowerCtx, node: Node, problem: Any) -> Any | None:
     return step
 
 
-def _gemm_kernel(ctx: LowerCtx, node: Node, dt: str, a: int, b: int, bias: int, c: int, batch_meta: list[int],
-                 batch: int, m: int, n: int, k: int, strides: tuple[int, int, int, int]) -> Any:
+def _gemm_kernel(
+    ctx: LowerCtx,
+    node: Node,
+    dt: str,
+    a: int,
+    b: int,
+    bias: int,
+    c: int,
+    batch_meta: list[int],
+    batch: int,
+    m: int,
+    n: int,
+    k: int,
+    strides: tuple[int, int, int, int],
+) -> Any:
     ctx.choices.setdefault(node.id, "nvrtc-gemm")
     grid = (-(-n // TILE), -(-m // TILE), max(1, min(batch, MAX_GRID_Z)))
-    args = [np.uint64(a), np.uint64(b), np.uint64(bias), np.uint64(c), ctx.meta(batch_meta), i64(batch), i64(m),
-            i64(n), i64(k), *(i64(s) for s in strides)]
+    args = [
+        np.uint64(a),
+        np.uint64(b),
+        np.uint64(bias),
+        np.uint64(c),
+        ctx.meta(batch_meta),
+        i64(batch),
+        i64(m),
+        i64(n),
+        i64(k),
+        *(i64(s) for s in strides),
+    ]
     return ctx.kernel("gemm", f"gemm_{dt}", grid, (256,), args)
 
 
 @lowering("linear")
-def _linear(ctx: LowerCtx, node: Node, attrs: dict[str, Any], ins: list[DevTensor], outs: list[DevTensor]) -> list[Any]:
+def _linear(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Ts, outs: Ts) -> Steps:
     x, w = ins[0], ins[1]
     bias = ins[2] if len(ins) > 2 else None
     (y,) = outs
@@ -76,12 +101,13 @@ def _linear(ctx: LowerCtx, node: Node, attrs: dict[str, Any], ins: list[DevTenso
     step = _lt_step(ctx, node, linear_problem(x.dtype, x.ptr, w.ptr, y.ptr, bias.ptr if bias else 0, rows, k, out))
     if step is not None:
         return [step]
-    return [_gemm_kernel(ctx, node, dt, x.ptr, w.ptr, ptr(bias).item(), y.ptr, [1, 1, 0, 0], 1, rows, out, k,
-                         (k, 1, 1, k))]
+    return [
+        _gemm_kernel(ctx, node, dt, x.ptr, w.ptr, ptr(bias).item(), y.ptr, [1, 1, 0, 0], 1, rows, out, k, (k, 1, 1, k))
+    ]
 
 
 @lowering("matmul")
-def _matmul(ctx: LowerCtx, node: Node, attrs: dict[str, Any], ins: list[DevTensor], outs: list[DevTensor]) -> list[Any]:
+def _matmul(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Ts, outs: Ts) -> Steps:
     (a, b), (c,) = ins, outs
     dt = need(node, a.dtype, FLOATS)
     m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
@@ -103,7 +129,7 @@ def _matmul(ctx: LowerCtx, node: Node, attrs: dict[str, Any], ins: list[DevTenso
 
 
 @lowering("conv2d")
-def _conv2d(ctx: LowerCtx, node: Node, attrs: dict[str, Any], ins: list[DevTensor], outs: list[DevTensor]) -> list[Any]:
+def _conv2d(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Ts, outs: Ts) -> Steps:
     x, w = ins[0], ins[1]
     bias = ins[2] if len(ins) > 2 else None
     (y,) = outs
@@ -126,7 +152,7 @@ FA_WARPS, FA_TILE, FA_MAX_DV = 4, 32, 256
 
 
 @lowering("sdpa")
-def _sdpa(ctx: LowerCtx, node: Node, attrs: dict[str, Any], ins: list[DevTensor], outs: list[DevTensor]) -> list[Any]:
+def _sdpa(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Ts, outs: Ts) -> Steps:
     q, k, v = ins[0], ins[1], ins[2]
     mask = ins[3] if len(ins) > 3 else None
     (o,) = outs
@@ -141,9 +167,28 @@ def _sdpa(ctx: LowerCtx, node: Node, attrs: dict[str, Any], ins: list[DevTensor]
     if dv > FA_MAX_DV:
         raise unsupported(node, f"value head dim {dv} > {FA_MAX_DV} in the flash kernel")
     shared = 4 * (FA_TILE * (d + 1) + FA_TILE * dv + FA_WARPS * d)
-    launch = ctx.kernel("attention", f"flash_attn_{dt}", (-(-sq // FA_WARPS), hq, b), (FA_WARPS * 32,),
-                        [ptr(q), ptr(k), ptr(v), ptr(mask), ptr(o), i64(sq), i64(skv), i64(hq), i64(hkv),
-                         np.int32(d), np.int32(dv), f32(scale), np.int32(causal)], shared)
+    launch = ctx.kernel(
+        "attention",
+        f"flash_attn_{dt}",
+        (-(-sq // FA_WARPS), hq, b),
+        (FA_WARPS * 32,),
+        [
+            ptr(q),
+            ptr(k),
+            ptr(v),
+            ptr(mask),
+            ptr(o),
+            i64(sq),
+            i64(skv),
+            i64(hq),
+            i64(hkv),
+            np.int32(d),
+            np.int32(dv),
+            f32(scale),
+            np.int32(causal),
+        ],
+        shared,
+    )
     if shared > 48 * 1024:
         limit = int(ctx.backend.props["smem_optin"])
         if shared > limit:
@@ -152,8 +197,17 @@ def _sdpa(ctx: LowerCtx, node: Node, attrs: dict[str, Any], ins: list[DevTensor]
     return [launch]
 
 
-def _cudnn_step(ctx: LowerCtx, node: Node, q: DevTensor, k: DevTensor, v: DevTensor, o: DevTensor, masked: bool,
-                scale: float, causal: bool) -> Any | None:
+def _cudnn_step(
+    ctx: LowerCtx,
+    node: Node,
+    q: DevTensor,
+    k: DevTensor,
+    v: DevTensor,
+    o: DevTensor,
+    masked: bool,
+    scale: float,
+    causal: bool,
+) -> Any | None:
     from dif_backend_cuda.sdpa import CudnnSdpa, eligible
 
     choice = ctx.backend.options["sdpa"]

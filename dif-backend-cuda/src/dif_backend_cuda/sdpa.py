@@ -43,8 +43,23 @@ class CudnnSdpa:
 
     kind = "cudnn"
 
-    def __init__(self, ctx: CudnnContext, dtype: DType, b: int, sq: int, skv: int, hq: int, hkv: int, d: int,
-                 q: int, k: int, v: int, o: int, scale: float, causal: bool) -> None:
+    def __init__(
+        self,
+        ctx: CudnnContext,
+        dtype: DType,
+        b: int,
+        sq: int,
+        skv: int,
+        hq: int,
+        hkv: int,
+        d: int,
+        q: int,
+        k: int,
+        v: int,
+        o: int,
+        scale: float,
+        causal: bool,
+    ) -> None:
         import cupy
 
         cudnn = ctx.lib

@@ -140,7 +140,7 @@ def pick_device(devices: list[Any], selector: str | None = None) -> Any:
 def _indexed(devices: list[Any]) -> list[tuple[str, Any]]:
     """('P:D', device) with P the platform's index among the devices' platforms, D the device's."""
     platforms: list[Any] = []
-    out = []
+    out: list[tuple[str, Any]] = []
     for d in devices:
         if d.platform not in platforms:
             platforms.append(d.platform)
@@ -195,7 +195,9 @@ def availability() -> Availability:
     devices = list_devices()
     hint = nvidia_hint(devices)
     if not devices:
-        reason = "no OpenCL platform/device (install a driver's ICD, or `pip install pocl-binary-distribution` for CPUs)"
+        reason = (
+            "no OpenCL platform/device (install a driver's ICD, or `pip install pocl-binary-distribution` for CPUs)"
+        )
         return Availability(False, f"{reason}; {hint}" if hint else reason)
     return Availability(True, hint or "")
 
@@ -212,7 +214,9 @@ def priority() -> int:
 def storage_dtypes(info: DeviceInfo) -> tuple[str, ...]:
     """Storage types every kernel reads and writes (fp32 compute). f16 needs no extension: its
     loads/stores are the core vload_half / vstore_half_rte; fp8 is not implemented yet."""
-    return tuple(d.value for d in (DType.F32, DType.BF16, DType.F16, DType.I32, DType.I64, DType.I8, DType.U8, DType.BOOL))
+    return tuple(
+        d.value for d in (DType.F32, DType.BF16, DType.F16, DType.I32, DType.I64, DType.I8, DType.U8, DType.BOOL)
+    )
 
 
 def profile_of(info: DeviceInfo) -> TargetProfile:
@@ -309,11 +313,15 @@ class OpenCLBackend:
         self.device = pick_device(list_devices(), device)
         self.info = describe(self.device)
         self.context = cl.Context([self.device])
-        props = cl.command_queue_properties.PROFILING_ENABLE if profiling else 0
-        self.queue = cl.CommandQueue(self.context, properties=props)
+        if profiling:
+            self.queue = cl.CommandQueue(self.context, properties=cl.command_queue_properties.PROFILING_ENABLE)
+        else:
+            self.queue = cl.CommandQueue(self.context)
         self.row_group = min(256 if self.info.kind != "cpu" else 64, _pow2_floor(self.info.max_work_group))
         self.library = KernelLibrary(self.context, self.row_group)
-        self.pool = BufferPool(self.context, self.info.max_alloc_bytes, idle_limit_bytes=self.info.global_mem_bytes // 4)
+        self.pool = BufferPool(
+            self.context, self.info.max_alloc_bytes, idle_limit_bytes=self.info.global_mem_bytes // 4
+        )
         self.host_eval_max_bytes = host_eval_max_bytes
         self.options = options if options is not None else LowerOptions()
         self.profiling = profiling

@@ -27,8 +27,8 @@ from dif.errors import DifError, PlanBindingError, WeightError
 from dif.ir.program import Node, Program
 from dif.ir.types import TensorType
 from dif.ops.registry import OPS
-from dif.plan.plan import STREAMED, Buffer, Plan, align_up, check_plan
-from dif_backend_opencl.lower import LowerCtx, Ref, Slot, Step, lower_node
+from dif.plan.plan import Buffer, Plan, align_up, check_plan
+from dif_backend_opencl.lower import LowerCtx, Ref, Slot, Step, Upload, lower_node
 
 if TYPE_CHECKING:
     from dif_backend_opencl.device import OpenCLBackend
@@ -53,24 +53,6 @@ def _describe(arr: Any) -> str:
         return f"{dtype_of(np.asarray(arr)).value}{list(arr.shape)}"
     except (DifError, AttributeError, TypeError):
         return f"{getattr(arr, 'dtype', type(arr).__name__)}{list(getattr(arr, 'shape', ()))}"
-
-
-@define
-class Upload:
-    """Host array -> device, inside the step list (streamed weights)."""
-
-    node_id: int
-    dst: Ref
-    host: np.ndarray
-    bound: Any = None
-
-    def bind(self, library: Any, resolve: Any) -> None:
-        self.bound = resolve(self.dst.slot)
-
-    def enqueue(self, queue: Any) -> Any:
-        import pyopencl as cl
-
-        return cl.enqueue_copy(queue, self.bound, self.host, dst_offset=self.dst.byte_offset, is_blocking=False)
 
 
 def _node_bytes(program: Program, node: Node) -> int:
@@ -135,7 +117,8 @@ class OpenCLExecutable:
         got = fingerprint(program)
         if got != plan.program_fingerprint:
             raise PlanBindingError(
-                f"backend '{BACKEND}': plan was made for program {plan.program_fingerprint}, not '{program.name}' ({got})",
+                f"backend '{BACKEND}': plan was made for program {plan.program_fingerprint}, "
+                f"not '{program.name}' ({got})",
                 hint="re-plan this program",
             )
         check_plan(plan, program)
@@ -166,7 +149,9 @@ class OpenCLExecutable:
             if v.name not in inputs:
                 raise DifError(f"backend '{BACKEND}': input '{v.name}' ({v.type}) was not provided")
             if not _matches(inputs[v.name], v.type):
-                raise DifError(f"backend '{BACKEND}': input '{v.name}' expected {v.type}, got {_describe(inputs[v.name])}")
+                raise DifError(
+                    f"backend '{BACKEND}': input '{v.name}' expected {v.type}, got {_describe(inputs[v.name])}"
+                )
             env[v.name] = np.asarray(inputs[v.name])
         for name, slot in self.input_slots.items():
             if env[name].nbytes:
@@ -196,6 +181,7 @@ class OpenCLExecutable:
         self.last_event = cl.enqueue_marker(queue)
         self.last_event.wait()
         for node_id, event in events:
+            assert times is not None
             times[node_id] = times.get(node_id, 0.0) + (event.profile.end - event.profile.start) * 1e-9  # type: ignore[index]
         return results
 
@@ -317,7 +303,7 @@ class _Builder:
             if host is not None and host.nbytes:
                 cl.enqueue_copy(queue, buf, _bytes_of(host), is_blocking=False)
         resolve = self.buffers.__getitem__
-        steps: list[Step | Upload] = list(ctx.steps)
+        steps: list[Step] = list(ctx.steps)
         for step in steps:
             step.bind(self.backend.library, resolve)
         queue.finish()
@@ -380,4 +366,3 @@ class _Builder:
             size = bucket(b.nbytes)
             reuse = free.get(size)
             self.buffers[Slot(f"val:{b.name}")] = reuse.pop() if reuse else self._acquire(b.nbytes)
-

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 from attrs import define, field, frozen
@@ -63,7 +63,9 @@ class Ref:
         try:
             return np.int32(DT_CODE[self.type.dtype])
         except KeyError:
-            raise NotImplementedOnBackend("*", BACKEND, f"dtype {self.type.dtype.value} has no OpenCL storage") from None
+            raise NotImplementedOnBackend(
+                "*", BACKEND, f"dtype {self.type.dtype.value} has no OpenCL storage"
+            ) from None
 
     @property
     def numel(self) -> int:
@@ -132,7 +134,25 @@ class Copy:
         )
 
 
-Step = Launch | Copy
+@define
+class Upload:
+    """Host array -> device inside the step list (streamed weights, before their first consumer)."""
+
+    node_id: int
+    dst: Ref
+    host: np.ndarray
+    bound: Any = None
+
+    def bind(self, library: Any, resolve: Any) -> None:
+        self.bound = resolve(self.dst.slot)
+
+    def enqueue(self, queue: Any) -> Any:
+        import pyopencl as cl
+
+        return cl.enqueue_copy(queue, self.bound, self.host, dst_offset=self.dst.byte_offset, is_blocking=False)
+
+
+Step = Launch | Copy | Upload
 
 
 @frozen
@@ -180,7 +200,15 @@ class LowerCtx:
         if any(g == 0 for g in gsize):
             return
         self.steps.append(
-            Launch(self.node_id, program, kernel, tuple(gsize), None if lsize is None else tuple(lsize), args, defines or {})
+            Launch(
+                self.node_id,
+                program,
+                kernel,
+                tuple(gsize),
+                None if lsize is None else tuple(lsize),
+                args,
+                defines or {},
+            )
         )
 
     def launch_1d(self, program: str, kernel: str, n: int, *args: Any) -> None:
@@ -209,6 +237,11 @@ def lowers(*ops: str) -> Callable[[Lowering], Lowering]:
         return fn
 
     return wrap
+
+
+def at(node: Node) -> dict[str, Any]:
+    """A node's attributes, typed loosely for the lowerings (the op table has validated them)."""
+    return cast(dict[str, Any], node.attrs)
 
 
 def lower_node(ctx: LowerCtx, node: Node, ins: list[Ref], outs: list[Ref]) -> None:
@@ -260,14 +293,14 @@ def collapse(shape: Sequence[int], *strides: Sequence[int]) -> tuple[tuple[int, 
 
 def vec8(values: Sequence[int], fill: int) -> Any:
     """An OpenCL int8 argument, padded in front with `fill` (rank <= 8)."""
-    import pyopencl.cltypes as ct
+    import pyopencl.cltypes as ct  # type: ignore[import-untyped]
 
     if len(values) > MAX_RANK:
         raise NotImplementedOnBackend("*", BACKEND, f"views of rank {len(values)} > {MAX_RANK} after collapsing")
     vals = [fill] * (MAX_RANK - len(values)) + [int(v) for v in values]
     if any(abs(v) >= 2**31 for v in vals):
         raise NotImplementedOnBackend("*", BACKEND, "a tensor dimension or stride exceeds 2^31 elements")
-    return ct.make_int8(*vals)
+    return ct.make_int8(*vals)  # type: ignore[attr-defined]
 
 
 def strided_args(out_shape: Sequence[int], *strides: Sequence[int]) -> tuple[Any, ...]:

@@ -13,14 +13,16 @@ from dif_backend_opencl.lower import (
     FLOATS,
     LowerCtx,
     Ref,
+    at,
     broadcast_strides,
     lowers,
     strided_args,
 )
 
 EW = "elementwise"
-UNARY = "neg abs exp log sqrt rsqrt reciprocal square sin cos tanh sigmoid silu relu".split()
-INT_UNARY = ("neg", "abs")
+UNARY: tuple[str, ...] = ("neg", "abs", "exp", "log", "sqrt", "rsqrt", "reciprocal", "square")
+UNARY += ("sin", "cos", "tanh", "sigmoid", "silu", "relu")
+INT_UNARY: tuple[str, ...] = ("neg", "abs")
 BINARY = ("add", "sub", "mul", "div", "maximum", "minimum", "pow")
 INT_BINARY = ("add", "sub", "mul", "maximum", "minimum")
 COMPARE = ("less", "greater", "equal")
@@ -46,17 +48,17 @@ def lower_unary(ctx: LowerCtx, node: Node, ins: list[Ref], outs: list[Ref]) -> N
 
 @lowers("gelu")
 def lower_gelu(ctx: LowerCtx, node: Node, ins: list[Ref], outs: list[Ref]) -> None:
-    _unary(ctx, "gelu_tanh" if node.attrs["approximate"] == "tanh" else "gelu", outs[0], ins[0])
+    _unary(ctx, "gelu_tanh" if at(node)["approximate"] == "tanh" else "gelu", outs[0], ins[0])
 
 
 @lowers("clamp")
 def lower_clamp(ctx: LowerCtx, node: Node, ins: list[Ref], outs: list[Ref]) -> None:
-    _unary(ctx, "clamp", outs[0], ins[0], node.attrs["lo"], node.attrs["hi"])
+    _unary(ctx, "clamp", outs[0], ins[0], at(node)["lo"], at(node)["hi"])
 
 
 @lowers("scalar_affine")
 def lower_affine(ctx: LowerCtx, node: Node, ins: list[Ref], outs: list[Ref]) -> None:
-    _unary(ctx, "affine", outs[0], ins[0], node.attrs["scale"], node.attrs["bias"])
+    _unary(ctx, "affine", outs[0], ins[0], at(node)["scale"], at(node)["bias"])
 
 
 @lowers("cast")
@@ -111,7 +113,7 @@ def lower_modulate(ctx: LowerCtx, node: Node, ins: list[Ref], outs: list[Ref]) -
     ctx.launch_1d(EW, "modulate", n, *y.full(), *x.full(), *s.full(), *t.full(), np.int64(n), *extra)
 
 
-def fill_bits(value: float, dtype: DType) -> tuple[int, np.uint64]:
+def fill_bits(value: float | np.ndarray, dtype: DType) -> tuple[int, np.uint64]:
     """(element size, raw bits) of `value` stored as `dtype`, converted the way numpy does."""
     arr = np.asarray(value).astype(dtype.np).reshape(1)
     size = dtype.itemsize
@@ -130,7 +132,7 @@ def lower_full(ctx: LowerCtx, node: Node, ins: list[Ref], outs: list[Ref]) -> No
     y = outs[0]
     dt = y.dtype
     # the reference builds fp32 (float dtypes) or the int dtype itself, then casts to the result
-    base = np.full((), node.attrs["value"], dtype=np.float32 if dt.is_float else dt.np)
+    base = np.full((), at(node)["value"], dtype=np.float32 if dt.is_float else dt.np)
     fill(ctx, y, fill_bits(base, dt))
 
 
@@ -138,8 +140,8 @@ def lower_full(ctx: LowerCtx, node: Node, ins: list[Ref], outs: list[Ref]) -> No
 def lower_glu(ctx: LowerCtx, node: Node, ins: list[Ref], outs: list[Ref]) -> None:
     (x,), (y,) = ins, outs
     n, h = y.numel, y.type.shape[-1]
-    first = np.int32(node.attrs["gated_half"] == "first")
-    args = (*y.full(), *x.full(), np.int64(n), np.int32(h), np.int32(ACT_CODES[node.attrs["act"]]), first)
+    first = np.int32(at(node)["gated_half"] == "first")
+    args = (*y.full(), *x.full(), np.int64(n), np.int32(h), np.int32(ACT_CODES[at(node)["act"]]), first)
     ctx.launch_1d(EW, "glu", n, *args)
 
 
@@ -149,7 +151,6 @@ def lower_rope(ctx: LowerCtx, node: Node, ins: list[Ref], outs: list[Ref]) -> No
     _, s, h, d = x.type.shape
     r = cos.type.shape[1]
     n = y.numel
-    half = np.int32(node.attrs["mode"] == "half")
+    half = np.int32(at(node)["mode"] == "half")
     dims = (np.int32(s), np.int32(h), np.int32(d), np.int32(r), half)
     ctx.launch_1d(EW, "rope", n, *y.full(), *x.full(), *cos.full(), *sin.full(), np.int64(n), *dims)
-

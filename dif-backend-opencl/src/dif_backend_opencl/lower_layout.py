@@ -14,6 +14,7 @@ from dif.ir.program import Node
 from dif_backend_opencl.lower import (
     LowerCtx,
     Ref,
+    at,
     broadcast_strides,
     collapse,
     contiguous_strides,
@@ -45,7 +46,7 @@ def strided_copy(
 
 
 def _axis(node: Node, rank: int) -> int:
-    return int(node.attrs["axis"]) % max(rank, 1)
+    return int(at(node)["axis"]) % max(rank, 1)
 
 
 @lowers("reshape")
@@ -57,7 +58,7 @@ def lower_reshape(ctx: LowerCtx, node: Node, ins: list[Ref], outs: list[Ref]) ->
 def lower_transpose(ctx: LowerCtx, node: Node, ins: list[Ref], outs: list[Ref]) -> None:
     (x,), (y,) = ins, outs
     xs = contiguous_strides(x.type.shape)
-    perm = node.attrs["perm"]
+    perm = at(node)["perm"]
     strided_copy(ctx, y, contiguous_strides(y.type.shape), x, [xs[p] for p in perm], y.type.shape)
 
 
@@ -72,7 +73,7 @@ def lower_broadcast(ctx: LowerCtx, node: Node, ins: list[Ref], outs: list[Ref]) 
 def lower_slice(ctx: LowerCtx, node: Node, ins: list[Ref], outs: list[Ref]) -> None:
     (x,), (y,) = ins, outs
     a = _axis(node, x.type.rank)
-    start, _, step = slice(node.attrs["start"], node.attrs["stop"], node.attrs["step"]).indices(x.type.shape[a])
+    start, _, step = slice(at(node)["start"], at(node)["stop"], at(node)["step"]).indices(x.type.shape[a])
     xs = list(contiguous_strides(x.type.shape))
     src = x.view(start * xs[a])
     xs[a] *= step
@@ -105,7 +106,7 @@ def lower_concat(ctx: LowerCtx, node: Node, ins: list[Ref], outs: list[Ref]) -> 
 def lower_upsample(ctx: LowerCtx, node: Node, ins: list[Ref], outs: list[Ref]) -> None:
     (x,), (y,) = ins, outs
     n, c, h, w = x.type.shape
-    s = int(node.attrs["scale"])
+    s = int(at(node)["scale"])
     shape = (n, c, h, s, w, s)  # y viewed so that each source pixel is read with zero strides
     src = (c * h * w, h * w, w, 0, 1, 0)
     strided_copy(ctx, y, contiguous_strides(shape), x, src, shape)
@@ -114,10 +115,10 @@ def lower_upsample(ctx: LowerCtx, node: Node, ins: list[Ref], outs: list[Ref]) -
 @lowers("pad")
 def lower_pad(ctx: LowerCtx, node: Node, ins: list[Ref], outs: list[Ref]) -> None:
     (x,), (y,) = ins, outs
-    pads = node.attrs["pads"]
+    pads = at(node)["pads"]
     n = y.numel
-    size, bits = fill_bits(node.attrs["value"], x.dtype)
-    mode = np.int32(node.attrs["mode"] == "reflect")
+    size, bits = fill_bits(at(node)["value"], x.dtype)
+    mode = np.int32(at(node)["mode"] == "reflect")
     before = [pads[2 * i] for i in range(x.type.rank)]
     args = (*y.ptr(), *x.ptr(), np.int64(n), vec8(y.type.shape, 1), vec8(x.type.shape, 1), vec8(before, 0), mode, bits)
     ctx.launch_1d(LAYOUT, f"pad{size}", n, *args)

@@ -12,7 +12,7 @@ import numpy as np
 
 from dif.dtypes import DType
 from dif.ir.program import Node
-from dif_backend_opencl.lower import LowerCtx, Ref, collapse, contiguous_strides, lowers, numel, vec8
+from dif_backend_opencl.lower import LowerCtx, Ref, at, collapse, contiguous_strides, lowers, numel, vec8
 
 TILE = 64  # GEMM output tile (matmul.cl TM / TN)
 GEMM_GROUP = 16  # GEMM work-group is GEMM_GROUP x GEMM_GROUP
@@ -50,7 +50,7 @@ def gemm(
 ) -> None:
     """C(m, n) = alpha * A(m, k) @ B(k, n) (+ bias per column (mode 1) or per row (mode 2)) for
     strided views; `batch` lists (size, a stride, b stride, c stride), outermost first."""
-    import pyopencl.cltypes as ct
+    import pyopencl.cltypes as ct  # type: ignore[import-untyped]
 
     dims = [d for d in batch if d[0] != 1]
     if len(dims) > 4:  # more batch dims than the kernel decomposes: loop the outermost on the host
@@ -61,8 +61,8 @@ def gemm(
         return
     dims = [(1, 0, 0, 0)] * (4 - len(dims)) + dims
     nb = math.prod(d[0] for d in dims)
-    bshape = ct.make_int4(*(d[0] for d in dims))
-    strides = [ct.make_long4(*(d[j] for d in dims)) for j in (1, 2, 3)]
+    bshape = ct.make_int4(*(d[0] for d in dims))  # type: ignore[attr-defined]
+    strides = [ct.make_long4(*(d[j] for d in dims)) for j in (1, 2, 3)]  # type: ignore[attr-defined]
     gsize = (-(-n // TILE) * GEMM_GROUP, -(-m // TILE) * GEMM_GROUP, nb)
     args = (
         *c.full(), *a.full(), *b.full(), *(bias or c).full(), np.int32(bias_mode if bias is not None else 0),
@@ -110,7 +110,7 @@ def lower_conv2d(ctx: LowerCtx, node: Node, ins: list[Ref], outs: list[Ref]) -> 
     n, c, h, wd = x.type.shape
     o, cg, kh, kw = w.type.shape
     _, _, ho, wo = y.type.shape
-    stride, pad, dil, groups = node.attrs["stride"], node.attrs["padding"], node.attrs["dilation"], node.attrs["groups"]
+    stride, pad, dil, groups = at(node)["stride"], at(node)["padding"], at(node)["dilation"], at(node)["groups"]
     plain = tuple(stride) == (1, 1) and tuple(dil) == (1, 1) and groups == 1
     if plain and (kh, kw) == (3, 3) and ctx.options.conv3x3_direct:
         tiles = -(-wo // CONV_TILE) * -(-ho // CONV_TILE)
@@ -125,8 +125,10 @@ def lower_conv2d(ctx: LowerCtx, node: Node, ins: list[Ref], outs: list[Ref]) -> 
     if (kh, kw) == (1, 1) and tuple(stride) == (1, 1) and not any(pad):  # the input already is the column matrix
         for g in range(groups):
             gb = bias.view(g * og) if bias is not None else None
-            gemm(ctx, y.view(g * og * p), w.view(g * og * kk), x.view(g * cg * h * wd), m=og, n=p, k=kk,
-                 sam=kk, sak=1, sbk=h * wd, sbn=1, ldc=p, batch=[(n, 0, c * h * wd, o * p)], bias=gb, bias_mode=2)  # fmt: skip
+            yv, wv, xv = y.view(g * og * p), w.view(g * og * kk), x.view(g * cg * h * wd)
+            batch = [(n, 0, c * h * wd, o * p)]
+            gemm(ctx, yv, wv, xv, m=og, n=p, k=kk, sam=kk, sak=1, sbk=h * wd, sbn=1, ldc=p, batch=batch, bias=gb,
+                 bias_mode=2)  # fmt: skip
         return
     pc = max(1, min(p, ctx.options.scratch_cap_bytes // max(4 * kk, 1)))
     for i in range(n):
@@ -149,7 +151,7 @@ def lower_rms_norm(ctx: LowerCtx, node: Node, ins: list[Ref], outs: list[Ref]) -
     x, y = ins[0], outs[0]
     w = ins[1] if len(ins) > 1 else None
     length = x.type.shape[-1]
-    a = node.attrs
+    a = at(node)
     args = (*y.full(), *x.full(), *(w or x).full(), np.int32(w is not None), np.int32(length),
             np.float32(a["eps"]), np.float32(a["offset"]), np.int32(a["round_before_weight"]))  # fmt: skip
     ctx.launch_rows("norm", "rms_norm", x.numel // max(length, 1), *args)
@@ -162,7 +164,7 @@ def lower_layer_norm(ctx: LowerCtx, node: Node, ins: list[Ref], outs: list[Ref])
     b = ins[2] if len(ins) > 2 else None
     length = x.type.shape[-1]
     args = (*y.full(), *x.full(), *(w or x).full(), *(b or x).full(), *_i32(w is not None, b is not None, length),
-            np.float32(node.attrs["eps"]))  # fmt: skip
+            np.float32(at(node)["eps"]))  # fmt: skip
     ctx.launch_rows("norm", "layer_norm", x.numel // max(length, 1), *args)
 
 
@@ -176,7 +178,9 @@ def group_norm(ctx: LowerCtx, y: Ref, x: Ref, w: Ref, b: Ref, groups: int, eps: 
     stats = ctx.scratch((rows * parts * 3,))
     ms = ctx.scratch((rows * 2,))
     gsize = (rows * parts * ctx.row_group,)
-    ctx.launch("norm", "gn_partial", gsize, (ctx.row_group,), *stats.ptr(), *x.full(), np.int64(length), np.int32(parts))
+    ctx.launch(
+        "norm", "gn_partial", gsize, (ctx.row_group,), *stats.ptr(), *x.full(), np.int64(length), np.int32(parts)
+    )
     ctx.launch_1d("norm", "gn_merge", rows, *ms.ptr(), *stats.ptr(), *_i32(rows, parts), np.float32(eps))
     total = x.numel
     args = (*y.full(), *x.full(), *ms.ptr(), *w.full(), *b.full(), *_i64(total, length), *_i32(spatial, c, silu))
@@ -186,7 +190,7 @@ def group_norm(ctx: LowerCtx, y: Ref, x: Ref, w: Ref, b: Ref, groups: int, eps: 
 @lowers("group_norm")
 def lower_group_norm(ctx: LowerCtx, node: Node, ins: list[Ref], outs: list[Ref]) -> None:
     (x, w, b), (y,) = ins, outs
-    group_norm(ctx, y, x, w, b, int(node.attrs["groups"]), float(node.attrs["eps"]))
+    group_norm(ctx, y, x, w, b, int(at(node)["groups"]), float(at(node)["eps"]))
 
 
 def _axis_rows(x: Ref, axis: int) -> tuple[int, int, int]:
@@ -199,15 +203,15 @@ def _axis_rows(x: Ref, axis: int) -> tuple[int, int, int]:
 @lowers("softmax")
 def lower_softmax(ctx: LowerCtx, node: Node, ins: list[Ref], outs: list[Ref]) -> None:
     (x,), (y,) = ins, outs
-    outer, length, inner = _axis_rows(x, node.attrs["axis"])
+    outer, length, inner = _axis_rows(x, at(node)["axis"])
     ctx.launch_rows("norm", "softmax_axis", outer * inner, *y.full(), *x.full(), *_i32(length, inner))
 
 
 @lowers("l2_normalize")
 def lower_l2(ctx: LowerCtx, node: Node, ins: list[Ref], outs: list[Ref]) -> None:
     (x,), (y,) = ins, outs
-    outer, length, inner = _axis_rows(x, node.attrs["axis"])
-    args = (*y.full(), *x.full(), *_i32(length, inner), np.float32(node.attrs["eps"]))
+    outer, length, inner = _axis_rows(x, at(node)["axis"])
+    args = (*y.full(), *x.full(), *_i32(length, inner), np.float32(at(node)["eps"]))
     ctx.launch_rows("norm", "l2norm_axis", outer * inner, *args)
 
 
@@ -215,9 +219,11 @@ def lower_l2(ctx: LowerCtx, node: Node, ins: list[Ref], outs: list[Ref]) -> None
 def lower_reduce(ctx: LowerCtx, node: Node, ins: list[Ref], outs: list[Ref]) -> None:
     (x,), (y,) = ins, outs
     shape = x.type.shape
-    axes = {a % len(shape) for a in node.attrs["axes"]}
+    axes = {a % len(shape) for a in at(node)["axes"]}
     st = contiguous_strides(shape)
-    kshape, (kst,) = collapse([d for i, d in enumerate(shape) if i not in axes], [s for i, s in enumerate(st) if i not in axes])
+    kshape, (kst,) = collapse(
+        [d for i, d in enumerate(shape) if i not in axes], [s for i, s in enumerate(st) if i not in axes]
+    )
     rshape, (rst,) = collapse([d for i, d in enumerate(shape) if i in axes], [s for i, s in enumerate(st) if i in axes])
     mode = {"reduce_sum": 0, "reduce_mean": 1, "reduce_max": 2}[node.op]
     count = numel(rshape)
@@ -233,8 +239,8 @@ def lower_sdpa(ctx: LowerCtx, node: Node, ins: list[Ref], outs: list[Ref]) -> No
     (o,) = outs
     bsz, sq, hq, d = q.type.shape
     _, skv, hkv, dv = v.type.shape
-    scale = float(np.float32(node.attrs["scale"] or 1.0 / math.sqrt(d)))
-    causal = bool(node.attrs["causal"])
+    scale = float(np.float32(at(node)["scale"] or 1.0 / math.sqrt(d)))
+    causal = bool(at(node)["causal"])
     limit = ctx.options.fused_attention_max_dim
     if d <= limit and dv <= limit:
         gsize = (-(-sq // FLASH_BQ) * FLASH_BQ, bsz * hq)
@@ -245,9 +251,7 @@ def lower_sdpa(ctx: LowerCtx, node: Node, ins: list[Ref], outs: list[Ref]) -> No
     _sdpa_unfused(ctx, o, q, k, v, mask, scale, causal)
 
 
-def _sdpa_unfused(
-    ctx: LowerCtx, o: Ref, q: Ref, k: Ref, v: Ref, mask: Ref | None, scale: float, causal: bool
-) -> None:
+def _sdpa_unfused(ctx: LowerCtx, o: Ref, q: Ref, k: Ref, v: Ref, mask: Ref | None, scale: float, causal: bool) -> None:
     """scores = q k^T (GEMM), masked softmax in place, o = p v (GEMM); per batch element and block
     of kv heads so the fp32 scores stay under the scratch cap. Heads are split (kv head, repeat)
     so GQA is two batch dims of the GEMMs rather than a copy."""

@@ -22,7 +22,7 @@ def bucket(nbytes: int) -> int:
     """Size class of a request: at least 256 B, then rounded up to 1/8 of its power of two
     (so a pooled buffer wastes at most 12.5 %)."""
     n = max(int(nbytes), MIN_BUCKET)
-    step = 1 << max((n - 1).bit_length() - 3, 0)
+    step = 1 << max(n.bit_length() - 4, 0)
     return -(-n // step) * step
 
 

@@ -28,7 +28,9 @@ def _read_json(path: str | Path) -> dict[str, Any]:
     try:
         data = json.loads(p.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise ConfigError(f"{p}: file not found", hint="point at a diffusers folder (model_index.json + components)") from None
+        raise ConfigError(
+            f"{p}: file not found", hint="point at a diffusers folder (model_index.json + components)"
+        ) from None
     except json.JSONDecodeError as exc:
         raise ConfigError(f"{p}: not valid JSON ({exc})") from None
     if not isinstance(data, dict):
@@ -124,12 +126,27 @@ class Flux2TransformerConfig:
         if cls_name != "Flux2Transformer2DModel":
             raise ConfigError(f"{what}: _class_name is {cls_name!r}, expected 'Flux2Transformer2DModel'")
         kw = _from_known(cls, what, data, frozenset(), strict=True)
-        missing = [n for n in ("num_layers", "num_single_layers", "num_attention_heads", "attention_head_dim",
-                               "joint_attention_dim") if n not in kw]
+        missing = [
+            n
+            for n in (
+                "num_layers",
+                "num_single_layers",
+                "num_attention_heads",
+                "attention_head_dim",
+                "joint_attention_dim",
+            )
+            if n not in kw
+        ]
         if missing:
             raise ConfigError(f"{what}: missing keys {', '.join(missing)}")
-        for n in ("num_attention_heads", "attention_head_dim", "joint_attention_dim", "in_channels",
-                  "timestep_guidance_channels", "patch_size"):
+        for n in (
+            "num_attention_heads",
+            "attention_head_dim",
+            "joint_attention_dim",
+            "in_channels",
+            "timestep_guidance_channels",
+            "patch_size",
+        ):
             if n in kw:
                 kw[n] = _pos_int(what, n, kw[n])
         for n in ("num_layers", "num_single_layers"):
@@ -203,8 +220,14 @@ class Qwen3Config:
         if kw.get("head_dim") is None:  # older configs: hidden_size / heads
             heads = _pos_int(what, "num_attention_heads", data.get("num_attention_heads"))
             kw["head_dim"] = _pos_int(what, "hidden_size", data.get("hidden_size")) // heads
-        required = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
-                    "num_key_value_heads")
+        required = (
+            "vocab_size",
+            "hidden_size",
+            "intermediate_size",
+            "num_hidden_layers",
+            "num_attention_heads",
+            "num_key_value_heads",
+        )
         missing = [n for n in required if n not in kw]
         if missing:
             raise ConfigError(f"{what}: missing keys {', '.join(missing)}")
@@ -322,7 +345,9 @@ class Flux2VaeConfig:
             raise ConfigError(f"{what}: up_block_types must be {len(cfg.decoder_channels)} x UpDecoderBlock2D")
         for ch in (*cfg.block_out_channels, *cfg.decoder_channels):
             if ch % cfg.norm_num_groups:
-                raise ConfigError(f"{what}: channel count {ch} is not divisible by norm_num_groups {cfg.norm_num_groups}")
+                raise ConfigError(
+                    f"{what}: channel count {ch} is not divisible by norm_num_groups {cfg.norm_num_groups}"
+                )
         return cfg
 
 

@@ -184,12 +184,24 @@ def _double_block(
         nx = modulated_layer_norm(b, x, shift, scale, eps=eps)
         nc = modulated_layer_norm(b, ctx, c_shift, c_scale, eps=eps)
         q, k, v = qkv_heads(
-            b, nx, (f"{attn}.to_q", f"{attn}.to_k", f"{attn}.to_v"), heads=heads, kv_heads=heads, head_dim=hd,
-            norm_names=(f"{attn}.norm_q", f"{attn}.norm_k"), eps=eps,
+            b,
+            nx,
+            (f"{attn}.to_q", f"{attn}.to_k", f"{attn}.to_v"),
+            heads=heads,
+            kv_heads=heads,
+            head_dim=hd,
+            norm_names=(f"{attn}.norm_q", f"{attn}.norm_k"),
+            eps=eps,
         )
         qc, kc, vc = qkv_heads(
-            b, nc, (f"{attn}.add_q_proj", f"{attn}.add_k_proj", f"{attn}.add_v_proj"), heads=heads,
-            kv_heads=heads, head_dim=hd, norm_names=(f"{attn}.norm_added_q", f"{attn}.norm_added_k"), eps=eps,
+            b,
+            nc,
+            (f"{attn}.add_q_proj", f"{attn}.add_k_proj", f"{attn}.add_v_proj"),
+            heads=heads,
+            kv_heads=heads,
+            head_dim=hd,
+            norm_names=(f"{attn}.norm_added_q", f"{attn}.norm_added_k"),
+            eps=eps,
         )
         q_all = apply_rope(b, b.emit("concat", qc, q, axis=1), cos, sin, mode="pairs")
         k_all = apply_rope(b, b.emit("concat", kc, k, axis=1), cos, sin, mode="pairs")
@@ -199,12 +211,22 @@ def _double_block(
         x = gated_residual(b, x, gate, linear(b, ox, f"{attn}.to_out.0", x.shape[-1]))
         ctx = gated_residual(b, ctx, c_gate, linear(b, oc, f"{attn}.to_add_out", ctx.shape[-1]))
     with b.scope(module=MODULE, block=name, section="ff"):
-        y = glu_ffn_fused(b, modulated_layer_norm(b, x, shift2, scale2, eps=eps), f"{name}.ff.linear_in",
-                          f"{name}.ff.linear_out", cfg.mlp_hidden)
+        y = glu_ffn_fused(
+            b,
+            modulated_layer_norm(b, x, shift2, scale2, eps=eps),
+            f"{name}.ff.linear_in",
+            f"{name}.ff.linear_out",
+            cfg.mlp_hidden,
+        )
         x = gated_residual(b, x, gate2, y)
     with b.scope(module=MODULE, block=name, section="ff_context"):
-        y = glu_ffn_fused(b, modulated_layer_norm(b, ctx, c_shift2, c_scale2, eps=eps),
-                          f"{name}.ff_context.linear_in", f"{name}.ff_context.linear_out", cfg.mlp_hidden)
+        y = glu_ffn_fused(
+            b,
+            modulated_layer_norm(b, ctx, c_shift2, c_scale2, eps=eps),
+            f"{name}.ff_context.linear_in",
+            f"{name}.ff_context.linear_out",
+            cfg.mlp_hidden,
+        )
         ctx = gated_residual(b, ctx, c_gate2, y)
         if ctx.dtype == DType.F16:  # the reference guards the text stream against fp16 overflow
             ctx = b.emit("clamp", ctx, lo=-_FP16_MAX, hi=_FP16_MAX)

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from attrs import define, frozen
+from attrs import define, field, frozen
 
 from dif.dtypes import DType
 from dif.errors import CheckpointError, UsageError
@@ -115,13 +115,12 @@ class Flux2Pipeline:
     backend: str | None = None  # a dif backend name, None for the default, "interp" for the reference interpreter
     on_step: Callable[[int, int], None] | None = None
     on_stage: Callable[[str, float], None] | None = None
-    _runners: dict[tuple[Any, ...], Runner] = {}
-    _tokenizer: Any = None
-    plan_peak_bytes: int = 0
-    load_seconds: float = 0.0
+    plan_peak_bytes: int = field(init=False, default=0)  # largest plan's arena peak + parameters
+    _runners: dict[tuple[Any, ...], Runner] = field(init=False, factory=dict)
+    _tokenizer: Any = field(init=False, default=None)
+    _backend: Any = field(init=False, default=None)
 
     def __attrs_post_init__(self) -> None:
-        self._runners = {}
         if self.checkpoint.configs.transformer.guidance_embeds:
             raise CheckpointError(
                 f"{self.checkpoint.root}: transformer has guidance_embeds=true (FLUX.2 [dev]); this pipeline runs [klein]"
@@ -131,13 +130,21 @@ class Flux2Pipeline:
     def _runner(self, key: tuple[Any, ...], build: Callable[[], Program], source: TensorSource, ignore: Any) -> Runner:
         runner = self._runners.get(key)
         if runner is None:
-            start = time.perf_counter()
             program = build()
             weights = bind_weights(program, source, ignore=ignore)
-            runner = self._prepare(program, weights)
-            self._runners[key] = runner
-            self.load_seconds += time.perf_counter() - start
+            runner = self._runners[key] = self._prepare(program, weights)
         return runner
+
+    @property
+    def backend_name(self) -> str:
+        """The backend that runs the programs ("interp" = the reference interpreter)."""
+        if self.backend == "interp":
+            return "interp"
+        if self._backend is None:
+            from dif.runtime import get_backend
+
+            self._backend = get_backend(self.backend)
+        return str(self._backend.name)
 
     def _prepare(self, program: Program, weights: Mapping[str, np.ndarray]) -> Runner:
         """The program ready to run: the reference interpreter for backend "interp", otherwise
@@ -149,7 +156,8 @@ class Flux2Pipeline:
             return lambda inputs: interpret(program, inputs, resolved)
         from dif.runtime import prepare
 
-        executable, plan = prepare(program, weights, backend=self.backend)
+        _ = self.backend_name  # resolves the backend once (DIF_BACKEND / highest priority when None)
+        executable, plan = prepare(program, weights, backend=self._backend)
         self.plan_peak_bytes = max(self.plan_peak_bytes, int(plan.peak_bytes + plan.param_bytes))
         return executable.run
 
@@ -289,7 +297,6 @@ class Flux2Pipeline:
                 self.on_stage(name, timings[name])
 
         start = time.perf_counter()
-        loaded_before = self.load_seconds
         self.prepare_all(req.width, req.height)
         noise = self.initial_noise(req, h, w)
         schedule = klein_schedule(h * w, steps)
@@ -304,7 +311,6 @@ class Flux2Pipeline:
         start = time.perf_counter()
         pixels = self.decode(latents, h, w)
         stage("decode", start)
-        del loaded_before
         settings = {
             "prompt": req.prompt,
             "negative_prompt": req.negative_prompt if use_cfg else "",
@@ -321,6 +327,7 @@ class Flux2Pipeline:
             "model": self.checkpoint.name,
             "distilled": self.checkpoint.is_distilled,
             "layout": self.checkpoint.layout,
+            "backend": self.backend_name,
         }
         return GenerationResult(
             pixels,

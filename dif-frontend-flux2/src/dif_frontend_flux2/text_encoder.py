@@ -56,8 +56,7 @@ def build_text_encoder(
     dt = DType(dtype)
     n_layers = max(taps)
     b = ProgramBuilder("qwen3_text_encoder")
-    b.meta.update({"family": "flux2", "component": "text_encoder", "dtype": dt.value,
-                   "taps": ",".join(map(str, taps))})
+    b.meta.update({"family": "flux2", "component": "text_encoder", "dtype": dt.value, "taps": ",".join(map(str, taps))})
     ids = b.input("input_ids", (batch, seq_len), DType.I64)
     mask = b.input("attention_mask", (batch, seq_len), DType.BOOL)
     cos = b.input("rope_cos", (seq_len, cfg.head_dim), dt)
@@ -85,9 +84,16 @@ def _decoder_layer(b: ProgramBuilder, cfg: Qwen3Config, name: str, h: Var, mask:
     with b.scope(module=MODULE, block=name, section="self_attn"):
         a = rms_norm(b, h, f"{name}.input_layernorm", eps=eps, round_before_weight=True)
         q, k, v = qkv_heads(
-            b, a, (f"{attn}.q_proj", f"{attn}.k_proj", f"{attn}.v_proj"), heads=cfg.num_attention_heads,
-            kv_heads=cfg.num_key_value_heads, head_dim=cfg.head_dim, norm_names=(f"{attn}.q_norm", f"{attn}.k_norm"),
-            eps=eps, round_before_weight=True, bias=cfg.attention_bias,
+            b,
+            a,
+            (f"{attn}.q_proj", f"{attn}.k_proj", f"{attn}.v_proj"),
+            heads=cfg.num_attention_heads,
+            kv_heads=cfg.num_key_value_heads,
+            head_dim=cfg.head_dim,
+            norm_names=(f"{attn}.q_norm", f"{attn}.k_norm"),
+            eps=eps,
+            round_before_weight=True,
+            bias=cfg.attention_bias,
         )
         q = apply_rope(b, q, cos, sin, mode="half")
         k = apply_rope(b, k, cos, sin, mode="half")
@@ -95,7 +101,8 @@ def _decoder_layer(b: ProgramBuilder, cfg: Qwen3Config, name: str, h: Var, mask:
         h = b.emit("add", h, linear(b, o, f"{attn}.o_proj", cfg.hidden_size, bias=cfg.attention_bias))
     with b.scope(module=MODULE, block=name, section="mlp"):
         m = rms_norm(b, h, f"{name}.post_attention_layernorm", eps=eps, round_before_weight=True)
-        y = glu_ffn_split(b, m, f"{name}.mlp.gate_proj", f"{name}.mlp.up_proj", f"{name}.mlp.down_proj",
-                          cfg.intermediate_size)
+        y = glu_ffn_split(
+            b, m, f"{name}.mlp.gate_proj", f"{name}.mlp.up_proj", f"{name}.mlp.down_proj", cfg.intermediate_size
+        )
         h = b.emit("add", h, y)
     return h

@@ -134,8 +134,9 @@ def _decoder(b: ProgramBuilder, cfg: Flux2VaeConfig, z: Var) -> Var:
             with b.scope(module=MODULE, block=name, section="upsample"):
                 x = upsample_2d(b, x, f"{name}.upsamplers.0")
     with b.scope(module=MODULE, block="decoder.conv_out", section="out"):
-        return norm_act_conv(b, x, "decoder.conv_norm_out", "decoder.conv_out", cfg.out_channels, groups=groups,
-                             eps=RESNET_EPS)
+        return norm_act_conv(
+            b, x, "decoder.conv_norm_out", "decoder.conv_out", cfg.out_channels, groups=groups, eps=RESNET_EPS
+        )
 
 
 def _mid_block(b: ProgramBuilder, cfg: Flux2VaeConfig, name: str, x: Var) -> Var:
@@ -172,8 +173,9 @@ def build_vae_encoder(
     groups = cfg.norm_num_groups
     chans = cfg.block_out_channels
     b = ProgramBuilder("flux2_vae_encoder")
-    b.meta.update({"family": "flux2", "component": "vae", "dtype": dt.value,
-                   "outputs": "latents" if to_packed else "latent"})
+    b.meta.update(
+        {"family": "flux2", "component": "vae", "dtype": dt.value, "outputs": "latents" if to_packed else "latent"}
+    )
     x = b.input("image", (batch, cfg.in_channels, height, width), dt)
     with b.scope(module=MODULE, block="encoder.conv_in", section="conv"):
         x = conv2d(b, x, "encoder.conv_in", chans[0], 3, padding=1)
@@ -187,8 +189,9 @@ def build_vae_encoder(
                 x = downsample_2d(b, x, f"{name}.downsamplers.0")
     x = _mid_block(b, cfg, "encoder.mid_block", x)
     with b.scope(module=MODULE, block="encoder.conv_out", section="out"):
-        x = norm_act_conv(b, x, "encoder.conv_norm_out", "encoder.conv_out", 2 * cfg.latent_channels,
-                          groups=groups, eps=RESNET_EPS)
+        x = norm_act_conv(
+            b, x, "encoder.conv_norm_out", "encoder.conv_out", 2 * cfg.latent_channels, groups=groups, eps=RESNET_EPS
+        )
     if cfg.use_quant_conv:
         with b.scope(module=MODULE, block="quant_conv", section="conv"):
             x = conv2d(b, x, "quant_conv", 2 * cfg.latent_channels, 1)

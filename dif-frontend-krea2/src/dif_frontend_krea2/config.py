@@ -237,7 +237,7 @@ class QwenImageVaeConfig:
     def from_dict(cls, data: Mapping[str, Any]) -> QwenImageVaeConfig:
         what = "Qwen-Image VAE config"
         _check_class(what, data, "AutoencoderKLQwenImage")
-        kw = _known(cls, what, data)
+        kw = _known(cls, what, data, ignored=frozenset({"sample_size"}))  # a default image size, not architecture
         for name in ("base_dim", "z_dim", "num_res_blocks", "input_channels"):
             if name in kw:
                 kw[name] = _positive(what, name, kw[name])

@@ -40,7 +40,8 @@ class DifGroup(click.Group):
         super().__init__(*args, **kwargs)
         self._plugins_added = False
 
-    def _add_plugin_commands(self) -> None:
+    def add_plugin_commands(self) -> None:
+        """Ask every plugin's `register_commands` hook once (errors are recorded by dif.plugins)."""
         if not self._plugins_added:
             self._plugins_added = True
             from dif.plugins import add_commands
@@ -54,7 +55,7 @@ class DifGroup(click.Group):
         super().add_command(cmd, name)
 
     def list_commands(self, ctx: click.Context) -> list[str]:
-        self._add_plugin_commands()
+        self.add_plugin_commands()
         return sorted(set(BUILTINS) | set(self.commands))
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
@@ -64,7 +65,7 @@ class DifGroup(click.Group):
             cmd._dif_builtin = True
             self.add_command(cmd, cmd_name)
         if cmd_name not in self.commands:
-            self._add_plugin_commands()
+            self.add_plugin_commands()
         return self.commands.get(cmd_name)
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:

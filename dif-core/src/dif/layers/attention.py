@@ -10,16 +10,12 @@ from dif.ir.builder import ProgramBuilder, Var
 from dif.layers.basic import linear, rms_norm, split_heads
 
 
-def project_heads(
-    b: ProgramBuilder, x: Var, name: str, heads: int, head_dim: int, *, bias: bool = False
-) -> Var:
+def project_heads(b: ProgramBuilder, x: Var, name: str, heads: int, head_dim: int, *, bias: bool = False) -> Var:
     """x [B, S, D] -> linear `{name}` -> [B, S, heads, head_dim]."""
     return split_heads(b, linear(b, x, name, heads * head_dim, bias=bias), head_dim)
 
 
-def head_rms_norm(
-    b: ProgramBuilder, x: Var, name: str | None, *, eps: float, round_before_weight: bool = False
-) -> Var:
+def head_rms_norm(b: ProgramBuilder, x: Var, name: str | None, *, eps: float, round_before_weight: bool = False) -> Var:
     """Per-head RMS norm (q/k norm) over hd of x [B, S, H, hd]; weight `{name}.weight` [hd]."""
     return rms_norm(b, x, name, eps=eps, round_before_weight=round_before_weight)
 

@@ -78,7 +78,12 @@ def decoder_layer(
     with b.scope(block=name, section="mlp"):
         m = rms_norm(b, h, f"{name}.post_attention_layernorm", eps=spec.eps, round_before_weight=rbw)
         y = glu_ffn_split(
-            b, m, f"{name}.mlp.gate_proj", f"{name}.mlp.up_proj", f"{name}.mlp.down_proj", spec.intermediate_size,
+            b,
+            m,
+            f"{name}.mlp.gate_proj",
+            f"{name}.mlp.up_proj",
+            f"{name}.mlp.down_proj",
+            spec.intermediate_size,
             act=spec.act,
         )
         h = b.emit("add", h, y)

@@ -80,7 +80,7 @@ def rope_half_tables(positions: Sequence[int] | np.ndarray, dim: int, theta: flo
     if dim % 2:
         raise DifError(f"rope_half_tables: dim must be even, got {dim}")
     pos = np.asarray(positions, dtype=np.float32).reshape(-1)
-    inv_freq = (np.float32(1.0) / (np.float32(theta) ** (np.arange(0, dim, 2, dtype=np.float32) / np.float32(dim))))
+    inv_freq = np.float32(1.0) / (np.float32(theta) ** (np.arange(0, dim, 2, dtype=np.float32) / np.float32(dim)))
     angles = (pos[:, None] * inv_freq.astype(np.float32)[None, :]).astype(np.float32)
     angles = np.concatenate([angles, angles], axis=1)
     return np.cos(angles).astype(np.float32), np.sin(angles).astype(np.float32)

@@ -18,6 +18,9 @@ def plugins(as_json: bool) -> None:
 
     load_plugins()
     regs = registrations()  # runs every collector, so duplicate names are reported below
+    root = click.get_current_context().find_root().command
+    if hasattr(root, "add_plugin_commands"):
+        root.add_plugin_commands()  # so errors raised by register_commands are reported too
     entries = [{**r.to_dict(), "registers": regs.get(r.name, {})} for r in plugin_records()]
     if as_json:
         emit_document("plugins", {"plugins": entries})

@@ -1,0 +1,316 @@
+"""`dif flux2 ...`: the FLUX.2 [klein] commands (added to `dif` by plugin.py's register_commands).
+
+    dif flux2 generate -p "a cat" [-m MODEL] [-n NEG] [--steps N] [--guidance G] [--seed S]
+                       [-W 1024 -H 1024] [--init-noise F] [--save-latents F] [--backend NAME] [-o out.png] [--json]
+    dif flux2 info [MODEL] [--json]
+Without --model the embedded tiny checkpoint (random weights) is used, so the whole path runs
+anywhere in seconds. Progress goes to stderr, results to stdout (`--json`: one dif-telemetry/1
+document). Files are written atomically. Heavy modules load inside the commands.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+
+from dif_frontend_flux2 import DEFAULT_CHECKPOINT, __version__
+
+DTYPES = ("auto", "f32", "bf16", "f16")
+
+
+def _check_multiple_of_16(ctx: click.Context, param: click.Parameter, value: int | None) -> int | None:
+    if value is not None and (value <= 0 or value % 16):
+        lo = max(16, value // 16 * 16)
+        raise click.BadParameter(f"{value} is not a positive multiple of 16 (FLUX.2 uses 16x16-pixel tokens; try {lo})")
+    return value
+
+
+def _model_options(fn: Any) -> Any:
+    for option in reversed(
+        [
+            click.option(
+                "-m",
+                "--model",
+                type=click.Path(exists=True, path_type=Path),
+                help="Diffusers folder or BFL transformer .safetensors (default: the embedded tiny demo model).",
+            ),
+            click.option(
+                "--base",
+                type=click.Path(exists=True, file_okay=False, path_type=Path),
+                help="Diffusers folder supplying text encoder, VAE, tokenizer when --model is a single file.",
+            ),
+            click.option(
+                "--transformer",
+                "transformer_file",
+                type=click.Path(exists=True, dir_okay=False, path_type=Path),
+                help="Transformer single file (BFL or diffusers names) replacing the folder's.",
+            ),
+            click.option(
+                "--vae",
+                "vae_file",
+                type=click.Path(exists=True, dir_okay=False, path_type=Path),
+                help="VAE single file (BFL or diffusers names) replacing the folder's.",
+            ),
+            click.option("--variant", help="Weight variant to load, e.g. fp16 (diffusion_pytorch_model.fp16.safetensors)."),
+        ]
+    ):
+        fn = option(fn)
+    return fn
+
+
+def _open(model: Path | None, base: Path | None, transformer_file: Path | None, vae_file: Path | None,
+          variant: str | None) -> Any:
+    from dif_frontend_flux2.weights import open_checkpoint
+
+    return open_checkpoint(
+        model or DEFAULT_CHECKPOINT, variant=variant, base=base, transformer_file=transformer_file, vae_file=vae_file
+    )
+
+
+def native_size(root: Path) -> int:
+    """Default width/height: the VAE config's `sample_size` (1024 for the released models)."""
+    try:
+        size = json.loads((root / "vae" / "config.json").read_text()).get("sample_size", 1024)
+    except (OSError, ValueError):
+        return 1024
+    return size if isinstance(size, int) and size > 0 and size % 16 == 0 else 1024
+
+
+def storage_dtype(checkpoint: Any) -> str:
+    """The run dtype for --dtype auto: how the transformer's weights are stored (bf16/f16/f32)."""
+    source = checkpoint.transformer
+    for name in source.names():
+        kind = source.info(name).dtype
+        if kind in ("BF16", "F16", "F32"):
+            return {"BF16": "bf16", "F16": "f16", "F32": "f32"}[kind]
+    return "f32"
+
+
+@click.group("flux2")
+def flux2() -> None:
+    """FLUX.2 [klein] (4B/9B, base and distilled): text-to-image and checkpoint inspection."""
+
+
+@flux2.command("generate")
+@click.option("-p", "--prompt", required=True, help="What to draw.")
+@click.option("-n", "--negative-prompt", default="", help="Negative prompt (base models with CFG only).")
+@_model_options
+@click.option("--steps", type=click.IntRange(min=1), help="Denoising steps (default: 4 distilled, 50 base).")
+@click.option("--guidance", "--cfg-scale", type=click.FloatRange(min=0.0), help="CFG scale (base; default 4.0).")
+@click.option("--seed", type=click.IntRange(0, 2**32 - 1), help="Noise seed, numpy PCG64 (default: random).")
+@click.option("-W", "--width", type=int, callback=_check_multiple_of_16, help="Width, multiple of 16.")
+@click.option("-H", "--height", type=int, callback=_check_multiple_of_16, help="Height, multiple of 16.")
+@click.option(
+    "--init-noise",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="Initial noise (safetensors) [1,128,H/16,W/16] or packed [1,N,128]: exact parity with another tool.",
+)
+@click.option("--save-latents", type=click.Path(dir_okay=False, path_type=Path), help="Also save final latents.")
+@click.option("--backend", help="dif backend (default: DIF_BACKEND or the best available; 'interp' = reference).")
+@click.option("--dtype", type=click.Choice(DTYPES), default="auto", show_default=True, help="Run precision.")
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), help="PNG path (default: flux2-SEED.png).")
+@click.option("--json", "as_json", is_flag=True, help="Print one dif-telemetry/1 JSON document on stdout.")
+def generate(
+    prompt: str,
+    negative_prompt: str,
+    model: Path | None,
+    base: Path | None,
+    transformer_file: Path | None,
+    vae_file: Path | None,
+    variant: str | None,
+    steps: int | None,
+    guidance: float | None,
+    seed: int | None,
+    width: int | None,
+    height: int | None,
+    init_noise: Path | None,
+    save_latents: Path | None,
+    backend: str | None,
+    dtype: str,
+    output: Path | None,
+    as_json: bool,
+) -> None:
+    """Generate one image from a prompt and write it as PNG (A1111 `parameters` + `dif` JSON chunks)."""
+    from dif.dtypes import DType
+    from dif.media import format_parameters, write_png
+    from dif.noise import random_seed
+    from dif.weights import save_safetensors
+    from dif_frontend_flux2.pipeline import Flux2Pipeline, GenerationRequest, load_noise_file
+
+    started = time.perf_counter()
+    seed = random_seed() if seed is None else seed
+    output = output or Path(f"flux2-{seed}.png")
+    for path in (output, save_latents):
+        if path is not None and not path.resolve().parent.is_dir():
+            raise click.BadParameter(f"folder {path.resolve().parent} does not exist", param_hint=str(path))
+    checkpoint = _open(model, base, transformer_file, vae_file, variant)
+    size = native_size(checkpoint.root)
+    run_dtype = DType(storage_dtype(checkpoint) if dtype == "auto" else dtype)
+    bar = _ProgressBar(as_json)
+    pipe = Flux2Pipeline(checkpoint, dtype=run_dtype, backend=backend, on_step=bar.step)
+    noise = load_noise_file(init_noise) if init_noise is not None else None
+    request = GenerationRequest(
+        prompt, negative_prompt, steps, guidance, seed, width or size, height or size, init_noise=noise
+    )
+    for warning in pipe.resolve(request)[3]:
+        click.echo(f"warning: {warning}", err=True)
+    try:
+        result = pipe.generate(request)
+    finally:
+        bar.close()
+    s = result.settings
+    start = time.perf_counter()
+    parameters = format_parameters(
+        prompt,
+        s["negative_prompt"] or None,
+        {
+            "Steps": s["steps"],
+            "Sampler": "Euler",
+            "Schedule type": f"Flow match, shift mu {s['mu']:.4f}",
+            "CFG scale": s["guidance"],
+            "Seed": s["seed"],
+            "Size": f"{s['width']}x{s['height']}",
+            "Model": s["model"],
+            "Version": f"dif {__version__}",
+        },
+    )
+    metadata = {**s, "generator": f"dif-frontend-flux2 {__version__}", "frontend": "flux2"}
+    write_png(output, result.pixels, parameters=parameters, metadata=metadata)
+    if save_latents is not None:
+        save_safetensors(save_latents, {"latents": result.latents, "noise": result.noise}, {"format": "pt"})
+    timings = {**result.timings, "save": time.perf_counter() - start}
+    summary = {
+        "output": str(output),
+        "latents": str(save_latents) if save_latents is not None else None,
+        "settings": s,
+        "warnings": list(result.warnings),
+        "timings_s": {k: round(v, 4) for k, v in timings.items()},
+        "total_s": round(time.perf_counter() - started, 4),
+        "steps_per_s": round(s["steps"] / timings["denoise"], 4) if timings["denoise"] > 0 else None,
+        "peak_rss_bytes": result.peak_rss_bytes,
+        "plan_peak_bytes": result.plan_peak_bytes,
+    }
+    if as_json:
+        _emit_json(summary, timings)
+    else:
+        _print_summary(summary)
+
+
+class _ProgressBar:
+    """tqdm on stderr (`N/M [mm:ss<mm:ss, X.XXit/s]`), or nothing in --json mode / without a TTY."""
+
+    def __init__(self, quiet: bool) -> None:
+        self.quiet = quiet or not sys.stderr.isatty()
+        self._bar: Any = None
+
+    def step(self, done: int, total: int) -> None:
+        if self.quiet:
+            return
+        if self._bar is None:
+            from tqdm import tqdm
+
+            self._bar = tqdm(total=total, desc="denoise", unit="it", file=sys.stderr, dynamic_ncols=True)
+        self._bar.update(1)
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+
+
+def _print_summary(summary: dict[str, Any]) -> None:
+    s, t = summary["settings"], summary["timings_s"]
+    cfg = f"CFG {s['guidance']}" if s["cfg"] else "no CFG"
+    noise = "init noise from file" if s["init_noise"] else f"seed {s['seed']}"
+    click.echo(f"wrote {summary['output']}  ({s['width']}x{s['height']}, {s['steps']} steps, {cfg}, {noise})")
+    rate = summary["steps_per_s"]
+    speed = "" if rate is None else (f" ({rate:.2f} it/s)" if rate >= 1 else f" ({1 / rate:.2f} s/it)")
+    click.echo(
+        f"  load {t['load']:.2f} s | encode {t['encode']:.2f} s | denoise {t['denoise']:.2f} s{speed} | "
+        f"decode {t['decode']:.2f} s | save {t['save']:.2f} s | total {summary['total_s']:.2f} s"
+    )
+    click.echo(
+        f"  model {s['model']} ({s['layout']}, {'distilled' if s['distilled'] else 'base'}), {s['dtype']} on "
+        f"{s['backend']}; peak memory: process {summary['peak_rss_bytes'] / 2**20:.0f} MiB, "
+        f"largest plan {summary['plan_peak_bytes'] / 2**20:.1f} MiB"
+    )
+    if summary["latents"]:
+        click.echo(f"  latents -> {summary['latents']}")
+
+
+def _emit_json(summary: dict[str, Any], timings: dict[str, float]) -> None:
+    from dif.telemetry import build_document, dumps
+
+    events = [{"name": f"stage.{k}", "ms": round(v * 1000.0, 3)} for k, v in timings.items()]
+    ctx = click.get_current_context(silent=True)
+    tool = ctx.command_path if ctx is not None else "dif flux2 generate"
+    click.echo(dumps(build_document("flux2.generate", tool=tool, data=summary, events=events)))
+
+
+@flux2.command("info")
+@click.argument("model", required=False, type=click.Path(exists=True, path_type=Path))
+@click.option("--variant", help="Weight variant, e.g. fp16.")
+@click.option("--json", "as_json", is_flag=True, help="Print one dif-telemetry/1 JSON document on stdout.")
+def info(model: Path | None, variant: str | None, as_json: bool) -> None:
+    """Describe a FLUX.2 [klein] checkpoint: layout, configs, tensors, defaults (default: embedded model)."""
+    from dif_frontend_flux2.pipeline import BASE_GUIDANCE, BASE_STEPS, DISTILLED_STEPS
+
+    ck = _open(model, None, None, None, variant)
+    t, q, v = ck.configs.transformer, ck.configs.text_encoder, ck.configs.vae
+
+    def tensors(source: Any) -> dict[str, Any]:
+        infos = [source.info(n) for n in source.names()]
+        dtypes = sorted({i.dtype for i in infos})
+        return {"tensors": len(infos), "bytes": sum(i.nbytes for i in infos), "dtypes": dtypes, "from": source.label}
+
+    data = {
+        "path": str(ck.root),
+        "name": ck.name,
+        "layout": ck.layout,
+        "distilled": ck.is_distilled,
+        "defaults": {
+            "steps": DISTILLED_STEPS if ck.is_distilled else BASE_STEPS,
+            "guidance": None if ck.is_distilled else BASE_GUIDANCE,
+            "size": native_size(ck.root),
+            "dtype": storage_dtype(ck),
+        },
+        "transformer": {
+            "double_blocks": t.num_layers,
+            "single_blocks": t.num_single_layers,
+            "heads": t.num_attention_heads,
+            "head_dim": t.attention_head_dim,
+            "width": t.inner_dim,
+            "text_dim": t.joint_attention_dim,
+            **tensors(ck.transformer),
+        },
+        "text_encoder": {
+            "layers": q.num_hidden_layers,
+            "hidden": q.hidden_size,
+            "heads": q.num_attention_heads,
+            "kv_heads": q.num_key_value_heads,
+            "vocab": q.vocab_size,
+            **tensors(ck.text_encoder),
+        },
+        "vae": {"channels": list(v.block_out_channels), "latent_channels": v.latent_channels, **tensors(ck.vae)},
+        "tokenizer": str(ck.tokenizer_dir) if ck.tokenizer_dir.is_dir() else None,
+    }
+    if as_json:
+        from dif.telemetry import build_document, dumps
+
+        ctx = click.get_current_context(silent=True)
+        click.echo(dumps(build_document("flux2.info", tool=ctx.command_path if ctx else "dif flux2 info", data=data)))
+        return
+    click.echo(f"{data['name']}: FLUX.2 [klein] {'distilled' if ck.is_distilled else 'base'}, {ck.layout} layout")
+    click.echo(f"  path {data['path']}")
+    for part in ("transformer", "text_encoder", "vae"):
+        d = data[part]
+        shape = ", ".join(f"{k} {v}" for k, v in d.items() if k not in ("tensors", "bytes", "dtypes", "from"))
+        click.echo(f"  {part}: {shape}; {d['tensors']} tensors, {d['bytes'] / 1e6:.1f} MB {'/'.join(d['dtypes'])}")
+    dflt = data["defaults"]
+    guidance = "no CFG" if dflt["guidance"] is None else f"guidance {dflt['guidance']}"
+    click.echo(f"  defaults: {dflt['steps']} steps, {guidance}, {dflt['size']}x{dflt['size']}, {dflt['dtype']}")
+    click.echo(f"  tokenizer: {data['tokenizer'] or 'missing'}")
