@@ -13,14 +13,33 @@ import numpy as np
 
 from dif.dtypes import DType
 from dif.errors import DifError
-from dif.ir.builder import ProgramBuilder, Var
+from dif.ir.builder import ProgramBuilder
 from dif.ir.program import Program
-from dif.layers import apply_rope, attention, embedding, glu_ffn_split, linear, qkv_heads, rms_norm
+from dif.layers import embedding
+from dif.layers.causal_lm import DecoderLayerSpec, decoder_layer
 from dif.layers.tables import rope_half_tables
 from dif_frontend_flux2.config import Qwen3Config
 
 MODULE = "text_encoder"
 KLEIN_TAPS = (9, 18, 27)
+
+
+def qwen3_layer_spec(cfg: Qwen3Config) -> DecoderLayerSpec:
+    """Qwen3 decoder layer: GQA with per-head q/k RMS norm, half RoPE, SwiGLU MLP, and RMS norms
+    that round to the activation dtype before the weight multiply."""
+    return DecoderLayerSpec(
+        hidden_size=cfg.hidden_size,
+        intermediate_size=cfg.intermediate_size,
+        heads=cfg.num_attention_heads,
+        kv_heads=cfg.num_key_value_heads,
+        head_dim=cfg.head_dim,
+        eps=cfg.rms_norm_eps,
+        qk_norm=True,
+        attention_bias=cfg.attention_bias,
+        rope_mode="half",
+        act="silu",
+        round_before_weight=True,
+    )
 
 
 def qwen3_rope_tables(cfg: Qwen3Config, seq_len: int, *, dtype: DType | str = "f32") -> tuple[np.ndarray, np.ndarray]:
@@ -64,9 +83,11 @@ def build_text_encoder(
 
     with b.scope(module=MODULE, block="model.embed_tokens", section="embed"):
         h = embedding(b, ids, "model.embed_tokens", cfg.vocab_size, cfg.hidden_size, dt)
+    spec = qwen3_layer_spec(cfg)
     hidden = [h]
     for i in range(n_layers):
-        h = _decoder_layer(b, cfg, f"model.layers.{i}", h, mask, cos, sin)
+        with b.scope(module=MODULE):
+            h = decoder_layer(b, spec, f"model.layers.{i}", h, key_mask=mask, cos=cos, sin=sin)
         hidden.append(h)
     with b.scope(module=MODULE, block="taps", section="stack"):
         picked = [hidden[t] for t in taps]
@@ -74,35 +95,3 @@ def build_text_encoder(
     b.output(out)
     b.meta["outputs"] = "features"
     return b.build()
-
-
-def _decoder_layer(b: ProgramBuilder, cfg: Qwen3Config, name: str, h: Var, mask: Var, cos: Var, sin: Var) -> Var:
-    """Pre-norm decoder layer: GQA self-attention with per-head q/k RMS norm and half RoPE, then a
-    split-weight SwiGLU MLP. Qwen's RMS norm rounds to the activation dtype before the weight."""
-    eps = cfg.rms_norm_eps
-    attn = f"{name}.self_attn"
-    with b.scope(module=MODULE, block=name, section="self_attn"):
-        a = rms_norm(b, h, f"{name}.input_layernorm", eps=eps, round_before_weight=True)
-        q, k, v = qkv_heads(
-            b,
-            a,
-            (f"{attn}.q_proj", f"{attn}.k_proj", f"{attn}.v_proj"),
-            heads=cfg.num_attention_heads,
-            kv_heads=cfg.num_key_value_heads,
-            head_dim=cfg.head_dim,
-            norm_names=(f"{attn}.q_norm", f"{attn}.k_norm"),
-            eps=eps,
-            round_before_weight=True,
-            bias=cfg.attention_bias,
-        )
-        q = apply_rope(b, q, cos, sin, mode="half")
-        k = apply_rope(b, k, cos, sin, mode="half")
-        o = attention(b, q, k, v, key_mask=mask, causal=True)
-        h = b.emit("add", h, linear(b, o, f"{attn}.o_proj", cfg.hidden_size, bias=cfg.attention_bias))
-    with b.scope(module=MODULE, block=name, section="mlp"):
-        m = rms_norm(b, h, f"{name}.post_attention_layernorm", eps=eps, round_before_weight=True)
-        y = glu_ffn_split(
-            b, m, f"{name}.mlp.gate_proj", f"{name}.mlp.up_proj", f"{name}.mlp.down_proj", cfg.intermediate_size
-        )
-        h = b.emit("add", h, y)
-    return h

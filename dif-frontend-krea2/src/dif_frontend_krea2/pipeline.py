@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from attrs import define, frozen
+from attrs import define, field, frozen
 
 from dif.dtypes import DType
 from dif.errors import UsageError
@@ -162,13 +162,11 @@ class Krea2Pipeline:
     max_sequence_length: int = MAX_SEQUENCE_LENGTH
     on_step: Callable[[int, int], None] | None = None
     on_stage: Callable[[str, float], None] | None = None
-    _runners: dict[tuple[Any, ...], Runner] = {}
-    _tokenizer: TextTokenizer | None = None
     plan_peak_bytes: int = 0
     load_seconds: float = 0.0
-
-    def __attrs_post_init__(self) -> None:
-        self._runners = {}
+    _runners: dict[tuple[Any, ...], Runner] = field(init=False, factory=dict)
+    _tokenizer: TextTokenizer | None = field(init=False, default=None)
+    _backend: Any = field(init=False, default=None)
 
     @property
     def configs(self) -> Krea2Configs:
@@ -185,6 +183,17 @@ class Krea2Pipeline:
             self.load_seconds += time.perf_counter() - start
         return runner
 
+    @property
+    def backend_name(self) -> str:
+        """The backend that runs the programs ("interp" = the reference interpreter)."""
+        if self.backend == "interp":
+            return "interp"
+        if self._backend is None:
+            from dif.runtime import get_backend
+
+            self._backend = get_backend(self.backend)
+        return str(self._backend.name)
+
     def _prepare(self, program: Program, weights: Mapping[str, np.ndarray]) -> Runner:
         """The program ready to run: the reference interpreter for backend "interp", otherwise
         planned and prepared by `dif.runtime.prepare` on the named (or default) backend."""
@@ -195,7 +204,8 @@ class Krea2Pipeline:
             return lambda inputs: interpret(program, inputs, resolved)
         from dif.runtime import prepare
 
-        executable, plan = prepare(program, weights, backend=self.backend)
+        _ = self.backend_name  # resolves the backend once (DIF_BACKEND / highest priority when None)
+        executable, plan = prepare(program, weights, backend=self._backend)
         self.plan_peak_bytes = max(self.plan_peak_bytes, int(plan.peak_bytes + plan.param_bytes))
         return executable.run
 
@@ -389,6 +399,7 @@ class Krea2Pipeline:
             "model": self.checkpoint.name,
             "variant": self.checkpoint.variant,
             "distilled": self.checkpoint.is_distilled,
+            "backend": self.backend_name,
         }
         return GenerationResult(pixels, latents, noise, settings, timings, tuple(warnings), peak_rss_bytes(),
                                 self.plan_peak_bytes)

@@ -80,20 +80,44 @@ template <> __device__ __forceinline__ f8e5m2 from_f<f8e5m2>(float f) {
 // Round a fp32 value to T's precision and back (what storing then reloading does).
 template <class T> __device__ __forceinline__ float round_to(float f) { return to_f(from_f<T>(f)); }
 
+// Quotient (left in i) and remainder of i >= 0 by n > 0; 32-bit arithmetic whenever both fit.
+__device__ __forceinline__ i64 divmod(i64& i, i64 n) {
+  if (((u64)i | (u64)n) <= 0xffffffffull) {
+    const unsigned q = (unsigned)i / (unsigned)n;
+    const i64 c = (i64)((unsigned)i - q * (unsigned)n);
+    i = q;
+    return c;
+  }
+  const i64 q = i / n, c = i - q * n;
+  i = q;
+  return c;
+}
+
 // Offsets of K strided operands for flat output index i. meta = [rank, shape[rank], strides_0[rank], ...].
 template <int K>
 __device__ __forceinline__ void bcast_offsets(i64 i, const i64* __restrict__ meta, i64* off) {
   const int r = (int)meta[0];
+  if (r == 1) {  // the common case after collapsing: one contiguous or broadcast run
+#pragma unroll
+    for (int k = 0; k < K; ++k) off[k] = i * meta[2 + k];
+    return;
+  }
 #pragma unroll
   for (int k = 0; k < K; ++k) off[k] = 0;
   for (int d = r - 1; d >= 0; --d) {
-    const i64 n = meta[1 + d];
-    const i64 c = i % n;
-    i /= n;
+    const i64 c = divmod(i, meta[1 + d]);
 #pragma unroll
     for (int k = 0; k < K; ++k) off[k] += c * meta[1 + r * (1 + k) + d];
   }
 }
+
+// Grid-stride loop handling ILP items per thread per trip, each a full coalesced stride apart:
+// inside, items base + e * step for e < ILP are this thread's (check `< n` per item).
+#define ILP 4
+#define GRID_STRIDE_ILP(base, step, n)                                                                     \
+  for (i64 step = (i64)gridDim.x * blockDim.x, base = (i64)blockIdx.x * blockDim.x + threadIdx.x; base < (n); \
+       base += ILP * step)
+#define ILP_FOR(e) _Pragma("unroll") for (int e = 0; e < ILP; ++e)
 
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll

@@ -36,7 +36,17 @@ __device__ __forceinline__ float unary_math(float x, float p0, float p1) {
 
 template <int OP, class T>
 __device__ __forceinline__ void unary_impl(const T* __restrict__ x, T* __restrict__ y, i64 n, float p0, float p1) {
-  GRID_STRIDE(i, n) { y[i] = from_f<T>(unary_math<OP>(to_f(x[i]), p0, p1)); }
+  GRID_STRIDE_ILP(base, step, n) {
+    float v[ILP];
+    ILP_FOR(e) {
+      const i64 i = base + e * step;
+      v[e] = i < n ? to_f(x[i]) : 0.0f;
+    }
+    ILP_FOR(e) {
+      const i64 i = base + e * step;
+      if (i < n) y[i] = from_f<T>(unary_math<OP>(v[e], p0, p1));
+    }
+  }
 }
 
 #define UNARY(NAME, OP, TN)                                                                                \
@@ -85,11 +95,23 @@ __device__ __forceinline__ T binary_int(T a, T b) {
 template <int OP, class T>
 __device__ __forceinline__ void binary_impl(const T* __restrict__ a, const T* __restrict__ b, T* __restrict__ y,
                                             const i64* __restrict__ meta, i64 n) {
-  GRID_STRIDE(i, n) {
-    i64 off[2];
-    bcast_offsets<2>(i, meta, off);
-    if constexpr (is_flt<T>::value) y[i] = from_f<T>(binary_math<OP>(to_f(a[off[0]]), to_f(b[off[1]])));
-    else y[i] = binary_int<OP, T>(a[off[0]], b[off[1]]);
+  GRID_STRIDE_ILP(base, step, n) {
+    T va[ILP], vb[ILP];
+    ILP_FOR(e) {
+      const i64 i = base + e * step;
+      if (i < n) {
+        i64 off[2];
+        bcast_offsets<2>(i, meta, off);
+        va[e] = a[off[0]];
+        vb[e] = b[off[1]];
+      }
+    }
+    ILP_FOR(e) {
+      const i64 i = base + e * step;
+      if (i >= n) continue;
+      if constexpr (is_flt<T>::value) y[i] = from_f<T>(binary_math<OP>(to_f(va[e]), to_f(vb[e])));
+      else y[i] = binary_int<OP, T>(va[e], vb[e]);
+    }
   }
 }
 
@@ -115,18 +137,29 @@ enum CompareOp { C_LESS, C_GREATER, C_EQUAL };
 template <int OP, class T>
 __device__ __forceinline__ void compare_impl(const T* __restrict__ a, const T* __restrict__ b, b8* __restrict__ y,
                                              const i64* __restrict__ meta, i64 n) {
-  GRID_STRIDE(i, n) {
-    i64 off[2];
-    bcast_offsets<2>(i, meta, off);
-    bool r;
-    if constexpr (is_flt<T>::value) {
-      const float x = to_f(a[off[0]]), z = to_f(b[off[1]]);
-      r = OP == C_LESS ? x < z : (OP == C_GREATER ? x > z : x == z);
-    } else {
-      const T x = a[off[0]], z = b[off[1]];
-      r = OP == C_LESS ? x < z : (OP == C_GREATER ? x > z : x == z);
+  GRID_STRIDE_ILP(base, step, n) {
+    T va[ILP], vb[ILP];
+    ILP_FOR(e) {
+      const i64 i = base + e * step;
+      if (i < n) {
+        i64 off[2];
+        bcast_offsets<2>(i, meta, off);
+        va[e] = a[off[0]];
+        vb[e] = b[off[1]];
+      }
     }
-    y[i].x = r ? 1 : 0;
+    ILP_FOR(e) {
+      const i64 i = base + e * step;
+      if (i >= n) continue;
+      bool r;
+      if constexpr (is_flt<T>::value) {
+        const float x = to_f(va[e]), z = to_f(vb[e]);
+        r = OP == C_LESS ? x < z : (OP == C_GREATER ? x > z : x == z);
+      } else {
+        r = OP == C_LESS ? va[e] < vb[e] : (OP == C_GREATER ? va[e] > vb[e] : va[e] == vb[e]);
+      }
+      y[i].x = r ? 1 : 0;
+    }
   }
 }
 #define COMPARE(NAME, OP, TN)                                                                              \
@@ -146,10 +179,20 @@ COMPARE_ALL(i64)
   extern "C" __global__ void where_u##BITS(const b8* __restrict__ c, const U* __restrict__ a,              \
                                            const U* __restrict__ b, U* __restrict__ y,                     \
                                            const i64* __restrict__ meta, i64 n) {                          \
-    GRID_STRIDE(i, n) {                                                                                    \
-      i64 off[3];                                                                                          \
-      bcast_offsets<3>(i, meta, off);                                                                      \
-      y[i] = c[off[0]].x ? a[off[1]] : b[off[2]];                                                          \
+    GRID_STRIDE_ILP(base, step, n) {                                                                       \
+      U v[ILP];                                                                                            \
+      ILP_FOR(e) {                                                                                         \
+        const i64 i = base + e * step;                                                                     \
+        if (i < n) {                                                                                       \
+          i64 off[3];                                                                                      \
+          bcast_offsets<3>(i, meta, off);                                                                  \
+          v[e] = c[off[0]].x ? a[off[1]] : b[off[2]];                                                      \
+        }                                                                                                  \
+      }                                                                                                    \
+      ILP_FOR(e) {                                                                                         \
+        const i64 i = base + e * step;                                                                     \
+        if (i < n) y[i] = v[e];                                                                            \
+      }                                                                                                    \
     }                                                                                                      \
   }
 WHERE(8, unsigned char)
@@ -162,10 +205,20 @@ WHERE(64, u64)
   extern "C" __global__ void modulate_##TN(const TN* __restrict__ x, const TN* __restrict__ s,             \
                                            const TN* __restrict__ t, TN* __restrict__ y,                   \
                                            const i64* __restrict__ meta, i64 n) {                          \
-    GRID_STRIDE(i, n) {                                                                                    \
-      i64 off[3];                                                                                          \
-      bcast_offsets<3>(i, meta, off);                                                                      \
-      y[i] = from_f<TN>(to_f(x[off[0]]) * (1.0f + to_f(s[off[1]])) + to_f(t[off[2]]));                    \
+    GRID_STRIDE_ILP(base, step, n) {                                                                       \
+      float v[ILP];                                                                                        \
+      ILP_FOR(e) {                                                                                         \
+        const i64 i = base + e * step;                                                                     \
+        if (i < n) {                                                                                       \
+          i64 off[3];                                                                                      \
+          bcast_offsets<3>(i, meta, off);                                                                  \
+          v[e] = to_f(x[off[0]]) * (1.0f + to_f(s[off[1]])) + to_f(t[off[2]]);                             \
+        }                                                                                                  \
+      }                                                                                                    \
+      ILP_FOR(e) {                                                                                         \
+        const i64 i = base + e * step;                                                                     \
+        if (i < n) y[i] = from_f<TN>(v[e]);                                                                \
+      }                                                                                                    \
     }                                                                                                      \
   }
 MODULATE(f32)
@@ -181,10 +234,20 @@ __device__ __forceinline__ float glu_act(float v) {
 #define GLU(ACTN, ACT, TN)                                                                                 \
   extern "C" __global__ void glu_##ACTN##_##TN(const TN* __restrict__ x, TN* __restrict__ y, i64 n, i64 h, \
                                                int gate_first) {                                           \
-    GRID_STRIDE(i, n) {                                                                                    \
-      const i64 r = i / h, j = i - r * h;                                                                  \
-      const float a = to_f(x[r * 2 * h + j]), b = to_f(x[r * 2 * h + h + j]);                              \
-      y[i] = from_f<TN>(gate_first ? glu_act<ACT>(a) * b : a * glu_act<ACT>(b));                           \
+    GRID_STRIDE_ILP(base, step, n) {                                                                       \
+      float va[ILP], vb[ILP];                                                                              \
+      ILP_FOR(e) {                                                                                         \
+        i64 r = base + e * step;                                                                           \
+        if (r < n) {                                                                                       \
+          const i64 j = divmod(r, h);                                                                      \
+          va[e] = to_f(x[r * 2 * h + j]);                                                                  \
+          vb[e] = to_f(x[r * 2 * h + h + j]);                                                              \
+        }                                                                                                  \
+      }                                                                                                    \
+      ILP_FOR(e) {                                                                                         \
+        const i64 i = base + e * step;                                                                     \
+        if (i < n) y[i] = from_f<TN>(gate_first ? glu_act<ACT>(va[e]) * vb[e] : va[e] * glu_act<ACT>(vb[e])); \
+      }                                                                                                    \
     }                                                                                                      \
   }
 #define GLU_ALL(TN) GLU(silu, G_SILU, TN) GLU(gelu, G_GELU, TN) GLU(gelu_tanh, G_GELU_TANH, TN)
@@ -212,7 +275,17 @@ __device__ __forceinline__ D convert(S s) {
 }
 #define CAST(SN, S, DN, D)                                                                                 \
   extern "C" __global__ void cast_##SN##_##DN(const S* __restrict__ x, D* __restrict__ y, i64 n) {         \
-    GRID_STRIDE(i, n) { y[i] = convert<D, S>(x[i]); }                                                      \
+    GRID_STRIDE_ILP(base, step, n) {                                                                       \
+      S v[ILP];                                                                                            \
+      ILP_FOR(e) {                                                                                         \
+        const i64 i = base + e * step;                                                                     \
+        if (i < n) v[e] = x[i];                                                                            \
+      }                                                                                                    \
+      ILP_FOR(e) {                                                                                         \
+        const i64 i = base + e * step;                                                                     \
+        if (i < n) y[i] = convert<D, S>(v[e]);                                                             \
+      }                                                                                                    \
+    }                                                                                                      \
   }
 #define CAST_FROM(SN, S)                                                                                   \
   CAST(SN, S, f32, float) CAST(SN, S, f16, f16) CAST(SN, S, bf16, bf16) CAST(SN, S, f8e4m3, f8e4m3)       \

@@ -1,16 +1,34 @@
 // Data movement, dtype-agnostic (elements moved as 1/2/4/8-byte words): strided copies (transpose,
 // slice, split, concat, broadcast, upsample), fills, reflect padding, gathers (take / embedding).
 
-// meta = [rank, shape[rank], src_strides[rank], dst_strides[rank]] (elements)
-#define LAYOUT(BITS, U)                                                                                    \
+// meta = [rank, shape[rank], src_strides[rank], dst_strides[rank]] (elements); the host widens the element
+// (up to 16 bytes) when the innermost run is contiguous and aligned on both sides.
+struct alignas(16) u128 {
+  u64 lo, hi;
+};
+#define COPY(BITS, U)                                                                                      \
   extern "C" __global__ void strided_copy_u##BITS(const U* __restrict__ src, U* __restrict__ dst,          \
                                                   const i64* __restrict__ meta, i64 n) {                   \
-    GRID_STRIDE(i, n) {                                                                                    \
-      i64 off[2];                                                                                          \
-      bcast_offsets<2>(i, meta, off);                                                                      \
-      dst[off[1]] = src[off[0]];                                                                           \
+    GRID_STRIDE_ILP(base, step, n) {                                                                       \
+      U v[ILP];                                                                                            \
+      i64 to[ILP];                                                                                         \
+      ILP_FOR(e) {                                                                                         \
+        const i64 i = base + e * step;                                                                     \
+        if (i < n) {                                                                                       \
+          i64 off[2];                                                                                      \
+          bcast_offsets<2>(i, meta, off);                                                                  \
+          v[e] = src[off[0]];                                                                              \
+          to[e] = off[1];                                                                                  \
+        }                                                                                                  \
+      }                                                                                                    \
+      ILP_FOR(e) {                                                                                         \
+        if (base + e * step < n) dst[to[e]] = v[e];                                                        \
+      }                                                                                                    \
     }                                                                                                      \
-  }                                                                                                        \
+  }
+
+#define LAYOUT(BITS, U)                                                                                    \
+  COPY(BITS, U)                                                                                            \
   extern "C" __global__ void fill_u##BITS(U* __restrict__ dst, U value, i64 n) {                           \
     GRID_STRIDE(i, n) { dst[i] = value; }                                                                  \
   }                                                                                                        \
@@ -21,9 +39,8 @@
     GRID_STRIDE(i, n) {                                                                                    \
       i64 rem = i, off = 0;                                                                                \
       for (int d = r - 1; d >= 0; --d) {                                                                   \
-        const i64 sz_out = meta[1 + d], sz_in = meta[1 + r + d];                                           \
-        const i64 c = rem % sz_out;                                                                        \
-        rem /= sz_out;                                                                                     \
+        const i64 sz_in = meta[1 + r + d];                                                                 \
+        const i64 c = divmod(rem, meta[1 + d]);                                                            \
         i64 ci = c - meta[1 + 2 * r + d];                                                                  \
         if (ci < 0) ci = -ci;                                                                              \
         if (ci >= sz_in) ci = 2 * (sz_in - 1) - ci;                                                        \
@@ -41,7 +58,8 @@
                                                  U* __restrict__ y, i64 n, i64 n_idx, i64 axis_len,        \
                                                  i64 inner) {                                              \
     GRID_STRIDE(i, n) {                                                                                    \
-      const i64 k = i % inner, t = i / inner, j = t % n_idx, o = t / n_idx;                                \
+      i64 t = i;                                                                                           \
+      const i64 k = divmod(t, inner), j = divmod(t, n_idx), o = t;                                         \
       i64 a = (i64)idx[j];                                                                                 \
       a = a < 0 ? 0 : (a >= axis_len ? axis_len - 1 : a);                                                 \
       y[i] = x[(o * axis_len + a) * inner + k];                                                            \
@@ -52,3 +70,4 @@ LAYOUT(8, unsigned char)
 LAYOUT(16, unsigned short)
 LAYOUT(32, unsigned int)
 LAYOUT(64, u64)
+COPY(128, u128)

@@ -2,47 +2,127 @@
 // two passes like the reference), rotary embedding, and reductions over arbitrary axes.
 typedef float f32;
 
+// Rows of rms/layer norm. One block per row (`warp_rows` = 0) or one warp per row (`warp_rows` = rows per
+// block, for short rows). Each thread keeps up to ROW_VPT values in registers, so x is read once;
+// longer rows fall back to re-reading (L2-resident) memory.
+#define ROW_VPT 8
+
+struct RowSpan {
+  i64 row, first, stride;  // elements first, first + stride, ... of this row are this thread's
+  bool valid;
+};
+__device__ __forceinline__ RowSpan row_span(i64 rows, int warp_rows) {
+  RowSpan r;
+  if (warp_rows) {
+    r.row = (i64)blockIdx.x * warp_rows + (threadIdx.x >> 5);
+    r.first = threadIdx.x & 31;
+    r.stride = 32;
+  } else {
+    r.row = blockIdx.x;
+    r.first = threadIdx.x;
+    r.stride = blockDim.x;
+  }
+  r.valid = r.row < rows;
+  return r;
+}
+__device__ __forceinline__ float row_sum(float v, int warp_rows) { return warp_rows ? warp_sum(v) : block_sum(v); }
+
 template <class T, class TW>
 __device__ __forceinline__ void rms_impl(const T* __restrict__ x, const TW* __restrict__ w, T* __restrict__ y,
-                                         i64 len, float eps, float offset, int round_first) {
-  const T* xr = x + (i64)blockIdx.x * len;
-  T* yr = y + (i64)blockIdx.x * len;
+                                         i64 rows, i64 len, float eps, float offset, int round_first,
+                                         int warp_rows) {
+  const RowSpan sp = row_span(rows, warp_rows);
+  const T* xr = x + (sp.valid ? sp.row : 0) * len;
+  T* yr = y + sp.row * len;
+  const bool cached = len <= ROW_VPT * sp.stride;
+  float v[ROW_VPT];
   float ss = 0.0f;
-  for (i64 j = threadIdx.x; j < len; j += blockDim.x) {
-    const float v = to_f(xr[j]);
-    ss += v * v;
-  }
-  ss = block_sum(ss);
-  const float denom = sqrtf(ss / (float)len + eps);
-  for (i64 j = threadIdx.x; j < len; j += blockDim.x) {
-    float v = to_f(xr[j]) / denom;
-    if (w != nullptr) {
-      if (round_first) v = round_to<T>(v);
-      v = v * (to_f(w[j]) + offset);
+  if (cached) {
+#pragma unroll
+    for (int k = 0; k < ROW_VPT; ++k) {
+      const i64 j = sp.first + k * sp.stride;
+      v[k] = (sp.valid && j < len) ? to_f(xr[j]) : 0.0f;
+      ss += v[k] * v[k];
     }
-    yr[j] = from_f<T>(v);
+  } else if (sp.valid) {
+    for (i64 j = sp.first; j < len; j += sp.stride) {
+      const float t = to_f(xr[j]);
+      ss += t * t;
+    }
+  }
+  ss = row_sum(ss, warp_rows);
+  if (!sp.valid) return;
+  const float denom = sqrtf(ss / (float)len + eps);
+  auto out = [&](i64 j, float t) {
+    t = t / denom;
+    if (w != nullptr) {
+      if (round_first) t = round_to<T>(t);
+      t = t * (to_f(w[j]) + offset);
+    }
+    yr[j] = from_f<T>(t);
+  };
+  if (cached) {
+#pragma unroll
+    for (int k = 0; k < ROW_VPT; ++k) {
+      const i64 j = sp.first + k * sp.stride;
+      if (j < len) out(j, v[k]);
+    }
+  } else {
+    for (i64 j = sp.first; j < len; j += sp.stride) out(j, to_f(xr[j]));
   }
 }
 
 template <class T, class TW>
 __device__ __forceinline__ void layer_impl(const T* __restrict__ x, const TW* __restrict__ w,
-                                           const TW* __restrict__ b, T* __restrict__ y, i64 len, float eps) {
-  const T* xr = x + (i64)blockIdx.x * len;
-  T* yr = y + (i64)blockIdx.x * len;
+                                           const TW* __restrict__ b, T* __restrict__ y, i64 rows, i64 len, float eps,
+                                           int warp_rows) {
+  const RowSpan sp = row_span(rows, warp_rows);
+  const T* xr = x + (sp.valid ? sp.row : 0) * len;
+  T* yr = y + sp.row * len;
+  const bool cached = len <= ROW_VPT * sp.stride;
+  float v[ROW_VPT];
   float s = 0.0f;
-  for (i64 j = threadIdx.x; j < len; j += blockDim.x) s += to_f(xr[j]);
-  const float mu = block_sum(s) / (float)len;
-  float q = 0.0f;
-  for (i64 j = threadIdx.x; j < len; j += blockDim.x) {
-    const float d = to_f(xr[j]) - mu;
-    q += d * d;
+  if (cached) {
+#pragma unroll
+    for (int k = 0; k < ROW_VPT; ++k) {
+      const i64 j = sp.first + k * sp.stride;
+      v[k] = (sp.valid && j < len) ? to_f(xr[j]) : 0.0f;
+      s += v[k];
+    }
+  } else if (sp.valid) {
+    for (i64 j = sp.first; j < len; j += sp.stride) s += to_f(xr[j]);
   }
-  const float denom = sqrtf(block_sum(q) / (float)len + eps);
-  for (i64 j = threadIdx.x; j < len; j += blockDim.x) {
-    float v = (to_f(xr[j]) - mu) / denom;
-    if (w != nullptr) v = v * to_f(w[j]);
-    if (b != nullptr) v = v + to_f(b[j]);
-    yr[j] = from_f<T>(v);
+  const float mu = row_sum(s, warp_rows) / (float)len;
+  float q = 0.0f;
+  if (cached) {
+#pragma unroll
+    for (int k = 0; k < ROW_VPT; ++k) {
+      const i64 j = sp.first + k * sp.stride;
+      const float d = v[k] - mu;
+      q += (sp.valid && j < len) ? d * d : 0.0f;
+    }
+  } else if (sp.valid) {
+    for (i64 j = sp.first; j < len; j += sp.stride) {
+      const float d = to_f(xr[j]) - mu;
+      q += d * d;
+    }
+  }
+  const float denom = sqrtf(row_sum(q, warp_rows) / (float)len + eps);
+  if (!sp.valid) return;
+  auto out = [&](i64 j, float t) {
+    t = (t - mu) / denom;
+    if (w != nullptr) t = t * to_f(w[j]);
+    if (b != nullptr) t = t + to_f(b[j]);
+    yr[j] = from_f<T>(t);
+  };
+  if (cached) {
+#pragma unroll
+    for (int k = 0; k < ROW_VPT; ++k) {
+      const i64 j = sp.first + k * sp.stride;
+      if (j < len) out(j, v[k]);
+    }
+  } else {
+    for (i64 j = sp.first; j < len; j += sp.stride) out(j, to_f(xr[j]));
   }
 }
 
@@ -97,14 +177,14 @@ __device__ __forceinline__ void l2_impl(const T* __restrict__ x, T* __restrict__
 
 #define NORMS(TN, WN)                                                                                      \
   extern "C" __global__ void rms_norm_##TN##_##WN(const TN* __restrict__ x, const WN* __restrict__ w,       \
-                                                   TN* __restrict__ y, i64 len, float eps, float offset,   \
-                                                   int round_first) {                                      \
-    rms_impl<TN, WN>(x, w, y, len, eps, offset, round_first);                                              \
+                                                   TN* __restrict__ y, i64 rows, i64 len, float eps,       \
+                                                   float offset, int round_first, int warp_rows) {         \
+    rms_impl<TN, WN>(x, w, y, rows, len, eps, offset, round_first, warp_rows);                             \
   }                                                                                                        \
   extern "C" __global__ void layer_norm_##TN##_##WN(const TN* __restrict__ x, const WN* __restrict__ w,     \
-                                                     const WN* __restrict__ b, TN* __restrict__ y, i64 len, \
-                                                     float eps) {                                          \
-    layer_impl<TN, WN>(x, w, b, y, len, eps);                                                              \
+                                                     const WN* __restrict__ b, TN* __restrict__ y, i64 rows, \
+                                                     i64 len, float eps, int warp_rows) {                  \
+    layer_impl<TN, WN>(x, w, b, y, rows, len, eps, warp_rows);                                             \
   }                                                                                                        \
   extern "C" __global__ void group_norm_##TN##_##WN(const TN* __restrict__ x, const WN* __restrict__ w,     \
                                                      const WN* __restrict__ b, TN* __restrict__ y, i64 c,   \
@@ -134,13 +214,15 @@ __device__ __forceinline__ void rope_impl(const T* __restrict__ x, const TC* __r
                                           const TC* __restrict__ sn, T* __restrict__ y, i64 n, i64 seq, i64 heads,
                                           i64 dim, i64 rot, int pairs) {
   GRID_STRIDE(i, n) {
-    const i64 d = i % dim;
+    i64 t = i;
+    const i64 d = divmod(t, dim);
     const float xv = to_f(x[i]);
     if (d >= rot) {
       y[i] = x[i];
       continue;
     }
-    const i64 s = (i / (dim * heads)) % seq;
+    divmod(t, heads);
+    const i64 s = divmod(t, seq);
     float other;
     if (pairs) other = (d & 1) ? to_f(x[i - 1]) : -to_f(x[i + 1]);
     else other = d < rot / 2 ? -to_f(x[i + rot / 2]) : to_f(x[i - rot / 2]);
@@ -163,11 +245,7 @@ ROPE_ALL(bf16)
 __device__ __forceinline__ i64 strided_offset(i64 i, const i64* __restrict__ m) {
   const int r = (int)m[0];
   i64 off = 0;
-  for (int d = r - 1; d >= 0; --d) {
-    const i64 n = m[1 + d];
-    off += (i % n) * m[1 + r + d];
-    i /= n;
-  }
+  for (int d = r - 1; d >= 0; --d) off += divmod(i, m[1 + d]) * m[1 + r + d];
   return off;
 }
 template <class T, bool MAX>
