@@ -1,5 +1,5 @@
 """OpenCL backend micro-benchmarks (PoCL or any OpenCL device): kernel dispatch cost against host
-evaluation of tiny ops (which sets `HOST_EVAL_MAX_BYTES`), GEMM throughput, conv2d 3x3 direct vs
+evaluation of tiny ops (which sets `HOST_EVAL_MAX_BYTES_CPU`), GEMM throughput, conv2d 3x3 direct vs
 im2col + GEMM, attention fused vs two GEMMs + softmax. Writes JSON to --out and prints a table.
 
     python perf/opencl_bench.py [--device SELECTOR] [--quick] [--out perf/results/opencl_bench.json]
@@ -151,7 +151,7 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="tiny shapes (CI / shared machines)")
     ap.add_argument("--out", default="perf/results/opencl_bench.json")
     args = ap.parse_args()
-    backend = OpenCLBackend(args.device)
+    backend = OpenCLBackend(args.device, host_eval_max_bytes=0)  # kernels only; dispatch() toggles it
     repeat = 5 if args.quick else 11
     sizes = [16, 64, 256, 1024, 4096, 16384, 65536] if args.quick else [16, 64, 256, 1024, 4096, 16384, 65536, 262144]
     result = {

@@ -38,12 +38,23 @@ def folder(tmp_path_factory, torch, randomize):  # type: ignore[no-untyped-def]
     shutil.copytree(DEFAULT_CHECKPOINT, root, dirs_exist_ok=True)
     torch.manual_seed(0)
     transformer = diffusers.Flux2Transformer2DModel(
-        num_layers=2, num_single_layers=2, attention_head_dim=16, num_attention_heads=2, joint_attention_dim=24,
-        in_channels=128, timestep_guidance_channels=32, axes_dims_rope=(4, 4, 4, 4), guidance_embeds=False,
+        num_layers=2,
+        num_single_layers=2,
+        attention_head_dim=16,
+        num_attention_heads=2,
+        joint_attention_dim=24,
+        in_channels=128,
+        timestep_guidance_channels=32,
+        axes_dims_rope=(4, 4, 4, 4),
+        guidance_embeds=False,
     )
     vae = diffusers.AutoencoderKLFlux2(
-        block_out_channels=(8, 16, 16, 16), layers_per_block=1, latent_channels=32, norm_num_groups=4,
-        mid_block_add_attention=True, sample_size=64,
+        block_out_channels=(8, 16, 16, 16),
+        layers_per_block=1,
+        latent_channels=32,
+        norm_num_groups=4,
+        mid_block_add_attention=True,
+        sample_size=64,
     )
     for i, module in enumerate((transformer, vae)):
         randomize(module, torch, seed=i)
@@ -60,7 +71,9 @@ def _state(folder: Path, component: str) -> dict[str, np.ndarray]:
 def bfl_transformer_from_diffusers(sd: dict[str, np.ndarray], prefix: str = "") -> dict[str, np.ndarray]:
     """The inverse of diffusers' BFL -> diffusers transformer conversion, written out by hand."""
     top = {
-        "x_embedder": "img_in", "context_embedder": "txt_in", "proj_out": "final_layer.linear",
+        "x_embedder": "img_in",
+        "context_embedder": "txt_in",
+        "proj_out": "final_layer.linear",
         "time_guidance_embed.timestep_embedder.linear_1": "time_in.in_layer",
         "time_guidance_embed.timestep_embedder.linear_2": "time_in.out_layer",
         "double_stream_modulation_img.linear": "double_stream_modulation_img.lin",
@@ -68,15 +81,22 @@ def bfl_transformer_from_diffusers(sd: dict[str, np.ndarray], prefix: str = "") 
         "single_stream_modulation.linear": "single_stream_modulation.lin",
     }
     double = {
-        "attn.norm_q.weight": "img_attn.norm.query_norm.scale", "attn.norm_k.weight": "img_attn.norm.key_norm.scale",
-        "attn.to_out.0.weight": "img_attn.proj.weight", "ff.linear_in.weight": "img_mlp.0.weight",
-        "ff.linear_out.weight": "img_mlp.2.weight", "attn.norm_added_q.weight": "txt_attn.norm.query_norm.scale",
-        "attn.norm_added_k.weight": "txt_attn.norm.key_norm.scale", "attn.to_add_out.weight": "txt_attn.proj.weight",
-        "ff_context.linear_in.weight": "txt_mlp.0.weight", "ff_context.linear_out.weight": "txt_mlp.2.weight",
+        "attn.norm_q.weight": "img_attn.norm.query_norm.scale",
+        "attn.norm_k.weight": "img_attn.norm.key_norm.scale",
+        "attn.to_out.0.weight": "img_attn.proj.weight",
+        "ff.linear_in.weight": "img_mlp.0.weight",
+        "ff.linear_out.weight": "img_mlp.2.weight",
+        "attn.norm_added_q.weight": "txt_attn.norm.query_norm.scale",
+        "attn.norm_added_k.weight": "txt_attn.norm.key_norm.scale",
+        "attn.to_add_out.weight": "txt_attn.proj.weight",
+        "ff_context.linear_in.weight": "txt_mlp.0.weight",
+        "ff_context.linear_out.weight": "txt_mlp.2.weight",
     }
     single = {
-        "attn.to_qkv_mlp_proj.weight": "linear1.weight", "attn.to_out.weight": "linear2.weight",
-        "attn.norm_q.weight": "norm.query_norm.scale", "attn.norm_k.weight": "norm.key_norm.scale",
+        "attn.to_qkv_mlp_proj.weight": "linear1.weight",
+        "attn.to_out.weight": "linear2.weight",
+        "attn.norm_q.weight": "norm.query_norm.scale",
+        "attn.norm_k.weight": "norm.key_norm.scale",
     }
     out: dict[str, np.ndarray] = {}
     blocks = {int(k.split(".")[1]) for k in sd if k.startswith("transformer_blocks.")}
@@ -115,11 +135,16 @@ def ldm_vae_from_diffusers(sd: dict[str, np.ndarray], n_up: int) -> dict[str, np
             new = new.replace(".downsamplers.0.conv.", ".downsample.conv.")
         if new.startswith("decoder.up_blocks."):
             i = int(new.split(".")[2])
-            rest = ".".join(new.split(".")[3:]).replace("resnets.", "block.").replace("upsamplers.0.conv", "upsample.conv")
+            rest = (
+                ".".join(new.split(".")[3:]).replace("resnets.", "block.").replace("upsamplers.0.conv", "upsample.conv")
+            )
             new = f"decoder.up.{n_up - 1 - i}.{rest}"
-        new = {"quant_conv.weight": "encoder.quant_conv.weight", "quant_conv.bias": "encoder.quant_conv.bias",
-               "post_quant_conv.weight": "decoder.post_quant_conv.weight",
-               "post_quant_conv.bias": "decoder.post_quant_conv.bias"}.get(new, new)
+        new = {
+            "quant_conv.weight": "encoder.quant_conv.weight",
+            "quant_conv.bias": "encoder.quant_conv.bias",
+            "post_quant_conv.weight": "decoder.post_quant_conv.weight",
+            "post_quant_conv.bias": "decoder.post_quant_conv.bias",
+        }.get(new, new)
         out[new] = arr
     return out
 
@@ -163,7 +188,9 @@ def test_bfl_transformer_loads_same_program_and_weights(folder, tmp_path, prefix
 def test_bfl_file_inside_the_folder_needs_no_base(folder, tmp_path) -> None:  # type: ignore[no-untyped-def]
     repo = tmp_path / "repo"
     shutil.copytree(folder, repo)
-    save_safetensors(repo / "flux-2-klein-tiny.safetensors", bfl_transformer_from_diffusers(_state(folder, "transformer")))
+    save_safetensors(
+        repo / "flux-2-klein-tiny.safetensors", bfl_transformer_from_diffusers(_state(folder, "transformer"))
+    )
     ck = open_checkpoint(repo / "flux-2-klein-tiny.safetensors")
     assert ck.layout == "bfl" and ck.root == repo
 
@@ -176,12 +203,18 @@ def test_bfl_vae_file_loads_same_decoder_weights(folder, tmp_path, torch) -> Non
     vcfg = ref.configs.vae
     ldm = ldm_vae_from_diffusers(sd, len(vcfg.decoder_channels))
     # diffusers' generic ldm converter agrees (it names the quant convs at top level)
-    generic = {k.replace("encoder.quant_conv", "quant_conv").replace("decoder.post_quant_conv", "post_quant_conv"): v
-               for k, v in ldm.items() if not k.startswith("bn.")}
+    generic = {
+        k.replace("encoder.quant_conv", "quant_conv").replace("decoder.post_quant_conv", "post_quant_conv"): v
+        for k, v in ldm.items()
+        if not k.startswith("bn.")
+    }
     back = convert_ldm_vae_checkpoint(
         {k: torch.from_numpy(v.copy()) for k, v in generic.items()},
-        {"down_block_types": vcfg.down_block_types, "up_block_types": vcfg.up_block_types,
-         "layers_per_block": vcfg.layers_per_block},
+        {
+            "down_block_types": vcfg.down_block_types,
+            "up_block_types": vcfg.up_block_types,
+            "layers_per_block": vcfg.layers_per_block,
+        },
     )
     expected = {k: v for k, v in sd.items() if not k.startswith("bn.")}
     assert sorted(back) == sorted(expected)

@@ -67,8 +67,9 @@ def test_generate_json_and_reproducibility(tmp_path: Path) -> None:
     noise_file = tmp_path / "noise.safetensors"
     save_safetensors(noise_file, {"noise": np.array(saved["noise"]).astype(np.float32)})
     c = tmp_path / "c.png"
-    result = run("generate", "-p", "x", "-W", "48", "-H", "32", "--steps", "2", "--init-noise", str(noise_file),
-                 "-o", str(c))
+    result = run(
+        "generate", "-p", "x", "-W", "48", "-H", "32", "--steps", "2", "--init-noise", str(noise_file), "-o", str(c)
+    )
     assert result.exit_code == 0, result.output
     with Image.open(a) as ia, Image.open(c) as ic:
         np.testing.assert_array_equal(np.asarray(ia), np.asarray(ic))
@@ -99,7 +100,9 @@ def test_distilled_guidance_warns(tmp_path: Path) -> None:
 def test_bad_init_noise_shape(tmp_path: Path) -> None:
     noise = tmp_path / "n.safetensors"
     save_safetensors(noise, {"noise": np.zeros((1, 128, 3, 3), np.float32)})
-    result = run("generate", "-p", "x", "-W", "32", "-H", "32", "--init-noise", str(noise), "-o", str(tmp_path / "o.png"))
+    result = run(
+        "generate", "-p", "x", "-W", "32", "-H", "32", "--init-noise", str(noise), "-o", str(tmp_path / "o.png")
+    )
     assert result.exit_code == 1
     assert "initial noise has shape [1, 128, 3, 3]" in result.output and "[1, 128, 2, 2]" in result.output
     assert not (tmp_path / "o.png").exists()
@@ -124,3 +127,18 @@ def test_dif_help_lists_flux2() -> None:
     assert result.exit_code == 0 and "flux2" in result.output
     result = run("generate", "--help")
     assert "--init-noise" in result.output and "--save-latents" in result.output
+
+
+def test_backends_agree_and_unknown_backend_is_named(tmp_path: Path) -> None:
+    from PIL import Image
+
+    common = ["-p", "x", "-W", "32", "-H", "32", "--seed", "5", "--steps", "1"]
+    a, b = tmp_path / "cpu.png", tmp_path / "interp.png"
+    assert run("generate", *common, "--backend", "cpu", "-o", str(a)).exit_code == 0
+    result = run("generate", *common, "--backend", "interp", "--dtype", "bf16", "-o", str(b))
+    assert result.exit_code == 0, result.output
+    with Image.open(a) as ia, Image.open(b) as ib:
+        np.testing.assert_array_equal(np.asarray(ia), np.asarray(ib))
+    result = run("generate", *common, "--backend", "nosuch", "-o", str(tmp_path / "n.png"))
+    assert result.exit_code == 1 and "unknown backend 'nosuch'" in result.output
+    assert not (tmp_path / "n.png").exists()

@@ -80,7 +80,9 @@ def build_reference(torch, randomize, model_configs: Path, *, distilled: bool): 
     )
     for i, module in enumerate((transformer, text_encoder, vae)):
         randomize(module, torch, seed=10 + i)
-    scheduler_config = json.loads((model_configs / "flux2-klein-4b" / "scheduler" / "scheduler_config.json").read_text())
+    scheduler_config = json.loads(
+        (model_configs / "flux2-klein-4b" / "scheduler" / "scheduler_config.json").read_text()
+    )
     scheduler = diffusers.FlowMatchEulerDiscreteScheduler.from_config(scheduler_config)
     tokenizer = transformers.AutoTokenizer.from_pretrained(str(QWEN))
     tokenizer.chat_template = QWEN3_TEMPLATE
@@ -158,9 +160,7 @@ def test_sampling_loop_matches_diffusers(
     assert np.abs(result.pixels.astype(int) - ref_pixels.astype(int)).max() <= 1
 
 
-def test_default_steps_and_guidance_follow_is_distilled(
-    torch, randomize, model_configs, tmp_path
-):  # type: ignore[no-untyped-def]
+def test_default_steps_and_guidance_follow_is_distilled(torch, randomize, model_configs, tmp_path):  # type: ignore[no-untyped-def]
     """Base: 50 steps, CFG 4.0 by default; distilled: 4 steps, guidance ignored with a warning."""
     for distilled in (False, True):
         folder = tmp_path / str(distilled)
@@ -171,3 +171,25 @@ def test_default_steps_and_guidance_follow_is_distilled(
         assert warnings == []
         warned = pipe.resolve(GenerationRequest("x", guidance=3.0))[3]
         assert bool(warned) is distilled and (not warned or "ignored" in warned[0])
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        {"use_dynamic_shifting": True, "time_shift_type": "exponential"},
+        {"use_dynamic_shifting": True, "time_shift_type": "linear"},
+        {"use_dynamic_shifting": False, "shift": 3.0},
+    ],
+)
+def test_schedule_follows_the_checkpoint_scheduler_config(tmp_path, config) -> None:  # type: ignore[no-untyped-def]
+    diffusers = pytest.importorskip("diffusers")
+    from dif_frontend_flux2.pipeline import empirical_mu, load_scheduler_settings
+
+    (tmp_path / "scheduler").mkdir()
+    (tmp_path / "scheduler" / "scheduler_config.json").write_text(json.dumps(config))
+    ref = diffusers.FlowMatchEulerDiscreteScheduler(**config)
+    for n_img, steps in ((4096, 4), (300, 50), (12, 3)):
+        ref.set_timesteps(steps, sigmas=np.linspace(1.0, 1 / steps, steps), mu=empirical_mu(n_img, steps))
+        ours = klein_schedule(n_img, steps, load_scheduler_settings(tmp_path))
+        np.testing.assert_array_equal(ours.sigmas, ref.sigmas.numpy())
+        np.testing.assert_array_equal(ours.timesteps, ref.timesteps.numpy())

@@ -29,8 +29,10 @@ def ckpt(tmp_path: Path) -> Path:
     tensors = {k: np.array(v) for k, v in open_component(te).items()}
     (te / "model.safetensors").unlink()
     names = sorted(tensors)
-    shards = {"model-00001-of-00002.safetensors": names[: len(names) // 2],
-              "model-00002-of-00002.safetensors": names[len(names) // 2 :]}
+    shards = {
+        "model-00001-of-00002.safetensors": names[: len(names) // 2],
+        "model-00002-of-00002.safetensors": names[len(names) // 2 :],
+    }
     for shard, keys in shards.items():
         save_safetensors(te / shard, {k: tensors[k] for k in keys}, {"format": "pt"})
     index = {"metadata": {}, "weight_map": {k: shard for shard, keys in shards.items() for k in keys}}
@@ -84,7 +86,9 @@ def test_shape_mismatch(ckpt: Path) -> None:
 def test_missing_tensor(ckpt: Path) -> None:
     path = ckpt / "vae" / "diffusion_pytorch_model.safetensors"
     _rewrite(path, lambda t: t.pop("decoder.conv_out.weight"))
-    with pytest.raises(WeightError, match=r"missing: 'decoder.conv_out.weight': expected bf16\[3,8,3,3\], not found in"):
+    with pytest.raises(
+        WeightError, match=r"missing: 'decoder.conv_out.weight': expected bf16\[3,8,3,3\], not found in"
+    ):
         _load(ckpt)
 
 
@@ -122,3 +126,13 @@ def test_cli_reports_one_line_and_writes_nothing(ckpt: Path, tmp_path: Path) -> 
     assert "missing: 'proj_out.weight'" in result.output
     assert len(result.output.strip().splitlines()) == 1  # the whole error on one line
     assert not out.exists() and not any(p.name.startswith(".never") for p in tmp_path.iterdir())
+
+
+def test_unsupported_scheduler_option(ckpt: Path) -> None:
+    from dif_frontend_flux2.pipeline import GenerationRequest
+
+    path = ckpt / "scheduler" / "scheduler_config.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), "use_karras_sigmas": True}))
+    pipe = Flux2Pipeline(open_checkpoint(ckpt), dtype=DType.BF16)
+    with pytest.raises(CheckpointError, match=r"scheduler_config\.json: scheduler options use_karras_sigmas"):
+        pipe.generate(GenerationRequest("x", width=SIZE, height=SIZE, steps=1))

@@ -107,6 +107,7 @@ class CudaExecutable:
     in_host: dict[str, np.ndarray]
     out_host: dict[str, np.ndarray]
     choices: dict[int, str]
+    step_nodes: list[int] = field(factory=list)
     graph: Any = None
     graph_error: str = ""
     timings: dict[str, float] = field(factory=dict)
@@ -166,10 +167,15 @@ class CudaExecutable:
 
         ctx = LowerCtx(backend, backend.table)
         steps: list[Any] = []
+        step_nodes: list[int] = []
         nodes = program.node_by_id
         for node_id in plan.schedule:
             node = nodes[node_id]
-            steps += lower_node(ctx, node, [tensors[o] for o in node.operands], [tensors[r.name] for r in node.results])
+            lowered = lower_node(
+                ctx, node, [tensors[o] for o in node.operands], [tensors[r.name] for r in node.results]
+            )
+            steps += lowered
+            step_nodes += [node_id] * len(lowered)
         meta = np.concatenate(ctx.meta_chunks) if ctx.meta_chunks else np.zeros(1, np.int64)
         memory["meta"] = _device_alloc(meta.nbytes, "kernel metadata")
         upload(memory["meta"].ptr, [(0, meta)], stream)
@@ -177,7 +183,19 @@ class CudaExecutable:
             if isinstance(s, Launch):
                 s.resolve(memory["meta"].ptr)
         timings["lower_s"] = time.perf_counter() - t0 - timings["upload_s"]
-        exe = cls(program, plan, backend, steps, tensors, memory, in_host, out_host, dict(ctx.choices), timings=timings)
+        exe = cls(
+            program,
+            plan,
+            backend,
+            steps,
+            tensors,
+            memory,
+            in_host,
+            out_host,
+            dict(ctx.choices),
+            step_nodes=step_nodes,
+            timings=timings,
+        )
         exe._warm_and_capture()
         timings["prepare_s"] = time.perf_counter() - t0
         return exe
@@ -233,6 +251,27 @@ class CudaExecutable:
                 rt.memcpyAsync(host.ctypes.data, self.tensors[name].ptr, host.nbytes, D2H, stream.ptr)
         stream.synchronize()
         return {name: host.copy() for name, host in self.out_host.items()}
+
+    def profile(self, iters: int = 3) -> dict[str, dict[str, float]]:
+        """Device milliseconds per op (eager, a CUDA event after every step; mean over `iters` runs) and
+        step counts: {op: {"ms": ..., "steps": ...}}. Launch gaps of tiny steps count toward their op."""
+        import cupy
+
+        stream = self.backend.stream
+        events = [cupy.cuda.Event() for _ in range(len(self.steps) + 1)]
+        ops = [self.program.node_by_id[n].op for n in self.step_nodes]
+        out: dict[str, dict[str, float]] = {}
+        for op in ops:
+            out.setdefault(op, {"ms": 0.0, "steps": 0})["steps"] += 1
+        for _ in range(iters):
+            events[0].record(stream)
+            for k, step in enumerate(self.steps):
+                step(stream)
+                events[k + 1].record(stream)
+            events[-1].synchronize()
+            for k, op in enumerate(ops):
+                out[op]["ms"] += cupy.cuda.get_elapsed_time(events[k], events[k + 1]) / iters
+        return dict(sorted(out.items(), key=lambda kv: -kv[1]["ms"]))
 
     def describe(self) -> str:
         kinds: dict[str, int] = {}

@@ -24,6 +24,8 @@ from dif.ops.registry import OpTable
 FLOATS = (DType.F32, DType.F16, DType.BF16)
 INTS = (DType.I32, DType.I64)
 THREADS = 256
+ILP = 4  # items per thread per grid-stride trip (ILP in kernels/common.cuh)
+ROW_VPT = 8  # row values a thread keeps in registers (ROW_VPT in kernels/norm.cu)
 
 
 @frozen
@@ -113,8 +115,8 @@ class LowerCtx:
         return Launch(self.kernels.function(module, name), name, grid, block, args, shared)
 
     def flat(self, module: str, name: str, n: int, args: list[Any]) -> Launch:
-        """A grid-stride elementwise launch over `n` items."""
-        blocks = max(1, min(-(-n // THREADS), self.sm_count * 32))
+        """A grid-stride elementwise launch over `n` items (kernels take ILP items per thread per trip)."""
+        blocks = max(1, min(-(-n // (THREADS * ILP)), self.sm_count * 16))
         return self.kernel(module, name, (blocks,), (THREADS,), args)
 
 
@@ -331,6 +333,28 @@ def _full(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Ts, outs: Ts) -> Steps:
 # -- layout ------------------------------------------------------------------------------------
 
 
+def widen(
+    shape: Sequence[int], src_strides: Sequence[int], dst_strides: Sequence[int], width: int, src: int, dst: int
+) -> tuple[list[int], list[int], list[int], int]:
+    """Move pairs of elements as one word of twice the width (up to 128 bits) while the innermost run is
+    contiguous on both sides, even in length, and every address stays aligned to the wider word."""
+    shp, (ss, ds) = collapse(shape, [src_strides, dst_strides])
+    while (
+        width < 128
+        and ss[-1] == 1
+        and ds[-1] == 1
+        and shp[-1] % 2 == 0
+        and all(v % 2 == 0 for v in ss[:-1] + ds[:-1])
+        and src % (width // 4) == 0
+        and dst % (width // 4) == 0
+    ):
+        shp[-1] //= 2
+        ss = [v // 2 for v in ss[:-1]] + [1]
+        ds = [v // 2 for v in ds[:-1]] + [1]
+        width *= 2
+    return shp, ss, ds, width
+
+
 def copy_steps(
     ctx: LowerCtx,
     src: int,
@@ -341,9 +365,10 @@ def copy_steps(
     width: int,
 ) -> list[Any]:
     """Copy `shape` elements of `width` bits between two strided views (element strides)."""
-    n = math.prod(shape)
-    if n == 0:
+    if math.prod(shape) == 0:
         return []
+    shape, src_strides, dst_strides, width = widen(shape, src_strides, dst_strides, width, src, dst)
+    n = math.prod(shape)
     meta = ctx.meta(strided_meta(shape, [src_strides, dst_strides]))
     return [ctx.flat("layout", f"strided_copy_u{width}", n, [np.uint64(src), np.uint64(dst), meta, i64(n)])]
 
@@ -457,6 +482,16 @@ def row_threads(length: int) -> int:
     return int(min(1024, max(32, -(-length // 4 // 32) * 32)))
 
 
+def _norm_launch(length: int, rows: int) -> tuple[tuple[int], tuple[int], np.int32]:
+    """(grid, block, warp_rows): a warp per row for short rows, else a block per row sized so each
+    thread holds at most ROW_VPT values."""
+    if length <= ROW_VPT * 32:
+        per_block = THREADS // 32
+        return (-(-rows // per_block),), (THREADS,), np.int32(per_block)
+    threads = int(min(1024, max(32, -(-length // ROW_VPT // 32) * 32)))
+    return (rows,), (threads,), np.int32(0)
+
+
 @lowering("rms_norm")
 def _rms(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Ts, outs: Ts) -> Steps:
     x, w = ins[0], (ins[1] if len(ins) > 1 else None)
@@ -464,16 +499,20 @@ def _rms(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Ts, outs: Ts) -> Steps:
     dt = need(node, x.dtype, FLOATS)
     wt = need(node, w.dtype, FLOATS) if w is not None else dt
     length = x.shape[-1]
+    rows = x.numel // length
+    grid, block, warp_rows = _norm_launch(length, rows)
     args = [
         ptr(x),
         ptr(w),
         ptr(y),
+        i64(rows),
         i64(length),
         f32(attrs["eps"]),
         f32(attrs["offset"]),
         np.int32(attrs["round_before_weight"]),
+        warp_rows,
     ]
-    return [ctx.kernel("norm", f"rms_norm_{dt}_{wt}", (x.numel // length,), (row_threads(length),), args)]
+    return [ctx.kernel("norm", f"rms_norm_{dt}_{wt}", grid, block, args)]
 
 
 @lowering("layer_norm")
@@ -488,8 +527,10 @@ def _layer(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Ts, outs: Ts) -> Steps:
     p = w if w is not None else b
     wt = need(node, p.dtype, FLOATS) if p is not None else dt
     length = x.shape[-1]
-    args = [ptr(x), ptr(w), ptr(b), ptr(y), i64(length), f32(attrs["eps"])]
-    return [ctx.kernel("norm", f"layer_norm_{dt}_{wt}", (x.numel // length,), (row_threads(length),), args)]
+    rows = x.numel // length
+    grid, block, warp_rows = _norm_launch(length, rows)
+    args = [ptr(x), ptr(w), ptr(b), ptr(y), i64(rows), i64(length), f32(attrs["eps"]), warp_rows]
+    return [ctx.kernel("norm", f"layer_norm_{dt}_{wt}", grid, block, args)]
 
 
 @lowering("group_norm")

@@ -282,17 +282,24 @@ def free_memory(device: Any, info: DeviceInfo, used_bytes: int) -> int:
 
 # -- the backend ----------------------------------------------------------------------------------------
 
-HOST_EVAL_MAX_BYTES = 16 << 10
+HOST_EVAL_MAX_BYTES_CPU = 196_608
 """Nodes whose operands are all host-known (program inputs, weights, other such nodes) and that
-touch at most this many bytes run on the host with the op's numpy reference instead of as a
-dispatch; see perf/opencl_bench.py and the README for the measurement. 0 disables it."""
+touch at most this many bytes (operands + results) run on the host with the op's numpy reference
+instead of as a dispatch. Measured on PoCL (2 EPYC cores, perf/opencl_bench.py, chains of adds):
+a pipelined tiny launch costs 4-6 us, like one numpy call, but PoCL's kernel time grows faster
+(16K-element add: 36-41 us vs 10-11 us on the host); the host stays faster up to 16K elements
+(196,608 B per node) and loses from 32K (393,216 B)."""
+HOST_EVAL_MAX_BYTES_GPU = 16 << 10
+"""The same threshold for GPUs / accelerators, where a dispatch is cheap and the host result must
+cross the bus: conservative until measured on such a device (perf/opencl_bench.py prints it)."""
 
 
 class OpenCLBackend:
     """One OpenCL device: its context, one in-order queue, the kernel library and a buffer pool.
 
     `device` selects the device ('P:D' or a name substring; default: the best GPU, else a CPU).
-    `host_eval_max_bytes` and `options` exist for tests and tuning."""
+    `host_eval_max_bytes` (None: the measured default for the device kind, 0: never) and
+    `options` exist for tests and tuning."""
 
     name = NAME
 
@@ -300,7 +307,7 @@ class OpenCLBackend:
         self,
         device: str | None = None,
         *,
-        host_eval_max_bytes: int = HOST_EVAL_MAX_BYTES,
+        host_eval_max_bytes: int | None = None,
         options: Any = None,
         profiling: bool = False,
     ) -> None:
@@ -322,6 +329,8 @@ class OpenCLBackend:
         self.pool = BufferPool(
             self.context, self.info.max_alloc_bytes, idle_limit_bytes=self.info.global_mem_bytes // 4
         )
+        if host_eval_max_bytes is None:
+            host_eval_max_bytes = HOST_EVAL_MAX_BYTES_CPU if self.info.kind == "cpu" else HOST_EVAL_MAX_BYTES_GPU
         self.host_eval_max_bytes = host_eval_max_bytes
         self.options = options if options is not None else LowerOptions()
         self.profiling = profiling

@@ -9,7 +9,7 @@ Placement, decided once in `create`:
 - inputs, resident weights, per-node scratch and uploaded host results use pool buffers;
   streamed weights share one staging buffer packed by lifetime and are uploaded before their
   first consumer in every run;
-- tiny nodes whose operands are all host-known run on the host (see `HOST_EVAL_MAX_BYTES`).
+- tiny nodes whose operands are all host-known run on the host (see `device.HOST_EVAL_MAX_BYTES_CPU`).
 No kernel is followed by clFinish: the queue orders launches and `run` waits once, for the
 output reads. Buffers go back to the pool only after the last run's final event completes.
 """
@@ -200,6 +200,12 @@ class OpenCLExecutable:
         self.owned.clear()
         self.buffers.clear()
         self.steps.clear()
+
+    def __del__(self) -> None:
+        try:  # an executable dropped without close() still gives its buffers back
+            self.close()
+        except Exception:  # interpreter shutdown: pyopencl may already be gone
+            pass
 
     def __enter__(self) -> OpenCLExecutable:
         return self

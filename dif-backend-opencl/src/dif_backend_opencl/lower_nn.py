@@ -11,8 +11,9 @@ from collections.abc import Sequence
 import numpy as np
 
 from dif.dtypes import DType
+from dif.errors import NotImplementedOnBackend
 from dif.ir.program import Node
-from dif_backend_opencl.lower import LowerCtx, Ref, at, collapse, contiguous_strides, lowers, numel, vec8
+from dif_backend_opencl.lower import BACKEND, LowerCtx, Ref, at, collapse, contiguous_strides, lowers, numel, vec8
 
 TILE = 64  # GEMM output tile (matmul.cl TM / TN)
 GEMM_GROUP = 16  # GEMM work-group is GEMM_GROUP x GEMM_GROUP
@@ -27,6 +28,14 @@ def _i32(*values: int) -> tuple[np.int32, ...]:
 
 def _i64(*values: int) -> tuple[np.int64, ...]:
     return tuple(np.int64(v) for v in values)
+
+
+def _need_group(ctx: LowerCtx, what: str) -> None:
+    """The GEMM and 3x3 conv kernels need 16x16 work-groups (256 work-items)."""
+    if ctx.max_group < GEMM_GROUP * GEMM_GROUP:
+        raise NotImplementedOnBackend(
+            what, BACKEND, f"needs work-groups of {GEMM_GROUP * GEMM_GROUP}; this device allows {ctx.max_group}"
+        )
 
 
 def gemm(
@@ -52,6 +61,7 @@ def gemm(
     strided views; `batch` lists (size, a stride, b stride, c stride), outermost first."""
     import pyopencl.cltypes as ct  # type: ignore[import-untyped]
 
+    _need_group(ctx, "matmul.cl gemm")
     dims = [d for d in batch if d[0] != 1]
     if len(dims) > 4:  # more batch dims than the kernel decomposes: loop the outermost on the host
         size, sa, sb, sc = dims[0]
@@ -113,6 +123,7 @@ def lower_conv2d(ctx: LowerCtx, node: Node, ins: list[Ref], outs: list[Ref]) -> 
     stride, pad, dil, groups = at(node)["stride"], at(node)["padding"], at(node)["dilation"], at(node)["groups"]
     plain = tuple(stride) == (1, 1) and tuple(dil) == (1, 1) and groups == 1
     if plain and (kh, kw) == (3, 3) and ctx.options.conv3x3_direct:
+        _need_group(ctx, "conv.cl conv3x3")
         tiles = -(-wo // CONV_TILE) * -(-ho // CONV_TILE)
         gsize = (tiles * CONV_TILE, -(-o // CONV_OCB) * CONV_TILE, n)
         args = (*y.full(), *x.full(), *w.full(), *(bias or y).full(), np.int32(bias is not None),

@@ -30,4 +30,6 @@ def gaussian_noise(shape: Sequence[int], seed: int, dtype: DType | str = DType.F
 
 def random_seed() -> int:
     """A fresh seed (from the OS) for runs without --seed; report it so the run can be repeated."""
-    return int(np.random.SeedSequence().entropy % (2**32))
+    entropy = np.random.SeedSequence().entropy
+    assert isinstance(entropy, int)
+    return entropy % (2**32)

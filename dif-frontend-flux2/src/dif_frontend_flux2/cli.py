@@ -56,15 +56,18 @@ def _model_options(fn: Any) -> Any:
                 type=click.Path(exists=True, dir_okay=False, path_type=Path),
                 help="VAE single file (BFL or diffusers names) replacing the folder's.",
             ),
-            click.option("--variant", help="Weight variant to load, e.g. fp16 (diffusion_pytorch_model.fp16.safetensors)."),
+            click.option(
+                "--variant", help="Weight variant to load, e.g. fp16 (diffusion_pytorch_model.fp16.safetensors)."
+            ),
         ]
     ):
         fn = option(fn)
     return fn
 
 
-def _open(model: Path | None, base: Path | None, transformer_file: Path | None, vae_file: Path | None,
-          variant: str | None) -> Any:
+def _open(
+    model: Path | None, base: Path | None, transformer_file: Path | None, vae_file: Path | None, variant: str | None
+) -> Any:
     from dif_frontend_flux2.weights import open_checkpoint
 
     return open_checkpoint(
@@ -113,7 +116,9 @@ def flux2() -> None:
 @click.option("--save-latents", type=click.Path(dir_okay=False, path_type=Path), help="Also save final latents.")
 @click.option("--backend", help="dif backend (default: DIF_BACKEND or the best available; 'interp' = reference).")
 @click.option("--dtype", type=click.Choice(DTYPES), default="auto", show_default=True, help="Run precision.")
-@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), help="PNG path (default: flux2-SEED.png).")
+@click.option(
+    "-o", "--output", type=click.Path(dir_okay=False, path_type=Path), help="PNG path (default: flux2-SEED.png)."
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one dif-telemetry/1 JSON document on stdout.")
 def generate(
     prompt: str,
@@ -212,7 +217,7 @@ class _ProgressBar:
         if self.quiet:
             return
         if self._bar is None:
-            from tqdm import tqdm
+            from tqdm import tqdm  # type: ignore[import-untyped]
 
             self._bar = tqdm(total=total, desc="denoise", unit="it", file=sys.stderr, dynamic_ncols=True)
         self._bar.update(1)

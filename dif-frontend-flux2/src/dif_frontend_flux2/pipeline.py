@@ -12,6 +12,7 @@ reproduces its latents and image; `--init-noise` supplies that noise, seeds use 
 
 from __future__ import annotations
 
+import json
 import resource
 import time
 from collections.abc import Callable, Mapping
@@ -54,8 +55,63 @@ def empirical_mu(image_seq_len: int, num_steps: int) -> float:
     return float(slope * num_steps + intercept)
 
 
-def klein_schedule(n_img: int, steps: int) -> FlowMatchSchedule:
-    return flow_match_schedule(steps, mu=empirical_mu(n_img, steps), shift_type="exponential")
+@frozen
+class SchedulerSettings:
+    """The parts of scheduler/scheduler_config.json that change the numbers (klein: dynamic, exponential)."""
+
+    dynamic: bool = True
+    shift_type: str = "exponential"
+    shift: float = 3.0
+    num_train_timesteps: int = 1000
+
+
+_UNSUPPORTED_SCHEDULER_FLAGS = (
+    "use_karras_sigmas",
+    "use_exponential_sigmas",
+    "use_beta_sigmas",
+    "invert_sigmas",
+    "stochastic_sampling",
+    "shift_terminal",
+)
+
+
+def load_scheduler_settings(root: Path) -> SchedulerSettings:
+    """Read a checkpoint's FlowMatchEulerDiscreteScheduler config (klein defaults when absent);
+    options dif does not implement are a `CheckpointError` rather than silently different sigmas."""
+    path = root / "scheduler" / "scheduler_config.json"
+    if not path.is_file():
+        return SchedulerSettings()
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise CheckpointError(f"{path}: cannot read scheduler config ({exc})") from None
+    name = data.get("_class_name", "FlowMatchEulerDiscreteScheduler")
+    if name != "FlowMatchEulerDiscreteScheduler":
+        raise CheckpointError(
+            f"{path}: scheduler {name!r} is not supported (FLUX.2 uses FlowMatchEulerDiscreteScheduler)"
+        )
+    bad = [k for k in _UNSUPPORTED_SCHEDULER_FLAGS if data.get(k)]
+    if bad:
+        raise CheckpointError(f"{path}: scheduler options {', '.join(bad)} are not supported by dif")
+    return SchedulerSettings(
+        bool(data.get("use_dynamic_shifting", True)),
+        str(data.get("time_shift_type", "exponential")),
+        float(data.get("shift", 3.0)),
+        int(data.get("num_train_timesteps", 1000)),
+    )
+
+
+def klein_schedule(n_img: int, steps: int, settings: SchedulerSettings = SchedulerSettings()) -> FlowMatchSchedule:
+    """Sigmas linspace(1, 1/steps, steps), shifted as Flux2KleinPipeline + its scheduler do: with
+    dynamic shifting by mu = empirical_mu(image tokens, steps), otherwise by the static `shift`."""
+    mu = empirical_mu(n_img, steps) if settings.dynamic else None
+    return flow_match_schedule(
+        steps,
+        mu=mu,
+        shift=settings.shift,
+        shift_type=settings.shift_type,
+        num_train_timesteps=settings.num_train_timesteps,
+    )
 
 
 def check_size(width: int, height: int) -> tuple[int, int]:
@@ -76,14 +132,10 @@ def pack_noise(noise: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(noise.reshape(b, c, h * w).transpose(0, 2, 1))
 
 
-def unpack_latents(latents: np.ndarray, h: int, w: int) -> np.ndarray:
-    """(B, h*w, C) -> (B, C, h, w)."""
-    b, n, c = latents.shape
-    return np.ascontiguousarray(latents.transpose(0, 2, 1).reshape(b, c, h, w))
-
-
 @frozen
 class GenerationRequest:
+    """One text-to-image job; None settings take the checkpoint's defaults (see `resolve`)."""
+
     prompt: str
     negative_prompt: str = ""
     steps: int | None = None  # None: 4 distilled, 50 base
@@ -96,6 +148,8 @@ class GenerationRequest:
 
 @frozen(eq=False)
 class GenerationResult:
+    """The image plus what is needed to report and reproduce it."""
+
     pixels: np.ndarray  # (H, W, 3) uint8
     latents: np.ndarray  # final packed latents (1, N, 128), run dtype
     noise: np.ndarray  # initial packed latents (1, N, 128), run dtype
@@ -123,7 +177,8 @@ class Flux2Pipeline:
     def __attrs_post_init__(self) -> None:
         if self.checkpoint.configs.transformer.guidance_embeds:
             raise CheckpointError(
-                f"{self.checkpoint.root}: transformer has guidance_embeds=true (FLUX.2 [dev]); this pipeline runs [klein]"
+                f"{self.checkpoint.root}: transformer has guidance_embeds=true (FLUX.2 [dev]); "
+                "this pipeline runs [klein]"
             )
 
     # -- programs ------------------------------------------------------------------------------
@@ -231,7 +286,13 @@ class Flux2Pipeline:
         latents = noise.astype(self.dtype.np)
         for i, t in enumerate(schedule.timesteps):
             t_proj = flux2_timestep_proj([t], dtype=self.dtype, channels=cfg.timestep_guidance_channels)
-            inputs = {"latents": latents, "text_features": text, "timestep_proj": t_proj, "rope_cos": cos, "rope_sin": sin}
+            inputs = {
+                "latents": latents,
+                "text_features": text,
+                "timestep_proj": t_proj,
+                "rope_cos": cos,
+                "rope_sin": sin,
+            }
             velocity = next(iter(run(inputs).values()))
             if negative_text is not None:
                 uncond = next(iter(run({**inputs, "text_features": negative_text}).values()))
@@ -297,9 +358,9 @@ class Flux2Pipeline:
                 self.on_stage(name, timings[name])
 
         start = time.perf_counter()
+        schedule = klein_schedule(h * w, steps, load_scheduler_settings(self.checkpoint.root))
+        noise = self.initial_noise(req, h, w)  # cheap checks first, then the expensive load
         self.prepare_all(req.width, req.height)
-        noise = self.initial_noise(req, h, w)
-        schedule = klein_schedule(h * w, steps)
         stage("load", start)
         start = time.perf_counter()
         text = self.encode(req.prompt)

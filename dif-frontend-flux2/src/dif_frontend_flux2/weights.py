@@ -30,6 +30,7 @@ from dif.errors import CheckpointError
 from dif.weights import Chunk, DropUnitAxes, MappedSource, Rule, SwapHalves, TensorSource, open_component
 from dif.weights import open_safetensors as open_file
 from dif.weights.safetensors_file import read_header
+from dif_frontend_flux2 import DEFAULT_CHECKPOINT
 from dif_frontend_flux2.config import Flux2Configs, load_configs
 
 BFL_PREFIXES = ("model.diffusion_model.", "diffusion_model.")
@@ -150,7 +151,12 @@ def open_checkpoint(
     )
     vae = open_single_file(vae_file, "vae") if vae_file is not None else open_component(root / "vae", variant=variant)
     text_encoder = open_component(root / "text_encoder", variant=variant)
-    name = (Path(transformer_file).stem if transformer_file is not None else root.resolve().name) or "flux2"
+    if transformer_file is not None:
+        name = Path(transformer_file).stem
+    elif root.resolve() == DEFAULT_CHECKPOINT:
+        name = "flux2-klein-tiny-random (embedded demo)"
+    else:
+        name = root.resolve().name or "flux2"
     layout = "bfl" if isinstance(transformer, MappedSource) else "diffusers"
     return Flux2Checkpoint(root, name, layout, configs, tokenizer_dir, transformer, text_encoder, vae)
 
@@ -199,8 +205,10 @@ _DOUBLE = {
     "txt_mlp.0": "ff_context.linear_in",
     "txt_mlp.2": "ff_context.linear_out",
 }
-_QKV = {"img_attn.qkv": ("attn.to_q", "attn.to_k", "attn.to_v"),
-        "txt_attn.qkv": ("attn.add_q_proj", "attn.add_k_proj", "attn.add_v_proj")}
+_QKV = {
+    "img_attn.qkv": ("attn.to_q", "attn.to_k", "attn.to_v"),
+    "txt_attn.qkv": ("attn.add_q_proj", "attn.add_k_proj", "attn.add_v_proj"),
+}
 _SINGLE = {
     "linear1": "attn.to_qkv_mlp_proj",
     "linear2": "attn.to_out",
@@ -247,8 +255,14 @@ _VAE_TOP = {
     "encoder.quant_conv": "quant_conv",
     "decoder.post_quant_conv": "post_quant_conv",
 }
-_VAE_SAME = ("encoder.conv_in", "encoder.conv_out", "decoder.conv_in", "decoder.conv_out", "quant_conv",
-             "post_quant_conv")
+_VAE_SAME = (
+    "encoder.conv_in",
+    "encoder.conv_out",
+    "decoder.conv_in",
+    "decoder.conv_out",
+    "quant_conv",
+    "post_quant_conv",
+)
 _ATTN = {"norm": "group_norm", "q": "to_q", "k": "to_k", "v": "to_v", "proj_out": "to_out.0"}
 _RESNET_PART = {"norm1": "norm1", "conv1": "conv1", "norm2": "norm2", "conv2": "conv2", "nin_shortcut": "conv_shortcut"}
 

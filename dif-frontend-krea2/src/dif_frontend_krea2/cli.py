@@ -181,7 +181,7 @@ class _ProgressBar:
         if self.quiet:
             return
         if self._bar is None:
-            from tqdm import tqdm
+            from tqdm import tqdm  # type: ignore[import-untyped]
 
             self._bar = tqdm(total=total, desc="denoise", unit="it", file=sys.stderr, dynamic_ncols=True)
         self._bar.update(1)

@@ -25,8 +25,10 @@ from dif.layers.basic import activation, linear, split
 from dif.layers.ffn import glu_ffn_split
 from dif.layers.modulation import gated_residual, timestep_mlp
 from dif.layers.tables import grid_ids, rope_pairs_tables, sinusoidal_embedding
+from dif_frontend_krea2 import __version__
 from dif_frontend_krea2.config import Krea2TransformerConfig
 
+REVISION = f"dif-frontend-krea2 {__version__}"
 MODULE = "transformer"
 NORM_DTYPE = DType.F32  # the reference keeps every norm weight in fp32 (`_keep_in_fp32_modules`)
 
@@ -34,15 +36,13 @@ NORM_DTYPE = DType.F32  # the reference keeps every norm weight in fp32 (`_keep_
 # -- host-side inputs ----------------------------------------------------------------------------
 
 
-def timestep_proj(sigmas: Sequence[float] | np.ndarray, *, dtype: DType | str = "f32", dim: int = 256) -> np.ndarray:
-    """The `timestep_proj` input (B, dim): sinusoid of the flow time, [cos | sin], max period 1e4.
+def timestep_proj(times: Sequence[float] | np.ndarray, *, dtype: DType | str = "f32", dim: int = 256) -> np.ndarray:
+    """The `timestep_proj` input (B, dim) for flow times in [0, 1] (1 = pure noise) given in fp32.
 
-    The pipeline hands the model `dtype(t / 1000)` with t = 1000 * sigma the scheduler timestep
-    (float32); the model computes the sinusoid of `float32(that) * 1000` in fp32 and casts it to
-    `dtype`. `sigmas` may be passed as scheduler timesteps / 1000 or as the timesteps themselves via
-    `timestep_proj_from_timesteps`.
+    The pipeline hands the model `dtype(time)`; the model takes the sinusoid ([cos | sin], max
+    period 1e4) of `float32(that) * 1000` in fp32 and casts it to `dtype`, the returned storage type.
     """
-    t = np.asarray(sigmas, dtype=np.float32).reshape(-1)
+    t = np.asarray(times, dtype=np.float32).reshape(-1)
     store = DType(dtype).np
     t_model = t.astype(store).astype(np.float32) * np.float32(1000.0)
     return sinusoidal_embedding(t_model, dim, flip_sin_to_cos=True).astype(store)
@@ -51,7 +51,7 @@ def timestep_proj(sigmas: Sequence[float] | np.ndarray, *, dtype: DType | str = 
 def timestep_proj_from_timesteps(
     timesteps: Sequence[float] | np.ndarray, *, dtype: DType | str = "f32", dim: int = 256
 ) -> np.ndarray:
-    """`timestep_proj` for scheduler timesteps t in [0, 1000]: the pipeline divides by 1000 in fp32."""
+    """`timestep_proj` for scheduler timesteps t in [0, 1000] (the pipeline divides by 1000 in fp32)."""
     t = np.asarray(timesteps, dtype=np.float32).reshape(-1)
     return timestep_proj(t / np.float32(1000.0), dtype=dtype, dim=dim)
 
@@ -228,7 +228,7 @@ def _rope_inputs(b: ProgramBuilder, cfg: Krea2TransformerConfig, seq: int) -> tu
 
 
 def _start(name: str, component: str, dt: DType) -> ProgramBuilder:
-    b = ProgramBuilder(name)
+    b = ProgramBuilder(name, frontend_revision=REVISION)
     b.meta.update({"family": "krea2", "component": component, "dtype": dt.value})
     return b
 

@@ -297,7 +297,7 @@ class Krea2Pipeline:
             if uncond is not None:
                 v_u = next(iter(run({**inputs, "text_embeds": uncond.embeds, "attention_mask": masks[1]}).values()))
                 velocity = krea2_cfg(velocity, v_u, guidance)
-            latents = euler_step(latents, velocity, schedule.dt(i))
+            latents = euler_step(latents, velocity, float(schedule.dt(i)))
             if self.on_step is not None:
                 self.on_step(i + 1, schedule.num_steps)
         return latents

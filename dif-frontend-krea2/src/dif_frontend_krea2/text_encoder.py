@@ -20,8 +20,10 @@ from dif.ir.program import Program
 from dif.layers.basic import embedding, rms_norm
 from dif.layers.causal_lm import DecoderLayerSpec, decoder_layer
 from dif.layers.tables import rope_half_tables
+from dif_frontend_krea2 import __version__
 from dif_frontend_krea2.config import DEFAULT_TAPS, QwenVLTextConfig
 
+REVISION = f"dif-frontend-krea2 {__version__}"
 MODULE = "text_encoder"
 PREFIX = "language_model"
 
@@ -79,7 +81,7 @@ def build_text_encoder(
     dt = DType(dtype)
     depth = min(max(taps), n_total)
     spec = layer_spec(cfg)
-    b = ProgramBuilder("krea2_text_encoder")
+    b = ProgramBuilder("krea2_text_encoder", frontend_revision=REVISION)
     b.meta.update({"family": "krea2", "component": "text_encoder", "dtype": dt.value, "taps": ",".join(map(str, taps))})
     ids = b.input("input_ids", (batch, seq_len), DType.I64)
     mask = b.input("attention_mask", (batch, seq_len), DType.BOOL)

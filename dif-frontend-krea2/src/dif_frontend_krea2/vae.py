@@ -17,8 +17,10 @@ from dif.dtypes import DType
 from dif.ir.builder import ProgramBuilder, Var
 from dif.ir.program import Program
 from dif.layers.basic import activation, conv2d
+from dif_frontend_krea2 import __version__
 from dif_frontend_krea2.config import QwenImageVaeConfig
 
+REVISION = f"dif-frontend-krea2 {__version__}"
 MODULE = "vae"
 
 
@@ -110,7 +112,7 @@ def build_vae_decoder(
     (`latents * std + mean`, see `pipeline.denormalize`). Output (meta["outputs"] = "image"):
     (B, input_channels, latent_h * scale_factor, latent_w * scale_factor) in [-1, 1]."""
     dt = DType(dtype)
-    b = ProgramBuilder("krea2_vae_decoder")
+    b = ProgramBuilder("krea2_vae_decoder", frontend_revision=REVISION)
     b.meta.update({"family": "krea2", "component": "vae", "dtype": dt.value})
     z = b.input("latents", (batch, cfg.z_dim, latent_h, latent_w), dt)
     b.output(decode(b, cfg, z))

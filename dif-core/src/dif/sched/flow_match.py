@@ -107,7 +107,7 @@ def flow_match_schedule(
     return FlowMatchSchedule(full, timesteps, mu)
 
 
-def euler_step(sample: np.ndarray, velocity: np.ndarray, dt: float) -> np.ndarray:
+def euler_step(sample: np.ndarray, velocity: np.ndarray, dt: float | np.floating) -> np.ndarray:
     """x + dt * v, returned in the velocity's dtype (diffusers casts the result back each step).
 
     float32 velocity: all float32. bf16 velocity: like torch, dt is rounded to bf16 (a 0-d

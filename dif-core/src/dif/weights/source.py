@@ -207,7 +207,7 @@ def open_component(
     present = sorted(p.name for p in folder.iterdir() if ".safetensors" in p.name)
     wanted = " or ".join(weight_file_names(s, variant)[1] for s in stems)
     hint = None
-    variants = sorted({_variant_of(n) for n in present} - {None})  # type: ignore[arg-type]
+    variants = sorted(v for v in {_variant_of(n) for n in present} if v is not None)
     if variants and variant not in variants:
         hint = f"this folder has variant(s) {', '.join(map(str, variants))}; pass --variant"
     raise CheckpointError(
