@@ -145,6 +145,8 @@ def test_close_returns_buffers_and_the_next_prepare_reuses_them(fresh_backend) -
         exe.run(inputs)
         assert backend.pool.live_bytes > 0
     assert backend.pool.live_bytes == 0
+    with pytest.raises(DifError, match="was closed"):
+        exe.run(inputs)
     made = backend.pool.allocations
     exe = _prepare(backend, program, weights)
     assert backend.pool.allocations == made

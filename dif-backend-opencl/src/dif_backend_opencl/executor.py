@@ -16,6 +16,7 @@ output reads. Buffers go back to the pool only after the last run's final event 
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -107,6 +108,7 @@ class OpenCLExecutable:
     owned: list[Any] = field(factory=list)
     mode: str = "arena"
     last_event: Any = None
+    closed: bool = False
 
     @classmethod
     def create(
@@ -143,6 +145,8 @@ class OpenCLExecutable:
     def _run(self, inputs: Mapping[str, np.ndarray], times: dict[int, float] | None) -> dict[str, np.ndarray]:
         import pyopencl as cl
 
+        if self.closed:
+            raise DifError(f"backend '{BACKEND}': '{self.program.name}' was closed", hint="prepare it again")
         queue = self.backend.queue
         env: dict[str, np.ndarray] = dict(self.const_env)
         for v in self.program.inputs:
@@ -200,12 +204,13 @@ class OpenCLExecutable:
         self.owned.clear()
         self.buffers.clear()
         self.steps.clear()
+        self.closed = True
 
     def __del__(self) -> None:
-        try:  # an executable dropped without close() still gives its buffers back
+        # an executable dropped without close() still gives its buffers back; at interpreter
+        # shutdown pyopencl may already be gone
+        with contextlib.suppress(Exception):
             self.close()
-        except Exception:  # interpreter shutdown: pyopencl may already be gone
-            pass
 
     def __enter__(self) -> OpenCLExecutable:
         return self
