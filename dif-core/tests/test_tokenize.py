@@ -13,8 +13,6 @@ from dif.errors import CheckpointError
 from dif.text import Message, TextTokenizer, chatml
 
 QWEN = Path(__file__).resolve().parents[3] / "shared" / "tokenizers" / "qwen3-vl"
-if not QWEN.is_dir():
-    QWEN = Path("/work/shared/tokenizers/qwen3-vl")
 needs_qwen = pytest.mark.skipif(not QWEN.is_dir(), reason=f"Qwen tokenizer files not found at {QWEN}")
 
 PROMPTS = [

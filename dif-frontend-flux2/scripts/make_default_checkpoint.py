@@ -105,7 +105,7 @@ VAE = {
     "norm_num_groups": 4,
     "out_channels": 3,
     "patch_size": [2, 2],
-    "sample_size": 256,  # dif's default size for this checkpoint (`dif flux2 generate` without -W/-H)
+    "sample_size": 512,  # dif's default size for this checkpoint (`dif flux2 generate` without -W/-H)
     "up_block_types": ["UpDecoderBlock2D"] * 4,
     "use_post_quant_conv": True,
     "use_quant_conv": True,

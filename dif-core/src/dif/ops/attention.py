@@ -71,26 +71,32 @@ def sdpa(
     softmax(q k^T * scale + mask) v per head in fp32. Grouped-query attention: query head h reads
     kv head h // (Hq / Hkv). key_mask is True where a key may be attended. A query row whose keys
     are all masked yields zeros (not NaN)."""
-    qf, kf, vf = fp(q), fp(k), fp(v)
+    # [B, H, S, D] layout so both products are batched BLAS matmuls
+    qf, kf, vf = (np.swapaxes(fp(a), 1, 2) for a in (q, k, v))
     hq, hkv = q.shape[2], k.shape[2]
     if hkv != hq:
-        kf = np.repeat(kf, hq // hkv, axis=2)
-        vf = np.repeat(vf, hq // hkv, axis=2)
+        kf = np.repeat(kf, hq // hkv, axis=1)
+        vf = np.repeat(vf, hq // hkv, axis=1)
     s = scale or 1.0 / math.sqrt(q.shape[3])
-    logits = np.einsum("bqhd,bkhd->bhqk", qf, kf) * qf.dtype.type(s)
-    allowed = np.ones((q.shape[0], 1, q.shape[1], k.shape[1]), bool)
+    logits = np.matmul(qf * qf.dtype.type(s), np.swapaxes(kf, 2, 3))
+    allowed = np.ones((1, 1, q.shape[1], k.shape[1]), bool)
     if key_mask is not None:
         allowed = allowed & key_mask[:, None, None, :]
     if causal:
         offset = k.shape[1] - q.shape[1]
         allowed = allowed & (np.arange(k.shape[1])[None, :] <= np.arange(q.shape[1])[:, None] + offset)
-    logits = np.where(allowed, logits, -np.inf)
+    masked = key_mask is not None or causal
+    if masked:
+        logits = np.where(allowed, logits, -np.inf)
     peak = np.max(logits, axis=-1, keepdims=True)
-    peak = np.where(np.isfinite(peak), peak, 0)
-    e = np.where(allowed, np.exp(logits - peak), 0)
+    if masked:
+        peak = np.where(np.isfinite(peak), peak, 0)
+    e = np.exp(logits - peak, out=logits)
+    if masked:
+        e = np.where(allowed, e, 0)
     denom = e.sum(axis=-1, keepdims=True)
-    p = e / np.where(denom > 0, denom, 1)
-    return np.einsum("bhqk,bkhd->bqhd", p, vf)
+    e /= np.where(denom > 0, denom, 1)
+    return np.swapaxes(np.matmul(e, vf), 1, 2)
 
 
 def _rope_infer(x: TensorType, cos: TensorType, sin: TensorType, *, mode: str) -> TensorType:
