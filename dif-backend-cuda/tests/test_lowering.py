@@ -157,3 +157,12 @@ def test_broadcast_strides_and_collapse() -> None:
     shape, (a,) = collapse([1, 5, 1], [[5, 1, 1]])
     assert shape == [5] and a == [1]
     assert strided_meta([2, 3], [[3, 1], [3, 1]]) == [1, 6, 1, 1]
+
+
+def test_widen_moves_aligned_contiguous_runs_as_wider_words() -> None:
+    from dif_backend_cuda.lower_layout import widen
+
+    assert widen([4, 8], [8, 1], [8, 1], 16, 0, 256) == ([4], [1], [1], 128)  # 32 bf16 = 4 x 16 bytes
+    assert widen([3, 6], [6, 1], [12, 1], 16, 0, 0) == ([3, 3], [3, 1], [6, 1], 32)  # concat half of a row
+    assert widen([4, 8], [8, 1], [8, 1], 16, 0, 2)[3] == 16  # destination only 2-byte aligned
+    assert widen([4, 8], [1, 4], [8, 1], 16, 0, 0)[3] == 16  # transposed source: not contiguous

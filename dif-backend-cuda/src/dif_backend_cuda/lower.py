@@ -3,8 +3,8 @@ compute it over fixed addresses (arena slots, weights, input slots): NVRTC kerne
 copies and library calls. Steps are plain callables `step(stream)`, so the executor can run them
 eagerly or capture them all into one CUDA graph.
 
-Elementwise, layout and row-wise ops live here; matrix products, convolution and attention in
-`lower_linalg`. An op or dtype without a lowering raises `NotImplementedOnBackend`.
+Elementwise and row-wise ops live here; data movement in `lower_layout`; matrix products, convolution
+and attention in `lower_linalg`. An op or dtype without a lowering raises `NotImplementedOnBackend`.
 """
 
 from __future__ import annotations
@@ -207,6 +207,7 @@ def lowering(*ops: str) -> Callable[[Lowering], Lowering]:
 
 def lower_node(ctx: LowerCtx, node: Node, ins: list[DevTensor], outs: list[DevTensor]) -> list[Any]:
     """The steps computing `node` from `ins` into `outs` (results skipped when empty)."""
+    import dif_backend_cuda.lower_layout  # noqa: F401  (registers the data-movement ops)
     import dif_backend_cuda.lower_linalg  # noqa: F401  (registers linear, matmul, conv2d, sdpa)
 
     fn = LOWERINGS.get(node.op)
@@ -298,9 +299,12 @@ def _modulate(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Ts, outs: Ts) -> Ste
 def _glu(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Ts, outs: Ts) -> Steps:
     (x,), (y,) = ins, outs
     dt = need(node, x.dtype, FLOATS)
+    h = y.shape[-1]
+    rows = y.numel // h
     first = np.int32(1 if attrs["gated_half"] == "first" else 0)
-    args = [ptr(x), ptr(y), i64(y.numel), i64(y.shape[-1]), first]
-    return [ctx.flat("elementwise", f"glu_{attrs['act']}_{dt}", y.numel, args)]
+    grid = (max(1, min(-(-h // (THREADS * ILP)), 64)), max(1, min(rows, 65535)))
+    args = [ptr(x), ptr(y), i64(rows), i64(h), first]
+    return [ctx.kernel("elementwise", f"glu_{attrs['act']}_{dt}", grid, (THREADS,), args)]
 
 
 @lowering("cast")
@@ -330,150 +334,6 @@ def _full(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Ts, outs: Ts) -> Steps:
     return fill_steps(ctx, y, np.asarray(value).reshape(-1)[:1])
 
 
-# -- layout ------------------------------------------------------------------------------------
-
-
-def widen(
-    shape: Sequence[int], src_strides: Sequence[int], dst_strides: Sequence[int], width: int, src: int, dst: int
-) -> tuple[list[int], list[int], list[int], int]:
-    """Move pairs of elements as one word of twice the width (up to 128 bits) while the innermost run is
-    contiguous on both sides, even in length, and every address stays aligned to the wider word."""
-    shp, (ss, ds) = collapse(shape, [src_strides, dst_strides])
-    while (
-        width < 128
-        and ss[-1] == 1
-        and ds[-1] == 1
-        and shp[-1] % 2 == 0
-        and all(v % 2 == 0 for v in ss[:-1] + ds[:-1])
-        and src % (width // 4) == 0
-        and dst % (width // 4) == 0
-    ):
-        shp[-1] //= 2
-        ss = [v // 2 for v in ss[:-1]] + [1]
-        ds = [v // 2 for v in ds[:-1]] + [1]
-        width *= 2
-    return shp, ss, ds, width
-
-
-def copy_steps(
-    ctx: LowerCtx,
-    src: int,
-    dst: int,
-    shape: Sequence[int],
-    src_strides: Sequence[int],
-    dst_strides: Sequence[int],
-    width: int,
-) -> list[Any]:
-    """Copy `shape` elements of `width` bits between two strided views (element strides)."""
-    if math.prod(shape) == 0:
-        return []
-    shape, src_strides, dst_strides, width = widen(shape, src_strides, dst_strides, width, src, dst)
-    n = math.prod(shape)
-    meta = ctx.meta(strided_meta(shape, [src_strides, dst_strides]))
-    return [ctx.flat("layout", f"strided_copy_u{width}", n, [np.uint64(src), np.uint64(dst), meta, i64(n)])]
-
-
-@lowering("reshape")
-def _reshape(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Ts, outs: Ts) -> Steps:
-    return [Copy(outs[0].ptr, ins[0].ptr, outs[0].nbytes)]
-
-
-@lowering("transpose")
-def _transpose(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Ts, outs: Ts) -> Steps:
-    (x,), (y,) = ins, outs
-    xs = contiguous_strides(x.shape)
-    src = [xs[p] for p in attrs["perm"]]
-    return copy_steps(ctx, x.ptr, y.ptr, y.shape, src, contiguous_strides(y.shape), bits(y))
-
-
-@lowering("broadcast_to")
-def _broadcast_to(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Ts, outs: Ts) -> Steps:
-    (x,), (y,) = ins, outs
-    return copy_steps(
-        ctx, x.ptr, y.ptr, y.shape, broadcast_strides(x.shape, y.shape), contiguous_strides(y.shape), bits(y)
-    )
-
-
-@lowering("concat")
-def _concat(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Ts, outs: Ts) -> Steps:
-    (y,) = outs
-    axis = attrs["axis"] % len(y.shape)
-    ys = contiguous_strides(y.shape)
-    steps: list[Any] = []
-    start = 0
-    for t in ins:
-        steps += copy_steps(ctx, t.ptr, y.at(start * ys[axis]), t.shape, contiguous_strides(t.shape), ys, bits(y))
-        start += t.shape[axis]
-    return steps
-
-
-@lowering("split")
-def _split(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Ts, outs: Ts) -> Steps:
-    (x,) = ins
-    axis = attrs["axis"] % len(x.shape)
-    xs = contiguous_strides(x.shape)
-    steps: list[Any] = []
-    start = 0
-    for r in outs:
-        steps += copy_steps(ctx, x.at(start * xs[axis]), r.ptr, r.shape, xs, contiguous_strides(r.shape), bits(r))
-        start += r.shape[axis]
-    return steps
-
-
-@lowering("slice")
-def _slice(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Ts, outs: Ts) -> Steps:
-    (x,), (y,) = ins, outs
-    axis = attrs["axis"] % len(x.shape)
-    first = range(*slice(attrs["start"], attrs["stop"], attrs["step"]).indices(x.shape[axis])).start
-    xs = contiguous_strides(x.shape)
-    src = list(xs)
-    src[axis] = xs[axis] * attrs["step"]
-    return copy_steps(ctx, x.at(first * xs[axis]), y.ptr, y.shape, src, contiguous_strides(y.shape), bits(y))
-
-
-@lowering("upsample_nearest")
-def _upsample(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Ts, outs: Ts) -> Steps:
-    (x,), (y,) = ins, outs
-    n, c, h, w = x.shape
-    s = attrs["scale"]
-    shape = (n, c, h, s, w, s)
-    return copy_steps(ctx, x.ptr, y.ptr, shape, [c * h * w, h * w, w, 0, 1, 0], contiguous_strides(shape), bits(y))
-
-
-@lowering("pad")
-def _pad(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Ts, outs: Ts) -> Steps:
-    (x,), (y,) = ins, outs
-    pads = attrs["pads"]
-    before = [pads[2 * i] for i in range(len(x.shape))]
-    ys = contiguous_strides(y.shape)
-    if attrs["mode"] == "reflect":
-        r = len(x.shape)
-        meta = ctx.meta([r, *y.shape, *x.shape, *before, *contiguous_strides(x.shape)])
-        return [ctx.flat("layout", f"pad_reflect_u{bits(y)}", y.numel, [ptr(x), ptr(y), meta, i64(y.numel)])]
-    steps = fill_steps(ctx, y, np.asarray(attrs["value"]))
-    offset = sum(b * s for b, s in zip(before, ys, strict=True))
-    return steps + copy_steps(ctx, x.ptr, y.at(offset), x.shape, contiguous_strides(x.shape), ys, bits(y))
-
-
-def _take_steps(ctx: LowerCtx, node: Node, x: DevTensor, idx: DevTensor, y: DevTensor, axis: int) -> list[Any]:
-    it = need(node, idx.dtype, INTS)
-    inner = math.prod(x.shape[axis + 1 :])  # outer extent is implied: numel / (n_idx * inner)
-    args = [ptr(x), ptr(idx), ptr(y), i64(y.numel), i64(idx.numel), i64(x.shape[axis]), i64(inner)]
-    return [ctx.flat("layout", f"take_u{bits(y)}_{it}", y.numel, args)]
-
-
-@lowering("take")
-def _take(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Ts, outs: Ts) -> Steps:
-    (x, idx), (y,) = ins, outs
-    return _take_steps(ctx, node, x, idx, y, attrs["axis"] % len(x.shape))
-
-
-@lowering("embedding")
-def _embedding(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Ts, outs: Ts) -> Steps:
-    (ids, table), (y,) = ins, outs
-    return _take_steps(ctx, node, table, ids, y, 0)
-
-
 # -- rows and reductions -----------------------------------------------------------------------
 
 
@@ -501,6 +361,8 @@ def _rms(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Ts, outs: Ts) -> Steps:
     length = x.shape[-1]
     rows = x.numel // length
     grid, block, warp_rows = _norm_launch(length, rows)
+    align = 4 * x.dtype.itemsize
+    vec4 = bool(warp_rows) and length % 128 == 0 and x.ptr % align == 0 and y.ptr % align == 0
     args = [
         ptr(x),
         ptr(w),
@@ -511,6 +373,7 @@ def _rms(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Ts, outs: Ts) -> Steps:
         f32(attrs["offset"]),
         np.int32(attrs["round_before_weight"]),
         warp_rows,
+        np.int32(vec4),
     ]
     return [ctx.kernel("norm", f"rms_norm_{dt}_{wt}", grid, block, args)]
 
@@ -578,9 +441,13 @@ def _rope(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Ts, outs: Ts) -> Steps:
         raise unsupported(node, f"cos {c.dtype.value} and sin {s.dtype.value} differ in dtype")
     ct = need(node, c.dtype, FLOATS)
     _b, seq, heads, dim = x.shape
+    rows = y.numel // dim
+    tx = min(THREADS, -(-((dim + 1) // 2) // 32) * 32)  # threads over channel pairs
+    ty = max(1, THREADS // tx)  # rows per block
+    grid = (max(1, min(-(-rows // ty), ctx.sm_count * 32)),)
     pairs = np.int32(attrs["mode"] == "pairs")
-    args = [ptr(x), ptr(c), ptr(s), ptr(y), i64(y.numel), i64(seq), i64(heads), i64(dim), i64(c.shape[1]), pairs]
-    return [ctx.flat("norm", f"rope_{dt}_{ct}", y.numel, args)]
+    args = [ptr(x), ptr(c), ptr(s), ptr(y), i64(rows), i64(seq), i64(heads), i64(dim), i64(c.shape[1]), pairs]
+    return [ctx.kernel("norm", f"rope_{dt}_{ct}", grid, (tx, ty), args)]
 
 
 @lowering("reduce_sum", "reduce_mean", "reduce_max")

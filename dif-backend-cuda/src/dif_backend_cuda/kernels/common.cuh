@@ -111,6 +111,83 @@ __device__ __forceinline__ void bcast_offsets(i64 i, const i64* __restrict__ met
   }
 }
 
+// Broadcast indexing with the metadata held in registers: up to MAXR (right-aligned) dims are read once per
+// thread; the outermost dim takes the remaining quotient, so rank 2 costs one division per element and
+// rank 1 none. Higher ranks fall back to bcast_offsets over the metadata in global memory.
+#define MAXR 4
+template <int K>
+struct BIdx {
+  int r;
+  i64 shape[MAXR];
+  i64 st[K][MAXR];
+  const i64* meta;
+  __device__ __forceinline__ explicit BIdx(const i64* __restrict__ m) : meta(m) {
+    r = (int)m[0];
+#pragma unroll
+    for (int d = 0; d < MAXR; ++d) {
+      const int src = d - (MAXR - r);
+      const bool ok = r <= MAXR && src >= 0;
+      shape[d] = ok ? m[1 + src] : 1;
+#pragma unroll
+      for (int k = 0; k < K; ++k) st[k][d] = ok ? m[1 + r * (1 + k) + src] : 0;
+    }
+  }
+  __device__ __forceinline__ void offsets(i64 i, i64* off) const {
+    if (r > MAXR) {
+      bcast_offsets<K>(i, meta, off);
+      return;
+    }
+#pragma unroll
+    for (int k = 0; k < K; ++k) off[k] = 0;
+#pragma unroll
+    for (int d = MAXR - 1; d >= 0; --d) {
+      if (d < MAXR - r) break;
+      const i64 c = d == MAXR - r ? i : divmod(i, shape[d]);
+#pragma unroll
+      for (int k = 0; k < K; ++k) off[k] += c * st[k][d];
+    }
+  }
+};
+
+// The offsets of the indices one thread visits (i0, i0 + step, i0 + 2 step, ...): for rank <= 2 the
+// (row, col) position advances by a precomputed quotient/remainder, so no division per element;
+// higher ranks divide as BIdx does. Call offsets() then advance() once per visited index, in order.
+template <int K>
+struct BWalk {
+  BIdx<K> idx;
+  bool simple;
+  i64 row, col, ncols, dq, dr;
+  __device__ __forceinline__ BWalk(const i64* __restrict__ m, i64 i0, i64 step) : idx(m) {
+    simple = idx.r <= 2;
+    row = col = ncols = dq = dr = 0;
+    if (simple) {
+      ncols = idx.shape[MAXR - 1];
+      row = i0;
+      col = divmod(row, ncols);
+      dq = step;
+      dr = divmod(dq, ncols);
+    }
+  }
+  __device__ __forceinline__ void offsets(i64 i, i64* off) const {
+    if (!simple) {
+      idx.offsets(i, off);
+      return;
+    }
+#pragma unroll
+    for (int k = 0; k < K; ++k) off[k] = row * idx.st[k][MAXR - 2] + col * idx.st[k][MAXR - 1];
+  }
+  __device__ __forceinline__ void advance() {
+    col += dr;
+    row += dq;
+    if (col >= ncols) {
+      col -= ncols;
+      ++row;
+    }
+  }
+};
+#define THREAD_FIRST ((i64)blockIdx.x * blockDim.x + threadIdx.x)
+#define THREAD_STEP ((i64)gridDim.x * blockDim.x)
+
 // Grid-stride loop handling ILP items per thread per trip, each a full coalesced stride apart:
 // inside, items base + e * step for e < ILP are this thread's (check `< n` per item).
 #define ILP 4

@@ -95,13 +95,15 @@ __device__ __forceinline__ T binary_int(T a, T b) {
 template <int OP, class T>
 __device__ __forceinline__ void binary_impl(const T* __restrict__ a, const T* __restrict__ b, T* __restrict__ y,
                                             const i64* __restrict__ meta, i64 n) {
+  BWalk<2> walk(meta, THREAD_FIRST, THREAD_STEP);
   GRID_STRIDE_ILP(base, step, n) {
     T va[ILP], vb[ILP];
     ILP_FOR(e) {
       const i64 i = base + e * step;
+      i64 off[2];
+      walk.offsets(i, off);
+      walk.advance();
       if (i < n) {
-        i64 off[2];
-        bcast_offsets<2>(i, meta, off);
         va[e] = a[off[0]];
         vb[e] = b[off[1]];
       }
@@ -137,13 +139,15 @@ enum CompareOp { C_LESS, C_GREATER, C_EQUAL };
 template <int OP, class T>
 __device__ __forceinline__ void compare_impl(const T* __restrict__ a, const T* __restrict__ b, b8* __restrict__ y,
                                              const i64* __restrict__ meta, i64 n) {
+  BWalk<2> walk(meta, THREAD_FIRST, THREAD_STEP);
   GRID_STRIDE_ILP(base, step, n) {
     T va[ILP], vb[ILP];
     ILP_FOR(e) {
       const i64 i = base + e * step;
+      i64 off[2];
+      walk.offsets(i, off);
+      walk.advance();
       if (i < n) {
-        i64 off[2];
-        bcast_offsets<2>(i, meta, off);
         va[e] = a[off[0]];
         vb[e] = b[off[1]];
       }
@@ -179,13 +183,15 @@ COMPARE_ALL(i64)
   extern "C" __global__ void where_u##BITS(const b8* __restrict__ c, const U* __restrict__ a,              \
                                            const U* __restrict__ b, U* __restrict__ y,                     \
                                            const i64* __restrict__ meta, i64 n) {                          \
+    BWalk<3> walk(meta, THREAD_FIRST, THREAD_STEP);                                                        \
     GRID_STRIDE_ILP(base, step, n) {                                                                       \
       U v[ILP];                                                                                            \
       ILP_FOR(e) {                                                                                         \
         const i64 i = base + e * step;                                                                     \
+        i64 off[3];                                                                                        \
+        walk.offsets(i, off);                                                                              \
+        walk.advance();                                                                                    \
         if (i < n) {                                                                                       \
-          i64 off[3];                                                                                      \
-          bcast_offsets<3>(i, meta, off);                                                                  \
           v[e] = c[off[0]].x ? a[off[1]] : b[off[2]];                                                      \
         }                                                                                                  \
       }                                                                                                    \
@@ -205,13 +211,15 @@ WHERE(64, u64)
   extern "C" __global__ void modulate_##TN(const TN* __restrict__ x, const TN* __restrict__ s,             \
                                            const TN* __restrict__ t, TN* __restrict__ y,                   \
                                            const i64* __restrict__ meta, i64 n) {                          \
+    BWalk<3> walk(meta, THREAD_FIRST, THREAD_STEP);                                                        \
     GRID_STRIDE_ILP(base, step, n) {                                                                       \
       float v[ILP];                                                                                        \
       ILP_FOR(e) {                                                                                         \
         const i64 i = base + e * step;                                                                     \
+        i64 off[3];                                                                                        \
+        walk.offsets(i, off);                                                                              \
+        walk.advance();                                                                                    \
         if (i < n) {                                                                                       \
-          i64 off[3];                                                                                      \
-          bcast_offsets<3>(i, meta, off);                                                                  \
           v[e] = to_f(x[off[0]]) * (1.0f + to_f(s[off[1]])) + to_f(t[off[2]]);                             \
         }                                                                                                  \
       }                                                                                                    \
@@ -231,22 +239,25 @@ template <int ACT>
 __device__ __forceinline__ float glu_act(float v) {
   return ACT == G_SILU ? v * sigmoid_f(v) : (ACT == G_GELU ? gelu_erf_f(v) : gelu_tanh_f(v));
 }
+// x[rows, 2h] -> y[rows, h]; grid.y walks rows, grid.x (with ILP) walks columns: no index division.
 #define GLU(ACTN, ACT, TN)                                                                                 \
-  extern "C" __global__ void glu_##ACTN##_##TN(const TN* __restrict__ x, TN* __restrict__ y, i64 n, i64 h, \
+  extern "C" __global__ void glu_##ACTN##_##TN(const TN* __restrict__ x, TN* __restrict__ y, i64 rows, i64 h, \
                                                int gate_first) {                                           \
-    GRID_STRIDE_ILP(base, step, n) {                                                                       \
-      float va[ILP], vb[ILP];                                                                              \
-      ILP_FOR(e) {                                                                                         \
-        i64 r = base + e * step;                                                                           \
-        if (r < n) {                                                                                       \
-          const i64 j = divmod(r, h);                                                                      \
-          va[e] = to_f(x[r * 2 * h + j]);                                                                  \
-          vb[e] = to_f(x[r * 2 * h + h + j]);                                                              \
+    const i64 step = (i64)gridDim.x * blockDim.x;                                                          \
+    for (i64 r = blockIdx.y; r < rows; r += gridDim.y) {                                                   \
+      const TN* xr = x + r * 2 * h;                                                                        \
+      TN* yr = y + r * h;                                                                                  \
+      for (i64 base = (i64)blockIdx.x * blockDim.x + threadIdx.x; base < h; base += ILP * step) {          \
+        float va[ILP], vb[ILP];                                                                            \
+        ILP_FOR(e) {                                                                                       \
+          const i64 j = base + e * step;                                                                   \
+          va[e] = j < h ? to_f(xr[j]) : 0.0f;                                                              \
+          vb[e] = j < h ? to_f(xr[h + j]) : 0.0f;                                                          \
         }                                                                                                  \
-      }                                                                                                    \
-      ILP_FOR(e) {                                                                                         \
-        const i64 i = base + e * step;                                                                     \
-        if (i < n) y[i] = from_f<TN>(gate_first ? glu_act<ACT>(va[e]) * vb[e] : va[e] * glu_act<ACT>(vb[e])); \
+        ILP_FOR(e) {                                                                                       \
+          const i64 j = base + e * step;                                                                   \
+          if (j < h) yr[j] = from_f<TN>(gate_first ? glu_act<ACT>(va[e]) * vb[e] : va[e] * glu_act<ACT>(vb[e])); \
+        }                                                                                                  \
       }                                                                                                    \
     }                                                                                                      \
   }

@@ -9,14 +9,16 @@ struct alignas(16) u128 {
 #define COPY(BITS, U)                                                                                      \
   extern "C" __global__ void strided_copy_u##BITS(const U* __restrict__ src, U* __restrict__ dst,          \
                                                   const i64* __restrict__ meta, i64 n) {                   \
+    BWalk<2> walk(meta, THREAD_FIRST, THREAD_STEP);                                                        \
     GRID_STRIDE_ILP(base, step, n) {                                                                       \
       U v[ILP];                                                                                            \
       i64 to[ILP];                                                                                         \
       ILP_FOR(e) {                                                                                         \
         const i64 i = base + e * step;                                                                     \
+        i64 off[2];                                                                                        \
+        walk.offsets(i, off);                                                                              \
+        walk.advance();                                                                                    \
         if (i < n) {                                                                                       \
-          i64 off[2];                                                                                      \
-          bcast_offsets<2>(i, meta, off);                                                                  \
           v[e] = src[off[0]];                                                                              \
           to[e] = off[1];                                                                                  \
         }                                                                                                  \

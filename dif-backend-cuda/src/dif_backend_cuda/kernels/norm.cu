@@ -27,13 +27,62 @@ __device__ __forceinline__ RowSpan row_span(i64 rows, int warp_rows) {
 }
 __device__ __forceinline__ float row_sum(float v, int warp_rows) { return warp_rows ? warp_sum(v) : block_sum(v); }
 
+template <class T>
+struct alignas(4 * sizeof(T)) Vec4 {
+  T v[4];
+};
+
+// Warp-per-row rms norm of rows of 128 or 256 elements with 4-wide loads and stores (lane l owns elements
+// 4l..4l+3 of each 128-element chunk). Rows and pointers must be aligned to 4 elements.
+template <class T, class TW>
+__device__ __forceinline__ void rms_warp_vec4(const RowSpan& sp, const T* __restrict__ xr, const TW* __restrict__ w,
+                                              T* __restrict__ yr, i64 len, float eps, float offset,
+                                              int round_first) {
+  const int chunks = (int)(len / 128);
+  const i64 lane4 = sp.first * 4;
+  float v[8];
+  float ss = 0.0f;
+#pragma unroll
+  for (int c = 0; c < 2; ++c) {
+    Vec4<T> q;
+    if (c < chunks && sp.valid) q = *reinterpret_cast<const Vec4<T>*>(xr + c * 128 + lane4);
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      v[c * 4 + e] = (c < chunks && sp.valid) ? to_f(q.v[e]) : 0.0f;
+      ss += v[c * 4 + e] * v[c * 4 + e];
+    }
+  }
+  ss = warp_sum(ss);
+  if (!sp.valid) return;
+  const float denom = sqrtf(ss / (float)len + eps);
+#pragma unroll
+  for (int c = 0; c < 2; ++c) {
+    if (c >= chunks) break;
+    Vec4<T> o;
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      float t = v[c * 4 + e] / denom;
+      if (w != nullptr) {
+        if (round_first) t = round_to<T>(t);
+        t = t * (to_f(w[c * 128 + lane4 + e]) + offset);
+      }
+      o.v[e] = from_f<T>(t);
+    }
+    *reinterpret_cast<Vec4<T>*>(yr + c * 128 + lane4) = o;
+  }
+}
+
 template <class T, class TW>
 __device__ __forceinline__ void rms_impl(const T* __restrict__ x, const TW* __restrict__ w, T* __restrict__ y,
                                          i64 rows, i64 len, float eps, float offset, int round_first,
-                                         int warp_rows) {
+                                         int warp_rows, int vec4) {
   const RowSpan sp = row_span(rows, warp_rows);
   const T* xr = x + (sp.valid ? sp.row : 0) * len;
   T* yr = y + sp.row * len;
+  if (vec4) {
+    rms_warp_vec4<T, TW>(sp, xr, w, yr, len, eps, offset, round_first);
+    return;
+  }
   const bool cached = len <= ROW_VPT * sp.stride;
   float v[ROW_VPT];
   float ss = 0.0f;
@@ -178,8 +227,8 @@ __device__ __forceinline__ void l2_impl(const T* __restrict__ x, T* __restrict__
 #define NORMS(TN, WN)                                                                                      \
   extern "C" __global__ void rms_norm_##TN##_##WN(const TN* __restrict__ x, const WN* __restrict__ w,       \
                                                    TN* __restrict__ y, i64 rows, i64 len, float eps,       \
-                                                   float offset, int round_first, int warp_rows) {         \
-    rms_impl<TN, WN>(x, w, y, rows, len, eps, offset, round_first, warp_rows);                             \
+                                                   float offset, int round_first, int warp_rows, int vec4) { \
+    rms_impl<TN, WN>(x, w, y, rows, len, eps, offset, round_first, warp_rows, vec4);                       \
   }                                                                                                        \
   extern "C" __global__ void layer_norm_##TN##_##WN(const TN* __restrict__ x, const WN* __restrict__ w,     \
                                                      const WN* __restrict__ b, TN* __restrict__ y, i64 rows, \
@@ -209,31 +258,54 @@ ROWS(f16)
 ROWS(bf16)
 
 // ---- rotary embedding: x[B, S, H, D], cos/sin[S, R]; the leading R channels of each head rotate --------
+// Thread t of a row handles two channels that rotate together: pairs mode (2t, 2t+1); half mode (t, t + R/2)
+// for t < R/2, then pass-through pairs after R. threadIdx.y picks the row (b, s, h): no per-element division.
 template <class T, class TC>
 __device__ __forceinline__ void rope_impl(const T* __restrict__ x, const TC* __restrict__ cs,
-                                          const TC* __restrict__ sn, T* __restrict__ y, i64 n, i64 seq, i64 heads,
+                                          const TC* __restrict__ sn, T* __restrict__ y, i64 rows, i64 seq, i64 heads,
                                           i64 dim, i64 rot, int pairs) {
-  GRID_STRIDE(i, n) {
-    i64 t = i;
-    const i64 d = divmod(t, dim);
-    const float xv = to_f(x[i]);
-    if (d >= rot) {
-      y[i] = x[i];
-      continue;
+  const i64 half = rot / 2, items = (dim + 1) / 2;
+  for (i64 row = (i64)blockIdx.x * blockDim.y + threadIdx.y; row < rows; row += (i64)gridDim.x * blockDim.y) {
+    i64 t0 = row;
+    divmod(t0, heads);
+    const i64 s = divmod(t0, seq);
+    const T* xr = x + row * dim;
+    T* yr = y + row * dim;
+    const TC* cr = cs + s * rot;
+    const TC* sr = sn + s * rot;
+    for (i64 t = threadIdx.x; t < items; t += blockDim.x) {
+      i64 c0, c1;
+      bool rotate;
+      if (pairs) {
+        c0 = 2 * t;
+        c1 = c0 + 1;
+        rotate = c1 < rot;
+      } else if (t < half) {
+        c0 = t;
+        c1 = t + half;
+        rotate = true;
+      } else {
+        c0 = rot + 2 * (t - half);
+        c1 = c0 + 1;
+        rotate = false;
+      }
+      if (c0 >= dim) continue;
+      if (!rotate) {
+        yr[c0] = xr[c0];
+        if (c1 < dim) yr[c1] = xr[c1];
+        continue;
+      }
+      const float x0 = to_f(xr[c0]), x1 = to_f(xr[c1]);
+      yr[c0] = from_f<T>(x0 * to_f(cr[c0]) - x1 * to_f(sr[c0]));
+      yr[c1] = from_f<T>(x1 * to_f(cr[c1]) + x0 * to_f(sr[c1]));
     }
-    divmod(t, heads);
-    const i64 s = divmod(t, seq);
-    float other;
-    if (pairs) other = (d & 1) ? to_f(x[i - 1]) : -to_f(x[i + 1]);
-    else other = d < rot / 2 ? -to_f(x[i + rot / 2]) : to_f(x[i - rot / 2]);
-    y[i] = from_f<T>(xv * to_f(cs[s * rot + d]) + other * to_f(sn[s * rot + d]));
   }
 }
 #define ROPE(TN, CN)                                                                                       \
   extern "C" __global__ void rope_##TN##_##CN(const TN* __restrict__ x, const CN* __restrict__ c,           \
-                                              const CN* __restrict__ s, TN* __restrict__ y, i64 n, i64 seq, \
+                                              const CN* __restrict__ s, TN* __restrict__ y, i64 rows, i64 seq, \
                                               i64 heads, i64 dim, i64 rot, int pairs) {                    \
-    rope_impl<TN, CN>(x, c, s, y, n, seq, heads, dim, rot, pairs);                                         \
+    rope_impl<TN, CN>(x, c, s, y, rows, seq, heads, dim, rot, pairs);                                      \
   }
 #define ROPE_ALL(TN) ROPE(TN, f32) ROPE(TN, f16) ROPE(TN, bf16)
 ROPE_ALL(f32)

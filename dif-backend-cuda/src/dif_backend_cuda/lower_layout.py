@@ -1,0 +1,174 @@
+"""Lowering of the data-movement ops (reshape, transpose, broadcast_to, concat, split, slice, pad,
+upsample_nearest, take, embedding) to device copies and the dtype-agnostic kernels of `kernels/layout.cu`
+(elements moved as 1/2/4/8/16-byte words; `widen` picks the widest word the layout allows).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from dif.ir.program import Node
+from dif_backend_cuda.lower import (
+    INTS,
+    Attrs,
+    Copy,
+    DevTensor,
+    LowerCtx,
+    Steps,
+    Ts,
+    bits,
+    broadcast_strides,
+    collapse,
+    contiguous_strides,
+    fill_steps,
+    i64,
+    lowering,
+    need,
+    ptr,
+    strided_meta,
+)
+
+
+def widen(
+    shape: Sequence[int], src_strides: Sequence[int], dst_strides: Sequence[int], width: int, src: int, dst: int
+) -> tuple[list[int], list[int], list[int], int]:
+    """Move pairs of elements as one word of twice the width (up to 128 bits) while the innermost run is
+    contiguous on both sides, even in length, and every address stays aligned to the wider word."""
+    shp, (ss, ds) = collapse(shape, [src_strides, dst_strides])
+    while (
+        width < 128
+        and ss[-1] == 1
+        and ds[-1] == 1
+        and shp[-1] % 2 == 0
+        and all(v % 2 == 0 for v in ss[:-1] + ds[:-1])
+        and src % (width // 4) == 0
+        and dst % (width // 4) == 0
+    ):
+        shp[-1] //= 2
+        ss = [v // 2 for v in ss[:-1]] + [1]
+        ds = [v // 2 for v in ds[:-1]] + [1]
+        width *= 2
+    return shp, ss, ds, width
+
+
+def copy_steps(
+    ctx: LowerCtx,
+    src: int,
+    dst: int,
+    shape: Sequence[int],
+    src_strides: Sequence[int],
+    dst_strides: Sequence[int],
+    width: int,
+) -> list[Any]:
+    """Copy `shape` elements of `width` bits between two strided views (element strides)."""
+    if math.prod(shape) == 0:
+        return []
+    shape, src_strides, dst_strides, width = widen(shape, src_strides, dst_strides, width, src, dst)
+    n = math.prod(shape)
+    meta = ctx.meta(strided_meta(shape, [src_strides, dst_strides]))
+    return [ctx.flat("layout", f"strided_copy_u{width}", n, [np.uint64(src), np.uint64(dst), meta, i64(n)])]
+
+
+@lowering("reshape")
+def _reshape(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Ts, outs: Ts) -> Steps:
+    return [Copy(outs[0].ptr, ins[0].ptr, outs[0].nbytes)]
+
+
+@lowering("transpose")
+def _transpose(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Ts, outs: Ts) -> Steps:
+    (x,), (y,) = ins, outs
+    xs = contiguous_strides(x.shape)
+    src = [xs[p] for p in attrs["perm"]]
+    return copy_steps(ctx, x.ptr, y.ptr, y.shape, src, contiguous_strides(y.shape), bits(y))
+
+
+@lowering("broadcast_to")
+def _broadcast_to(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Ts, outs: Ts) -> Steps:
+    (x,), (y,) = ins, outs
+    return copy_steps(
+        ctx, x.ptr, y.ptr, y.shape, broadcast_strides(x.shape, y.shape), contiguous_strides(y.shape), bits(y)
+    )
+
+
+@lowering("concat")
+def _concat(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Ts, outs: Ts) -> Steps:
+    (y,) = outs
+    axis = attrs["axis"] % len(y.shape)
+    ys = contiguous_strides(y.shape)
+    steps: list[Any] = []
+    start = 0
+    for t in ins:
+        steps += copy_steps(ctx, t.ptr, y.at(start * ys[axis]), t.shape, contiguous_strides(t.shape), ys, bits(y))
+        start += t.shape[axis]
+    return steps
+
+
+@lowering("split")
+def _split(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Ts, outs: Ts) -> Steps:
+    (x,) = ins
+    axis = attrs["axis"] % len(x.shape)
+    xs = contiguous_strides(x.shape)
+    steps: list[Any] = []
+    start = 0
+    for r in outs:
+        steps += copy_steps(ctx, x.at(start * xs[axis]), r.ptr, r.shape, xs, contiguous_strides(r.shape), bits(r))
+        start += r.shape[axis]
+    return steps
+
+
+@lowering("slice")
+def _slice(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Ts, outs: Ts) -> Steps:
+    (x,), (y,) = ins, outs
+    axis = attrs["axis"] % len(x.shape)
+    first = range(*slice(attrs["start"], attrs["stop"], attrs["step"]).indices(x.shape[axis])).start
+    xs = contiguous_strides(x.shape)
+    src = list(xs)
+    src[axis] = xs[axis] * attrs["step"]
+    return copy_steps(ctx, x.at(first * xs[axis]), y.ptr, y.shape, src, contiguous_strides(y.shape), bits(y))
+
+
+@lowering("upsample_nearest")
+def _upsample(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Ts, outs: Ts) -> Steps:
+    (x,), (y,) = ins, outs
+    n, c, h, w = x.shape
+    s = attrs["scale"]
+    shape = (n, c, h, s, w, s)
+    return copy_steps(ctx, x.ptr, y.ptr, shape, [c * h * w, h * w, w, 0, 1, 0], contiguous_strides(shape), bits(y))
+
+
+@lowering("pad")
+def _pad(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Ts, outs: Ts) -> Steps:
+    (x,), (y,) = ins, outs
+    pads = attrs["pads"]
+    before = [pads[2 * i] for i in range(len(x.shape))]
+    ys = contiguous_strides(y.shape)
+    if attrs["mode"] == "reflect":
+        r = len(x.shape)
+        meta = ctx.meta([r, *y.shape, *x.shape, *before, *contiguous_strides(x.shape)])
+        return [ctx.flat("layout", f"pad_reflect_u{bits(y)}", y.numel, [ptr(x), ptr(y), meta, i64(y.numel)])]
+    steps = fill_steps(ctx, y, np.asarray(attrs["value"]))
+    offset = sum(b * s for b, s in zip(before, ys, strict=True))
+    return steps + copy_steps(ctx, x.ptr, y.at(offset), x.shape, contiguous_strides(x.shape), ys, bits(y))
+
+
+def _take_steps(ctx: LowerCtx, node: Node, x: DevTensor, idx: DevTensor, y: DevTensor, axis: int) -> list[Any]:
+    it = need(node, idx.dtype, INTS)
+    inner = math.prod(x.shape[axis + 1 :])  # outer extent is implied: numel / (n_idx * inner)
+    args = [ptr(x), ptr(idx), ptr(y), i64(y.numel), i64(idx.numel), i64(x.shape[axis]), i64(inner)]
+    return [ctx.flat("layout", f"take_u{bits(y)}_{it}", y.numel, args)]
+
+
+@lowering("take")
+def _take(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Ts, outs: Ts) -> Steps:
+    (x, idx), (y,) = ins, outs
+    return _take_steps(ctx, node, x, idx, y, attrs["axis"] % len(x.shape))
+
+
+@lowering("embedding")
+def _embedding(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Ts, outs: Ts) -> Steps:
+    (ids, table), (y,) = ins, outs
+    return _take_steps(ctx, node, table, ids, y, 0)
