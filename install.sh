@@ -22,6 +22,7 @@ TEST_DEPS=(
   "torch==2.13.0"
   "diffusers==0.42.1"
   "transformers==5.24.0"
+  accelerate  # diffusers needs it to load models with fp32-pinned modules (Krea 2 oracle)
   tokenizers
   pyopencl
   pocl-binary-distribution

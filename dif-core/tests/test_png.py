@@ -22,6 +22,17 @@ def test_to_uint8_matches_reference_rounding() -> None:
     assert to_uint8(np.ones((2, 2, 3), np.float32), value_range="0,1").max() == 255
 
 
+def test_to_uint8_maps_a_bf16_image_in_bf16() -> None:
+    import ml_dtypes
+
+    bf16 = np.dtype(ml_dtypes.bfloat16)
+    x = (np.random.default_rng(0).standard_normal((3, 8, 8)) * 1.2).astype(bf16)
+    # the image processor's x/2 + 0.5 on a bf16 tensor rounds after each operation
+    half = (x.astype(np.float32) * np.float32(0.5)).astype(bf16)
+    mapped = (half.astype(np.float32) + np.float32(0.5)).astype(bf16)
+    np.testing.assert_array_equal(to_uint8(x), to_uint8(mapped, value_range="0,1"))
+
+
 def test_format_parameters_a1111_style() -> None:
     text = format_parameters(
         "a cat, sitting",

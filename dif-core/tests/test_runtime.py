@@ -11,7 +11,7 @@ from dif.backend import Availability, BackendInfo
 from dif.errors import BackendError, BackendUnavailableError
 from dif.ir.builder import ProgramBuilder
 from dif.plugins import isolated_plugins, register_plugin
-from dif.runtime import backend_status, describe_backends, get_backend, prepare
+from dif.runtime import ProgramCache, backend_status, describe_backends, get_backend, prepare
 from dif.target import RuntimeBudget, TargetProfile
 
 
@@ -135,3 +135,45 @@ def test_prepare_plans_for_the_backend_profile_and_passes_weights():
     assert list(got_weights) == ["w"]
     assert plan.program_name == "tiny"
     assert plan.binding.target_backend == "fake"
+
+
+class _Runs:
+    def __init__(self, out: np.ndarray) -> None:
+        self.out = out
+
+    def run(self, inputs):
+        return {"y": self.out}
+
+
+def _linear_program():
+    b = ProgramBuilder("tiny")
+    x = b.input("x", (2, 4), "f32")
+    w = b.param("w", (3, 4), "f32")
+    b.output(b.emit("linear", x, w))
+    return b.build()
+
+
+def test_program_cache_prepares_once_per_key_and_tracks_the_largest_plan():
+    fake = FakeBackend("fake")
+    fake.prepare = lambda program, plan, weights: _Runs(np.zeros(1, np.float32))  # type: ignore[method-assign]
+    register_plugin(Plugin(_info("fake", 0, create=lambda: fake)), "p")
+    cache = ProgramCache()
+    builds = []
+
+    def build():
+        builds.append(1)
+        return _linear_program(), {"w": np.ones((3, 4), np.float32)}
+
+    first = cache.get(("linear", 2), build)
+    assert cache.get(("linear", 2), build) is first and len(builds) == 1
+    assert cache.backend_name == "fake"
+    assert cache.plan_peak_bytes >= 3 * 4 * 4  # at least the parameter bytes
+    assert cache.load_seconds > 0
+
+
+def test_program_cache_interp_runs_the_reference_interpreter():
+    cache = ProgramCache("interp")
+    run = cache.get("k", lambda: (_linear_program(), {"w": np.ones((3, 4), np.float32)}))
+    (y,) = run({"x": np.ones((2, 4), np.float32)}).values()
+    np.testing.assert_array_equal(y, np.full((2, 3), 4.0, np.float32))
+    assert cache.backend_name == "interp" and cache.plan_peak_bytes == 0

@@ -64,6 +64,23 @@ def test_cfg_combine() -> None:
     c = np.array([1.0, 2.0], np.float32)
     u = np.array([0.5, -1.0], np.float32)
     np.testing.assert_array_equal(cfg_combine(c, u, 4.0), u + 4 * (c - u))
+    np.testing.assert_array_equal(cfg_combine(c, u, 4.0, base="cond"), c + 4 * (c - u))  # Krea 2
+    cb, ub = c.astype(BF16), u.astype(BF16)
+    got = cfg_combine(cb, ub, 4.5, base="cond")
+    assert got.dtype == BF16
+    diff = (cb.astype(np.float32) - ub.astype(np.float32)).astype(BF16)  # each step rounded to bf16
+    scaled = (np.float32(4.5) * diff.astype(np.float32)).astype(BF16)
+    np.testing.assert_array_equal(got, (cb.astype(np.float32) + scaled.astype(np.float32)).astype(BF16))
+    with pytest.raises(DifError, match="unknown CFG base"):
+        cfg_combine(c, u, 1.0, base="both")  # type: ignore[arg-type]
+
+
+def test_schedule_dt_feeds_euler_step_as_float32() -> None:
+    sched = flow_match_schedule(3, mu=1.0)
+    dt = sched.dt(0)
+    assert isinstance(dt, np.float32) and dt < 0
+    x = np.ones(4, np.float32)
+    np.testing.assert_array_equal(euler_step(x, x, dt), euler_step(x, x, float(dt)))
 
 
 @pytest.mark.oracle

@@ -12,6 +12,7 @@ import pytest
 
 from dif.errors import CheckpointError, FormatError, WeightError
 from dif.ir import ProgramBuilder
+from dif.serialize.diftensor import save_tensors
 from dif.weights import (
     ArraySource,
     Chunk,
@@ -19,13 +20,12 @@ from dif.weights import (
     MappedSource,
     Rule,
     SwapHalves,
+    Take,
     bind_weights,
-    encode_safetensors,
     open_component,
     open_index,
     open_safetensors,
     read_header,
-    save_safetensors,
 )
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
@@ -54,7 +54,7 @@ def test_roundtrip_with_official_reader(tmp_path: Path) -> None:
 
     path = tmp_path / "m.safetensors"
     t = {k: v for k, v in _tensors().items() if v.dtype != BF16}
-    save_safetensors(path, t, {"note": "x"})
+    save_tensors(path, t, {"note": "x"}, dif_metadata=False)
     official = load_file(str(path))
     src = open_safetensors(path)
     assert sorted(src) == sorted(official)
@@ -66,7 +66,7 @@ def test_roundtrip_with_official_reader(tmp_path: Path) -> None:
 
 def test_tensors_are_readonly_memmap_views(tmp_path: Path) -> None:
     path = tmp_path / "m.safetensors"
-    save_safetensors(path, _tensors())
+    save_tensors(path, _tensors(), dif_metadata=False)
     arr = open_safetensors(path)["a.weight"]
     assert not arr.flags.writeable
     assert arr.base is not None  # a view, not a copy
@@ -75,8 +75,8 @@ def test_tensors_are_readonly_memmap_views(tmp_path: Path) -> None:
 
 def test_truncated_file_names_file_and_tensor(tmp_path: Path) -> None:
     path = tmp_path / "m.safetensors"
-    data = encode_safetensors(_tensors())
-    path.write_bytes(data[:-10])
+    save_tensors(path, _tensors(), dif_metadata=False)
+    path.write_bytes(path.read_bytes()[:-10])
     with pytest.raises(FormatError, match=r"(?s)m\.safetensors: tensor .*outside the .* data bytes.*truncated"):
         open_safetensors(path)
 
@@ -110,8 +110,8 @@ def _write_sharded(folder: Path, stem: str = "diffusion_pytorch_model", variant:
     t = _tensors()
     tag = f".{variant}" if variant else ""
     shard1, shard2 = f"{stem}{tag}-00001-of-00002.safetensors", f"{stem}{tag}-00002-of-00002.safetensors"
-    save_safetensors(folder / shard1, {"a.weight": t["a.weight"]})
-    save_safetensors(folder / shard2, {"b.weight": t["b.weight"], "c.count": t["c.count"]})
+    save_tensors(folder / shard1, {"a.weight": t["a.weight"]}, dif_metadata=False)
+    save_tensors(folder / shard2, {"b.weight": t["b.weight"], "c.count": t["c.count"]}, dif_metadata=False)
     index = {"metadata": {"total_size": 0}, "weight_map": {"a.weight": shard1, "b.weight": shard2, "c.count": shard2}}
     name = f"{stem}.safetensors.index{tag}.json"
     (folder / name).write_text(json.dumps(index))
@@ -134,7 +134,7 @@ def test_sharded_folder_and_variant(tmp_path: Path) -> None:
 
 
 def test_single_file_variant(tmp_path: Path) -> None:
-    save_safetensors(tmp_path / "model.fp16.safetensors", _tensors())
+    save_tensors(tmp_path / "model.fp16.safetensors", _tensors(), dif_metadata=False)
     assert "a.weight" in open_component(tmp_path, variant="fp16")
     with pytest.raises(CheckpointError, match="no weights found.*model.fp16.safetensors"):
         open_component(tmp_path)
@@ -143,7 +143,7 @@ def test_single_file_variant(tmp_path: Path) -> None:
 def test_index_pointing_outside_folder(tmp_path: Path) -> None:
     inner = tmp_path / "c"
     inner.mkdir()
-    save_safetensors(tmp_path / "evil.safetensors", _tensors())
+    save_tensors(tmp_path / "evil.safetensors", _tensors(), dif_metadata=False)
     (inner / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {"a.weight": "../evil.safetensors"}}))
     with pytest.raises(CheckpointError, match="points outside the folder"):
         open_component(inner)
@@ -179,7 +179,7 @@ def test_index_not_json(tmp_path: Path) -> None:
 
 def test_bind_identity_and_conversion(tmp_path: Path) -> None:
     path = tmp_path / "m.safetensors"
-    save_safetensors(path, _tensors())
+    save_tensors(path, _tensors(), dif_metadata=False)
     bound = bind_weights(_program("f32"), open_safetensors(path), ignore=[r"c\..*"])
     assert bound["a.weight"].dtype == np.float32
     assert bound["b.weight"].dtype == np.float32  # bf16 checkpoint -> f32 program
@@ -193,7 +193,8 @@ def test_bind_identity_and_conversion(tmp_path: Path) -> None:
 def test_bind_reports_every_problem_with_file(tmp_path: Path) -> None:
     path = tmp_path / "m.safetensors"
     t = _tensors()
-    save_safetensors(path, {"a.weight": t["a.weight"][:, :2], "c.count": t["c.count"], "stray": t["c.count"]})
+    bad = {"a.weight": t["a.weight"][:, :2], "c.count": t["c.count"], "stray": t["c.count"]}
+    save_tensors(path, bad, dif_metadata=False)
     with pytest.raises(WeightError) as info:
         bind_weights(_program("f32"), open_safetensors(path), ignore=[r"c\..*"])
     msg = str(info.value)
@@ -231,3 +232,17 @@ def test_mapped_source_split_swap_squeeze() -> None:
     assert "from 'qkv', chunk 1 of 3" in src.file_of("k")
     with pytest.raises(WeightError, match="'nope'.*needed for 'x'"):
         MappedSource(base, {"x": Rule("nope")})
+
+
+def test_take_reads_one_index_of_an_axis() -> None:
+    kernel = np.arange(2 * 3 * 3 * 2 * 2, dtype=np.float32).reshape(2, 3, 3, 2, 2)  # O, I, T, kh, kw
+    base = ArraySource({"conv.weight": kernel, "conv.bias": np.zeros(2, np.float32)}, "vae.safetensors")
+    src = MappedSource(base, {"conv.weight": Rule("conv.weight", Take(2, -1, what="last temporal tap"))})
+    assert src.info("conv.weight").shape == (2, 3, 2, 2) and sorted(src) == ["conv.bias", "conv.weight"]
+    np.testing.assert_array_equal(src["conv.weight"], kernel[:, :, -1])
+    assert src["conv.weight"].flags.c_contiguous
+    assert "last temporal tap (index -1 of axis 2)" in src.file_of("conv.weight")
+    with pytest.raises(WeightError, match="axis 2 of size 3 has no index 3"):
+        Take(2, 3).shape(kernel.shape)
+    with pytest.raises(WeightError, match="no axis 5"):
+        Take(5, 0).shape(kernel.shape)

@@ -24,7 +24,7 @@ import ml_dtypes
 import numpy as np
 
 from dif.ir.program import Program
-from dif.weights import save_safetensors
+from dif.serialize.diftensor import save_tensors
 from dif_frontend_flux2.config import Flux2TransformerConfig, Flux2VaeConfig, Qwen3Config
 from dif_frontend_flux2.model import build_transformer
 from dif_frontend_flux2.text_encoder import build_text_encoder
@@ -170,7 +170,7 @@ def write_component(folder: Path, config_name: str, config: dict, file_name: str
     tensors = {name: tensor_for(name, shape) for name, shape in sorted(shapes.items())}
     if "bn.running_mean" in tensors:
         tensors["bn.num_batches_tracked"] = np.array(0, dtype=np.int64)
-    save_safetensors(folder / file_name, tensors, {"format": "pt"})
+    save_tensors(folder / file_name, tensors, {"format": "pt"}, dif_metadata=False)
     return sum(t.nbytes for t in tensors.values())
 
 
@@ -180,7 +180,6 @@ def make(out: Path, tokenizer: Path) -> None:
     v_cfg = Flux2VaeConfig.from_dict(VAE)
     transformer = params_of(build_transformer(t_cfg, batch=1, n_img=4, n_txt=4))
     text = params_of(build_text_encoder(q_cfg, batch=1, seq_len=4, taps=(q_cfg.num_hidden_layers,)))
-    text["model.norm.weight"] = (q_cfg.hidden_size,)
     vae = params_of(
         build_vae_decoder(v_cfg, batch=1, latent_h=16, latent_w=16, from_packed=True),
         build_vae_encoder(v_cfg, batch=1, height=128, width=128),

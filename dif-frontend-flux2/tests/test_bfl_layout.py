@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 
 from dif.errors import WeightError
-from dif.weights import bind_weights, open_component, save_safetensors
+from dif.serialize.diftensor import save_tensors
+from dif.weights import bind_weights, open_component
 from dif_frontend_flux2 import DEFAULT_CHECKPOINT
 from dif_frontend_flux2.model import build_transformer
 from dif_frontend_flux2.vae import build_vae_decoder
@@ -167,7 +168,7 @@ def test_bfl_transformer_file_is_what_diffusers_converts(folder, torch) -> None:
 def test_bfl_transformer_loads_same_program_and_weights(folder, tmp_path, prefix) -> None:  # type: ignore[no-untyped-def]
     sd = _state(folder, "transformer")
     path = tmp_path / "flux-2-klein-tiny.safetensors"
-    save_safetensors(path, bfl_transformer_from_diffusers(sd, prefix))
+    save_tensors(path, bfl_transformer_from_diffusers(sd, prefix), dif_metadata=False)
     assert safetensors_kind(path) == "bfl-transformer" and detect(path)
 
     ref = open_checkpoint(folder)
@@ -188,9 +189,9 @@ def test_bfl_transformer_loads_same_program_and_weights(folder, tmp_path, prefix
 def test_bfl_file_inside_the_folder_needs_no_base(folder, tmp_path) -> None:  # type: ignore[no-untyped-def]
     repo = tmp_path / "repo"
     shutil.copytree(folder, repo)
-    save_safetensors(
+    save_tensors(
         repo / "flux-2-klein-tiny.safetensors", bfl_transformer_from_diffusers(_state(folder, "transformer"))
-    )
+    , dif_metadata=False)
     ck = open_checkpoint(repo / "flux-2-klein-tiny.safetensors")
     assert ck.layout == "bfl" and ck.root == repo
 
@@ -222,7 +223,7 @@ def test_bfl_vae_file_loads_same_decoder_weights(folder, tmp_path, torch) -> Non
         np.testing.assert_array_equal(back[k].numpy().reshape(v.shape), v, err_msg=k)
 
     path = tmp_path / "flux2-vae.safetensors"
-    save_safetensors(path, ldm)
+    save_tensors(path, ldm, dif_metadata=False)
     assert safetensors_kind(path) == "bfl-vae"
     bfl = open_checkpoint(folder, vae_file=path)
     program = build_vae_decoder(vcfg, batch=1, latent_h=4, latent_w=6, from_packed=True)
@@ -238,7 +239,7 @@ def test_bfl_extra_and_missing_tensors_are_named(folder, tmp_path) -> None:  # t
     bfl["double_blocks.0.img_attn.lora_down.weight"] = np.zeros((2, 2), np.float32)
     del bfl["single_blocks.1.linear2.weight"]
     path = tmp_path / "odd.safetensors"
-    save_safetensors(path, bfl)
+    save_tensors(path, bfl, dif_metadata=False)
     ck = open_checkpoint(path, base=folder)
     program = build_transformer(ck.configs.transformer, batch=1, n_img=2, n_txt=2)
     with pytest.raises(WeightError) as info:

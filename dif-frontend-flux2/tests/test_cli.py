@@ -10,8 +10,9 @@ import pytest
 from click.testing import CliRunner
 
 from dif.media import read_png_metadata
+from dif.serialize.diftensor import save_tensors
 from dif.telemetry import validate_document
-from dif.weights import open_safetensors, save_safetensors
+from dif.weights import open_safetensors
 
 cli = pytest.importorskip("dif_tools.cli", reason="the `dif` command lives in dif-tools").cli
 
@@ -31,10 +32,10 @@ def test_generate_defaults_writes_png_with_metadata(tmp_path: Path) -> None:
     with Image.open(out) as im:
         im.verify()
     meta = read_png_metadata(out)
-    assert meta["size"] == (256, 256) and meta["mode"] == "RGB"  # the embedded model's native size
+    assert meta["size"] == (512, 512) and meta["mode"] == "RGB"  # the embedded model's native size
     params = meta["parameters"].split("\n")
     assert params[0] == "a red fox, watercolor"
-    assert params[1].startswith("Steps: 4, Sampler: Euler, ") and "Seed: 3, Size: 256x256" in params[1]
+    assert params[1].startswith("Steps: 4, Sampler: Euler, ") and "Seed: 3, Size: 512x512" in params[1]
     dif_meta = meta["dif"]
     assert dif_meta["prompt"] == "a red fox, watercolor" and dif_meta["seed"] == 3
     assert dif_meta["steps"] == 4 and dif_meta["cfg"] is False and dif_meta["frontend"] == "flux2"
@@ -65,7 +66,7 @@ def test_generate_json_and_reproducibility(tmp_path: Path) -> None:
     with Image.open(a) as ia, Image.open(b) as ib:
         np.testing.assert_array_equal(np.asarray(ia), np.asarray(ib))
     noise_file = tmp_path / "noise.safetensors"
-    save_safetensors(noise_file, {"noise": np.array(saved["noise"]).astype(np.float32)})
+    save_tensors(noise_file, {"noise": np.array(saved["noise"]).astype(np.float32)}, dif_metadata=False)
     c = tmp_path / "c.png"
     result = run(
         "generate", "-p", "x", "-W", "48", "-H", "32", "--steps", "2", "--init-noise", str(noise_file), "-o", str(c)
@@ -99,7 +100,7 @@ def test_distilled_guidance_warns(tmp_path: Path) -> None:
 
 def test_bad_init_noise_shape(tmp_path: Path) -> None:
     noise = tmp_path / "n.safetensors"
-    save_safetensors(noise, {"noise": np.zeros((1, 128, 3, 3), np.float32)})
+    save_tensors(noise, {"noise": np.zeros((1, 128, 3, 3), np.float32)}, dif_metadata=False)
     result = run(
         "generate", "-p", "x", "-W", "32", "-H", "32", "--init-noise", str(noise), "-o", str(tmp_path / "o.png")
     )
@@ -112,7 +113,7 @@ def test_info_human_and_json() -> None:
     result = run("info")
     assert result.exit_code == 0, result.output
     assert "FLUX.2 [klein] distilled, diffusers layout" in result.stdout
-    assert "defaults: 4 steps, no CFG, 256x256, bf16" in result.stdout
+    assert "defaults: 4 steps, no CFG, 512x512, bf16" in result.stdout
     result = run("info", "--json")
     doc = json.loads(result.stdout)
     validate_document(doc)

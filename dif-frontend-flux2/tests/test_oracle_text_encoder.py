@@ -63,3 +63,24 @@ def test_rope_tables_match_transformers(torch, tmp_path, tiny_qwen3):  # type: i
     bcos, _ = qwen3_rope_tables(cfg, 40, dtype="bf16")
     ref_bcos, _ = model.model.rotary_emb(torch.zeros(1, dtype=torch.bfloat16), pos)
     assert np.mean(bcos.astype(np.float32) == ref_bcos[0].float().numpy()) > 0.99
+
+
+def test_tap_at_the_layer_count_is_the_final_normed_state(torch, tmp_path, load_weights, tiny_qwen3, rel_l2_fn):  # type: ignore[no-untyped-def]
+    model = tiny_qwen3
+    model.save_pretrained(tmp_path)
+    cfg = Qwen3Config.from_json(tmp_path / "config.json")
+    n, seq = cfg.num_hidden_layers, 7
+    ids = np.random.default_rng(1).integers(0, cfg.vocab_size, (1, seq)).astype(np.int64)
+    mask = np.ones((1, seq), bool)
+    out = model(input_ids=torch.from_numpy(ids), output_hidden_states=True, use_cache=False)
+    expected = torch.cat([out.hidden_states[k] for k in (2, n)], dim=-1).numpy()
+
+    prog = build_text_encoder(cfg, batch=1, seq_len=seq, taps=(2, n))
+    assert "model.norm.weight" in {p.name for p in prog.params}
+    cos, sin = qwen3_rope_tables(cfg, seq)
+    inputs = {"input_ids": ids, "attention_mask": mask, "rope_cos": cos, "rope_sin": sin}
+    got = interpret(prog, inputs, load_weights(tmp_path))[prog.outputs[0]]
+    err = rel_l2_fn(got, expected)
+    assert err <= 1e-5, f"rel-L2 {err:.3e}"
+    no_norm = build_text_encoder(cfg, batch=1, seq_len=seq, taps=(2, n - 1))
+    assert "model.norm.weight" not in {p.name for p in no_norm.params}

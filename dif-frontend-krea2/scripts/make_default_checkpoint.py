@@ -24,7 +24,7 @@ import ml_dtypes
 import numpy as np
 
 from dif.ir.program import Program
-from dif.weights import save_safetensors
+from dif.serialize.diftensor import save_tensors
 from dif_frontend_krea2.config import (
     DEFAULT_TAPS,
     Krea2TransformerConfig,
@@ -149,7 +149,7 @@ def write_component(folder: Path, config_name: str, config: dict, file_name: str
     folder.mkdir(parents=True, exist_ok=True)
     (folder / config_name).write_text(json.dumps(config, indent=2) + "\n")
     tensors = {name: tensor_for(name, shape) for name, shape in sorted(shapes.items())}
-    save_safetensors(folder / file_name, tensors, {"format": "pt"})
+    save_tensors(folder / file_name, tensors, {"format": "pt"}, dif_metadata=False)
     return sum(t.nbytes for t in tensors.values())
 
 

@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 
 from dif.errors import CheckpointError
+from dif.sched import cfg_combine
 from dif_frontend_krea2.config import ConfigError, Krea2TransformerConfig, load_configs
 from dif_frontend_krea2.pipeline import (
     default_steps_guidance,
     denormalize,
-    krea2_cfg,
     krea2_schedule,
     pack_latents,
     round_size,
@@ -74,7 +74,8 @@ def test_denormalize_and_cfg_arithmetic() -> None:
     z = np.ones((1, 2, 1, 1), np.float32)
     np.testing.assert_allclose(denormalize(z, (0.5, -1.0), (2.0, 4.0))[:, :, 0, 0], [[2.5, 3.0]])
     cond, uncond = np.array([1.0, 2.0], np.float32), np.array([0.5, 3.0], np.float32)
-    np.testing.assert_allclose(krea2_cfg(cond, uncond, 4.5), [1 + 4.5 * 0.5, 2 - 4.5])  # cond + g (cond - uncond)
+    krea2 = cfg_combine(cond, uncond, 4.5, base="cond")  # the Krea 2 convention: cond + g (cond - uncond)
+    np.testing.assert_allclose(krea2, [1 + 4.5 * 0.5, 2 - 4.5])
 
 
 def test_plugin_settings() -> None:

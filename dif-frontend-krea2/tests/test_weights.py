@@ -11,18 +11,19 @@ import pytest
 
 from dif.errors import WeightError
 from dif.ir.program import Program
-from dif.weights import open_component, save_safetensors
+from dif.serialize.diftensor import save_tensors
+from dif.weights import open_component
 from dif_frontend_krea2.config import Krea2TransformerConfig, QwenImageVaeConfig, QwenVLTextConfig
 from dif_frontend_krea2.model import build_denoiser, build_text_fusion, build_transformer
 from dif_frontend_krea2.text_encoder import build_text_encoder
 from dif_frontend_krea2.vae import build_vae_decoder
 from dif_frontend_krea2.weights import (
-    LastTemporalTap,
     bind_denoiser,
     bind_text_encoder,
     bind_text_fusion,
     bind_transformer,
     bind_vae,
+    last_temporal_tap,
 )
 
 FILE = "diffusion_pytorch_model.safetensors"
@@ -40,7 +41,7 @@ def _random(program: Program, seed: int = 0) -> dict[str, np.ndarray]:
 
 def _save(folder: Path, tensors: dict[str, np.ndarray], name: str = FILE) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
-    save_safetensors(folder / name, tensors)
+    save_tensors(folder / name, tensors, dif_metadata=False)
     return folder
 
 
@@ -101,7 +102,7 @@ def test_vae_reads_last_temporal_tap(tmp_path: Path, tiny: SimpleNamespace) -> N
     wrong = dict(stored)
     wrong["decoder.conv_out.weight"] = np.zeros((3, 5, 3, 3, 3), np.float32)
     with pytest.raises(WeightError) as err:
-        bind_vae(prog, LastTemporalTap(open_component(_save(tmp_path / "bad", wrong))))
+        bind_vae(prog, last_temporal_tap(open_component(_save(tmp_path / "bad", wrong))))
     msg = str(err.value)
     assert "'decoder.conv_out.weight'" in msg and "last temporal tap" in msg and str(tmp_path / "bad") in msg
 

@@ -47,7 +47,7 @@ class NumpyBackend:
 class FakePlugin:
     @dif.hookimpl
     def register_backends(self, register):
-        register(BackendInfo("fakenp", 1, "test", lambda: Availability(True), NumpyBackend))
+        register(BackendInfo("fakenp", 1, "test", lambda: Availability(True, "an ICD hint"), NumpyBackend))
         register(BackendInfo("absent", 9, "test", lambda: Availability(False, "no such device here"), object))
 
     @dif.hookimpl
@@ -142,6 +142,7 @@ def test_probe_json_lists_available_and_unavailable(runner):
     human = _invoke(runner, "probe").output
     assert "absent: unavailable: no such device here" in human
     assert "fakenp: test" in human
+    assert "  note: an ICD hint" in human  # the availability reason of an available backend is shown too
 
 
 def test_formats_table_json(runner):

@@ -14,13 +14,11 @@ from typing import Any
 import numpy as np
 from attrs import define
 
-from dif.dtypes import dtype_of
-from dif.errors import DifError, NotImplementedOnBackend, PlanBindingError, WeightError
-from dif.fingerprint import fingerprint
+from dif.backend_checks import check_inputs, check_plan_binding, check_weights
+from dif.errors import DifError, NotImplementedOnBackend
 from dif.ir.program import Node, Program, Value
-from dif.ir.types import TensorType
 from dif.ops.registry import OpTable
-from dif.plan.plan import Plan, check_plan
+from dif.plan.plan import Plan
 
 Kernel = Callable[[list[np.ndarray], Mapping[str, Any]], tuple[np.ndarray, ...]]
 
@@ -30,40 +28,6 @@ def lower_node(node: Node, table: OpTable, backend: str) -> Kernel:
     if node.op not in table:
         raise NotImplementedOnBackend(node.op, backend, f"node {node.id}: op is not in the op table")
     return table.get(node.op).run_reference
-
-
-def _describe(arr: Any) -> str:
-    shape, dtype = getattr(arr, "shape", None), getattr(arr, "dtype", None)
-    if shape is None or dtype is None:
-        return type(arr).__name__
-    try:
-        name = dtype_of(arr).value
-    except DifError:
-        name = str(dtype)
-    return f"{name}{list(shape)}"
-
-
-def _matches(arr: Any, t: TensorType) -> bool:
-    try:
-        return tuple(arr.shape) == t.shape and dtype_of(arr) == t.dtype
-    except (DifError, AttributeError, TypeError):
-        return False
-
-
-def bind_weights(program: Program, weights: Mapping[str, Any], backend: str) -> dict[str, np.ndarray]:
-    """Every parameter by name, checked for shape and dtype (extra tensors are ignored)."""
-    bound: dict[str, np.ndarray] = {}
-    for p in program.params:
-        if p.name not in weights:
-            raise WeightError(
-                f"backend '{backend}': parameter '{p.name}' ({p.type}) is missing from the weights",
-                hint="check the frontend's weight-name mapping for this checkpoint",
-            )
-        arr = weights[p.name]
-        if not _matches(arr, p.type):
-            raise WeightError(f"backend '{backend}': parameter '{p.name}' expected {p.type}, got {_describe(arr)}")
-        bound[p.name] = _read_only(np.asarray(arr))
-    return bound
 
 
 def _read_only(arr: np.ndarray) -> np.ndarray:
@@ -99,16 +63,9 @@ class ArenaExecutable:
         """Bind and allocate. `check=False` skips the plan checks (tests use it to show that a
         corrupt plan corrupts results); never pass it outside tests."""
         if check:
-            got = fingerprint(program)
-            if got != plan.program_fingerprint:
-                raise PlanBindingError(
-                    f"backend '{backend}': plan was made for program {plan.program_fingerprint}, "
-                    f"not '{program.name}' ({got})",
-                    hint="re-plan this program",
-                )
-            check_plan(plan, program)
+            check_plan_binding(program, plan, backend)
         kernels = {n.id: lower_node(n, table, backend) for n in program.nodes}
-        bound = bind_weights(program, weights, backend)
+        bound = {name: _read_only(arr) for name, arr in check_weights(program, weights, backend).items()}
         arena = np.zeros(plan.arena_bytes, dtype=np.uint8)
         views = {name: _view(arena, plan, value) for name, value in _results(program).items()}
         return cls(program, plan, bound, kernels, arena, views, backend)
@@ -116,13 +73,8 @@ class ArenaExecutable:
     def run(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Execute the schedule once; returns fresh host copies of the outputs by name."""
         env: dict[str, np.ndarray] = dict(self.weights)
-        for v in self.program.inputs:
-            if v.name not in inputs:
-                raise DifError(f"backend '{self.backend}': input '{v.name}' ({v.type}) was not provided")
-            if not _matches(inputs[v.name], v.type):
-                got = _describe(inputs[v.name])
-                raise DifError(f"backend '{self.backend}': input '{v.name}' expected {v.type}, got {got}")
-            env[v.name] = _read_only(np.asarray(inputs[v.name]))
+        for name, arr in check_inputs(self.program, inputs, self.backend).items():
+            env[name] = _read_only(arr)
         nodes = self.program.node_by_id
         for node_id in self.plan.schedule:
             node = nodes[node_id]

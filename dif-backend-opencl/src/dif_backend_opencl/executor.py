@@ -23,12 +23,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from attrs import define, field
 
-from dif.dtypes import dtype_of
-from dif.errors import DifError, PlanBindingError, WeightError
+from dif.backend_checks import check_inputs, check_plan_binding, check_weights
+from dif.errors import DifError
 from dif.ir.program import Node, Program
-from dif.ir.types import TensorType
 from dif.ops.registry import OPS
-from dif.plan.plan import Buffer, Plan, align_up, check_plan
+from dif.plan.plan import Buffer, Plan, align_up
 from dif_backend_opencl.lower import LowerCtx, Ref, Slot, Step, Upload, lower_node
 
 if TYPE_CHECKING:
@@ -40,20 +39,6 @@ BACKEND = "opencl"
 def _bytes_of(arr: np.ndarray) -> np.ndarray:
     """A contiguous uint8 view (pyopencl cannot take ml_dtypes arrays through the buffer protocol)."""
     return np.ascontiguousarray(arr).reshape(-1).view(np.uint8)
-
-
-def _matches(arr: Any, t: TensorType) -> bool:
-    try:
-        return tuple(arr.shape) == t.shape and dtype_of(np.asarray(arr)) == t.dtype
-    except (DifError, AttributeError, TypeError):
-        return False
-
-
-def _describe(arr: Any) -> str:
-    try:
-        return f"{dtype_of(np.asarray(arr)).value}{list(arr.shape)}"
-    except (DifError, AttributeError, TypeError):
-        return f"{getattr(arr, 'dtype', type(arr).__name__)}{list(getattr(arr, 'shape', ()))}"
 
 
 def _node_bytes(program: Program, node: Node) -> int:
@@ -114,17 +99,8 @@ class OpenCLExecutable:
     def create(
         cls, backend: OpenCLBackend, program: Program, plan: Plan, weights: Mapping[str, Any]
     ) -> OpenCLExecutable:
-        from dif.plan.planner import fingerprint
-
-        got = fingerprint(program)
-        if got != plan.program_fingerprint:
-            raise PlanBindingError(
-                f"backend '{BACKEND}': plan was made for program {plan.program_fingerprint}, "
-                f"not '{program.name}' ({got})",
-                hint="re-plan this program",
-            )
-        check_plan(plan, program)
-        bound = _bind_weights(program, weights)
+        check_plan_binding(program, plan, BACKEND)
+        bound = check_weights(program, weights, BACKEND)
         const, host, device = split_host_nodes(program, plan, backend.host_eval_max_bytes)
         const_env: dict[str, np.ndarray] = dict(bound)
         for node in const:
@@ -149,14 +125,7 @@ class OpenCLExecutable:
             raise DifError(f"backend '{BACKEND}': '{self.program.name}' was closed", hint="prepare it again")
         queue = self.backend.queue
         env: dict[str, np.ndarray] = dict(self.const_env)
-        for v in self.program.inputs:
-            if v.name not in inputs:
-                raise DifError(f"backend '{BACKEND}': input '{v.name}' ({v.type}) was not provided")
-            if not _matches(inputs[v.name], v.type):
-                raise DifError(
-                    f"backend '{BACKEND}': input '{v.name}' expected {v.type}, got {_describe(inputs[v.name])}"
-                )
-            env[v.name] = np.asarray(inputs[v.name])
+        env.update(check_inputs(self.program, inputs, BACKEND))
         for name, slot in self.input_slots.items():
             if env[name].nbytes:
                 cl.enqueue_copy(queue, self.buffers[slot], _bytes_of(env[name]), is_blocking=False)
@@ -186,7 +155,7 @@ class OpenCLExecutable:
         self.last_event.wait()
         for node_id, event in events:
             assert times is not None
-            times[node_id] = times.get(node_id, 0.0) + (event.profile.end - event.profile.start) * 1e-9  # type: ignore[index]
+            times[node_id] = times.get(node_id, 0.0) + (event.profile.end - event.profile.start) * 1e-9
         return results
 
     @property
@@ -217,21 +186,6 @@ class OpenCLExecutable:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def _bind_weights(program: Program, weights: Mapping[str, Any]) -> dict[str, np.ndarray]:
-    bound: dict[str, np.ndarray] = {}
-    for p in program.params:
-        if p.name not in weights:
-            raise WeightError(
-                f"backend '{BACKEND}': parameter '{p.name}' ({p.type}) is missing from the weights",
-                hint="check the frontend's weight-name mapping for this checkpoint",
-            )
-        arr = weights[p.name]
-        if not _matches(arr, p.type):
-            raise WeightError(f"backend '{BACKEND}': parameter '{p.name}' expected {p.type}, got {_describe(arr)}")
-        bound[p.name] = np.asarray(arr)
-    return bound
 
 
 class _Builder:

@@ -293,7 +293,7 @@ def collapse(shape: Sequence[int], *strides: Sequence[int]) -> tuple[tuple[int, 
 
 def vec8(values: Sequence[int], fill: int) -> Any:
     """An OpenCL int8 argument, padded in front with `fill` (rank <= 8)."""
-    import pyopencl.cltypes as ct  # type: ignore[import-untyped]
+    import pyopencl.cltypes as ct
 
     if len(values) > MAX_RANK:
         raise NotImplementedOnBackend("*", BACKEND, f"views of rank {len(values)} > {MAX_RANK} after collapsing")

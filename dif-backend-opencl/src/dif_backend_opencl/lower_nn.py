@@ -59,7 +59,7 @@ def gemm(
 ) -> None:
     """C(m, n) = alpha * A(m, k) @ B(k, n) (+ bias per column (mode 1) or per row (mode 2)) for
     strided views; `batch` lists (size, a stride, b stride, c stride), outermost first."""
-    import pyopencl.cltypes as ct  # type: ignore[import-untyped]
+    import pyopencl.cltypes as ct
 
     _need_group(ctx, "matmul.cl gemm")
     dims = [d for d in batch if d[0] != 1]

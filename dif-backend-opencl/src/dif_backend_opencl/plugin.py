@@ -17,7 +17,7 @@ from dif.backend import Availability, Backend, BackendInfo
 def _create() -> Backend:
     from dif_backend_opencl.device import OpenCLBackend
 
-    return OpenCLBackend()  # type: ignore[return-value]
+    return OpenCLBackend()
 
 
 def _available() -> Availability:

@@ -1,12 +1,11 @@
-"""attrs converters with precise types (a bare `converter=tuple` loses the element type for mypy)."""
+"""attrs converters with precise types: mypy's attrs plugin cannot see through a generic converter
+(`converter=tuple`, or one typed with a TypeVar), so each element type gets its own function.
+Converters for dif's own classes live beside them (`dif.ir.program`, `dif.ops.registry`)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TypeVar
-
-T = TypeVar("T")
 
 
-def to_tuple(items: Iterable[T]) -> tuple[T, ...]:
+def strs(items: Iterable[str]) -> tuple[str, ...]:
     return tuple(items)

@@ -11,16 +11,20 @@ Legality is read from a `TargetProfile`'s lists only, never from a device name:
 
 How dif can use a format is one of three kinds (`Usage`): a search candidate (a DiffIR transform
 the optimizer measures), an execution policy (reported and applied by a backend, not searched),
-or a hook only (identity and requirements registered, no implementation yet).
+or a hook only (identity and requirements registered, no implementation yet). A format that needs
+backend code (every execution policy) names the capability a backend lists when it implements it
+(`implemented_by`, "format:NAME" by default); on a backend that does not list it the format is
+reported as hook only, with that reason, whatever its registered usage.
 """
 
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 
 from attrs import field, frozen
 
+from dif._convert import strs
 from dif.errors import PluginError, UsageError
 from dif.target import TargetProfile
 
@@ -31,10 +35,6 @@ class Usage(enum.StrEnum):
     SEARCH_CANDIDATE = "search candidate"
     EXECUTION_POLICY = "execution policy"
     HOOK_ONLY = "hook only"
-
-
-def _names(values: Iterable[str]) -> tuple[str, ...]:
-    return tuple(values)
 
 
 @frozen
@@ -49,9 +49,16 @@ class PhysicalFormat:
     usage_reason: str
     scale: str = "none"  # none | per-tensor | per-channel | per-group
     group_size: int = 0
-    requires_dtypes: tuple[str, ...] = field(default=(), converter=_names)
-    requires_tensor_core: tuple[str, ...] = field(default=(), converter=_names)
-    requires_capabilities: tuple[str, ...] = field(default=(), converter=_names)
+    requires_dtypes: tuple[str, ...] = field(default=(), converter=strs)
+    requires_tensor_core: tuple[str, ...] = field(default=(), converter=strs)
+    requires_capabilities: tuple[str, ...] = field(default=(), converter=strs)
+    # The `TargetProfile.capabilities` entry of a backend that implements this format; "" when the
+    # format needs no backend code. Defaults to "format:NAME" for execution policies.
+    implemented_by: str = field()
+
+    @implemented_by.default
+    def _implemented_by(self) -> str:
+        return f"format:{self.name}" if self.usage is Usage.EXECUTION_POLICY else ""
 
 
 @frozen
@@ -140,12 +147,26 @@ def legal_on(fmt: PhysicalFormat | str, profile: TargetProfile) -> tuple[bool, s
     return True, f"target lists {', '.join(needs)}" if needs else "no requirements"
 
 
+def usage_on(fmt: PhysicalFormat | str, profile: TargetProfile) -> tuple[Usage, str]:
+    """(usage, reason) of `fmt` on `profile`: its registered usage when it needs no backend code or
+    the backend lists `fmt.implemented_by`; otherwise hook only, saying which capability is missing."""
+    if isinstance(fmt, str):
+        fmt = FORMATS.get(fmt)
+    if not fmt.implemented_by or fmt.implemented_by in profile.capabilities:
+        return fmt.usage, fmt.usage_reason
+    return Usage.HOOK_ONLY, (
+        f"backend '{profile.backend}' has no implementation (its profile lists no capability "
+        f"'{fmt.implemented_by}'); where a backend does: {fmt.usage.value}, {fmt.usage_reason}"
+    )
+
+
 def assess(fmt: PhysicalFormat | str, profile: TargetProfile) -> FormatVerdict:
     """The formats-table row for `fmt` on `profile`."""
     if isinstance(fmt, str):
         fmt = FORMATS.get(fmt)
     legal, reason = legal_on(fmt, profile)
-    return FormatVerdict(fmt.name, legal, reason, fmt.usage, fmt.usage_reason)
+    usage, why = usage_on(fmt, profile)
+    return FormatVerdict(fmt.name, legal, reason, usage, why)
 
 
 def formats_table(profile: TargetProfile, registry: FormatRegistry = FORMATS) -> list[FormatVerdict]:
@@ -217,6 +238,7 @@ _core(
         usage_reason="applied by a backend over a prepared weight cache; reported, not searched",
         scale="per-channel",
         requires_dtypes=("i8",),
+        implemented_by="format:int8",
     ),
     PhysicalFormat(
         name="int4-group",

@@ -13,11 +13,8 @@ from typing import Any
 
 from attrs import field, frozen
 
+from dif._convert import strs
 from dif.errors import CheckpointError, UsageError
-
-
-def _names(values: Iterable[str]) -> tuple[str, ...]:
-    return tuple(values)
 
 
 def _specs(values: Iterable[SettingSpec]) -> tuple[SettingSpec, ...]:
@@ -74,7 +71,7 @@ class FrontendInfo:
     name: str
     description: str
     detect: Callable[[Path], bool]
-    variants: tuple[str, ...] = field(default=(), converter=_names)
+    variants: tuple[str, ...] = field(default=(), converter=strs)
     settings: tuple[SettingSpec, ...] = field(default=(), converter=_specs)
     validate: Callable[[dict[str, Any]], dict[str, Any]] | None = None
     pipeline: Callable[..., Any] | None = None

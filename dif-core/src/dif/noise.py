@@ -1,4 +1,5 @@
-"""Initial noise for sampling loops: seeded standard Gaussian arrays on the host.
+"""Initial noise for sampling loops: seeded standard Gaussian arrays on the host, or the caller's
+own noise from a safetensors file; `initial_latents` packs either as a pipeline's latents.
 
 Where it sits: the first input of a denoising loop. Seeds drive numpy's PCG64 generator
 (`numpy.random.Generator(PCG64(seed)).standard_normal`, float32), so a seed reproduces the same
@@ -9,12 +10,13 @@ its initial noise to safetensors and pass it in (`--init-noise NOISE.safetensors
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from pathlib import Path
 
 import numpy as np
 
 from dif.dtypes import DType
-from dif.errors import DifError
+from dif.errors import DifError, UsageError
 
 MAX_SEED = 2**64 - 1
 
@@ -33,3 +35,47 @@ def random_seed() -> int:
     entropy = np.random.SeedSequence().entropy
     assert isinstance(entropy, int)
     return entropy % (2**32)
+
+
+def load_noise_file(path: str | Path) -> np.ndarray:
+    """The initial-noise tensor of a safetensors file: its only tensor, or the one named `noise` /
+    `latents` (what `--save-latents` writes and diffusers' `latents` argument takes)."""
+    from dif.weights import open_safetensors
+
+    source = open_safetensors(path)
+    names = source.names()
+    pick = names[0] if len(names) == 1 else next((n for n in ("noise", "latents") if n in names), None)
+    if pick is None:
+        raise UsageError(f"{path}: holds {len(names)} tensors; name the noise tensor 'noise' or 'latents'")
+    return np.array(source[pick])
+
+
+def initial_latents(
+    init: np.ndarray | None,
+    seed: int,
+    *,
+    unpacked: tuple[int, ...],
+    packed: tuple[int, ...],
+    pack: Callable[[np.ndarray], np.ndarray],
+    dtype: DType,
+    what: str,
+) -> np.ndarray:
+    """Packed initial latents of shape `packed` in `dtype`.
+
+    Without `init`: `gaussian_noise(unpacked, seed)` (float32), packed, then cast. With `init`: the
+    caller's noise, as unpacked latents `unpacked` = (1, C, h, w) (the batch axis may be left out;
+    packed in float32) or already packed. `what` names the image size in the error for any other
+    shape, e.g. "1024x1024"."""
+    if init is None:
+        return pack(gaussian_noise(unpacked, seed)).astype(dtype.np)
+    arr = np.asarray(init)
+    if arr.shape == unpacked[1:]:
+        arr = arr[None]
+    if arr.shape == unpacked:
+        return pack(arr.astype(np.float32)).astype(dtype.np)
+    if arr.shape == packed:
+        return arr.astype(dtype.np)
+    raise UsageError(
+        f"initial noise has shape {list(arr.shape)}; for {what} it must be "
+        f"{list(unpacked)} (diffusers' unpacked `latents`) or packed {list(packed)}"
+    )

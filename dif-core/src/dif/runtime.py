@@ -2,12 +2,17 @@
 
     program + weights --plan_program(profile, budget)--> Plan --backend.prepare--> Executable
 The backend comes from the plugins (`dif.plugins.backends()`); nothing here names a device.
+`ProgramCache` is what a pipeline holds: its programs, each prepared once per shape.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Hashable, Mapping
 from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from attrs import define, field
 
 from dif.backend import Availability, Backend, BackendInfo, Executable
 from dif.env import DIF_BACKEND
@@ -15,10 +20,11 @@ from dif.errors import BackendError, BackendUnavailableError, DifError
 from dif.target import RuntimeBudget
 
 if TYPE_CHECKING:
-    import numpy as np
-
     from dif.ir.program import Program
     from dif.plan.plan import Plan
+
+Runner = Callable[[Mapping[str, np.ndarray]], dict[str, np.ndarray]]
+INTERP = "interp"  # the backend name that means "the reference interpreter, no plan"
 
 
 def availability(info: BackendInfo) -> Availability:
@@ -121,3 +127,50 @@ def prepare(
     profile = backend.profile()
     plan = plan_program(program, profile, budget if budget is not None else backend.budget(), precision=precision)
     return backend.prepare(program, plan, weights), plan
+
+
+@define
+class ProgramCache:
+    """The programs of one pipeline, each built, bound and prepared once per key on one backend.
+
+    backend: a backend name, None for the default (`DIF_BACKEND`, else the available one of highest
+    priority), or "interp" for the reference interpreter (no plan, no backend).
+    """
+
+    backend: str | None = None
+    plan_peak_bytes: int = 0  # the largest plan's arena peak + parameter bytes
+    load_seconds: float = 0.0  # time spent building, binding and preparing
+    _runners: dict[Hashable, Runner] = field(init=False, factory=dict)
+    _backend: Backend | None = field(init=False, default=None)
+
+    @property
+    def backend_name(self) -> str:
+        """The backend that runs the programs ("interp" = the reference interpreter)."""
+        if self.backend == INTERP:
+            return INTERP
+        if self._backend is None:
+            self._backend = get_backend(self.backend)
+        return str(self._backend.name)
+
+    def get(self, key: Hashable, build: Callable[[], tuple[Program, Mapping[str, np.ndarray]]]) -> Runner:
+        """The runner cached under `key`; on a miss `build()` returns (program, bound weights)."""
+        runner = self._runners.get(key)
+        if runner is None:
+            start = time.perf_counter()
+            program, weights = build()
+            runner = self._runners[key] = self.prepare(program, weights)
+            self.load_seconds += time.perf_counter() - start
+        return runner
+
+    def prepare(self, program: Program, weights: Mapping[str, np.ndarray]) -> Runner:
+        """`program` ready to run: interpreted with its weights read now for "interp", otherwise
+        planned and prepared by `prepare` on the backend (resolved once)."""
+        if self.backend == INTERP:
+            from dif.interp import interpret
+
+            resolved = dict(weights)
+            return lambda inputs: interpret(program, inputs, resolved)
+        _ = self.backend_name  # resolves the backend once
+        executable, plan = prepare(program, weights, backend=self._backend)
+        self.plan_peak_bytes = max(self.plan_peak_bytes, int(plan.peak_bytes + plan.param_bytes))
+        return executable.run

@@ -13,7 +13,7 @@ from typing import Any
 import cattrs
 from attrs import field, frozen
 
-from dif._convert import to_tuple
+from dif._convert import strs
 
 _converter = cattrs.Converter()
 
@@ -27,9 +27,9 @@ class TargetProfile:
     arch: str = ""
     compute_units: int = 0
     memory_bytes: int = 0
-    dtypes: tuple[str, ...] = field(default=(), converter=to_tuple)
-    tensor_core_formats: tuple[str, ...] = field(default=(), converter=to_tuple)
-    capabilities: tuple[str, ...] = field(default=(), converter=to_tuple)
+    dtypes: tuple[str, ...] = field(default=(), converter=strs)
+    tensor_core_formats: tuple[str, ...] = field(default=(), converter=strs)
+    capabilities: tuple[str, ...] = field(default=(), converter=strs)
     libraries: dict[str, str] = field(factory=dict)
 
     def fingerprint(self) -> str:

@@ -13,9 +13,7 @@ reproduces its latents and image; `--init-noise` supplies that noise, seeds use 
 from __future__ import annotations
 
 import json
-import resource
-import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +24,10 @@ from dif.dtypes import DType
 from dif.errors import CheckpointError, UsageError
 from dif.ir.program import Program
 from dif.media import to_uint8
-from dif.noise import gaussian_noise
+from dif.noise import initial_latents
+from dif.report import ImageRun, image_settings
+from dif.runstats import StageTimer, peak_rss_bytes
+from dif.runtime import ProgramCache, Runner
 from dif.sched import FlowMatchSchedule, cfg_combine, euler_step, flow_match_schedule
 from dif.weights import TensorSource, bind_weights
 from dif_frontend_flux2.model import build_transformer, flux2_rope_tables, flux2_timestep_proj
@@ -37,7 +38,6 @@ from dif_frontend_flux2.weights import VAE_DECODER_UNUSED, Flux2Checkpoint, text
 
 PIXELS_PER_TOKEN = 16  # VAE 8x times the 2x2 patch
 DISTILLED_STEPS, BASE_STEPS, BASE_GUIDANCE = 4, 50, 4.0
-Runner = Callable[[Mapping[str, np.ndarray]], dict[str, np.ndarray]]
 
 
 def empirical_mu(image_seq_len: int, num_steps: int) -> float:
@@ -146,18 +146,7 @@ class GenerationRequest:
     init_noise: np.ndarray | None = None  # (B, 128, H/16, W/16) or packed (B, N, 128)
 
 
-@frozen(eq=False)
-class GenerationResult:
-    """The image plus what is needed to report and reproduce it."""
-
-    pixels: np.ndarray  # (H, W, 3) uint8
-    latents: np.ndarray  # final packed latents (1, N, 128), run dtype
-    noise: np.ndarray  # initial packed latents (1, N, 128), run dtype
-    settings: dict[str, Any]
-    timings: dict[str, float]
-    warnings: tuple[str, ...]
-    peak_rss_bytes: int
-    plan_peak_bytes: int
+GenerationResult = ImageRun  # the image plus what is needed to report and reproduce it
 
 
 @define
@@ -169,10 +158,8 @@ class Flux2Pipeline:
     backend: str | None = None  # a dif backend name, None for the default, "interp" for the reference interpreter
     on_step: Callable[[int, int], None] | None = None
     on_stage: Callable[[str, float], None] | None = None
-    plan_peak_bytes: int = field(init=False, default=0)  # largest plan's arena peak + parameters
-    _runners: dict[tuple[Any, ...], Runner] = field(init=False, factory=dict)
+    _programs: ProgramCache = field(init=False)
     _tokenizer: Any = field(init=False, default=None)
-    _backend: Any = field(init=False, default=None)
 
     def __attrs_post_init__(self) -> None:
         if self.checkpoint.configs.transformer.guidance_embeds:
@@ -180,41 +167,25 @@ class Flux2Pipeline:
                 f"{self.checkpoint.root}: transformer has guidance_embeds=true (FLUX.2 [dev]); "
                 "this pipeline runs [klein]"
             )
+        self._programs = ProgramCache(self.backend)
 
     # -- programs ------------------------------------------------------------------------------
-    def _runner(self, key: tuple[Any, ...], build: Callable[[], Program], source: TensorSource, ignore: Any) -> Runner:
-        runner = self._runners.get(key)
-        if runner is None:
+    def _runner(self, key: Hashable, build: Callable[[], Program], source: TensorSource, ignore: Any) -> Runner:
+        def build_and_bind() -> tuple[Program, Mapping[str, np.ndarray]]:
             program = build()
-            weights = bind_weights(program, source, ignore=ignore)
-            runner = self._runners[key] = self._prepare(program, weights)
-        return runner
+            return program, bind_weights(program, source, ignore=ignore)
+
+        return self._programs.get(key, build_and_bind)
 
     @property
     def backend_name(self) -> str:
         """The backend that runs the programs ("interp" = the reference interpreter)."""
-        if self.backend == "interp":
-            return "interp"
-        if self._backend is None:
-            from dif.runtime import get_backend
+        return self._programs.backend_name
 
-            self._backend = get_backend(self.backend)
-        return str(self._backend.name)
-
-    def _prepare(self, program: Program, weights: Mapping[str, np.ndarray]) -> Runner:
-        """The program ready to run: the reference interpreter for backend "interp", otherwise
-        planned and prepared by `dif.runtime.prepare` on the named (or default) backend."""
-        if self.backend == "interp":
-            from dif.interp import interpret
-
-            resolved = dict(weights)
-            return lambda inputs: interpret(program, inputs, resolved)
-        from dif.runtime import prepare
-
-        _ = self.backend_name  # resolves the backend once (DIF_BACKEND / highest priority when None)
-        executable, plan = prepare(program, weights, backend=self._backend)
-        self.plan_peak_bytes = max(self.plan_peak_bytes, int(plan.peak_bytes + plan.param_bytes))
-        return executable.run
+    @property
+    def plan_peak_bytes(self) -> int:
+        """The largest prepared plan's arena peak + parameter bytes (0 under "interp")."""
+        return self._programs.plan_peak_bytes
 
     def prepare_all(self, width: int, height: int) -> None:
         """Build, bind and prepare the three programs for this size now (the CLI's load stage)."""
@@ -303,14 +274,8 @@ class Flux2Pipeline:
         return latents
 
     def decode(self, latents: np.ndarray, h: int, w: int) -> np.ndarray:
-        """(H, W, 3) uint8 from packed latents, as the reference image processor rounds them."""
-        image = next(iter(self._vae_runner(h, w)({"latents": latents}).values()))[0]
-        if image.dtype != np.float32:  # the reference maps to [0, 1] in the run dtype before uint8
-            half = np.float32(0.5)
-            image = (image.astype(np.float32) * half).astype(image.dtype)
-            image = (image.astype(np.float32) + half).astype(image.dtype)
-            return to_uint8(image, value_range="0,1")
-        return to_uint8(image)
+        """(H, W, 3) uint8 from packed latents, rounded as the reference image processor does."""
+        return to_uint8(next(iter(self._vae_runner(h, w)({"latents": latents}).values()))[0])
 
     # -- the whole path ------------------------------------------------------------------------
     def resolve(self, req: GenerationRequest) -> tuple[int, float, bool, list[str]]:
@@ -331,93 +296,57 @@ class Flux2Pipeline:
         return steps, guidance, use_cfg, warnings
 
     def initial_noise(self, req: GenerationRequest, h: int, w: int) -> np.ndarray:
-        channels = self.checkpoint.configs.transformer.in_channels
-        if req.init_noise is None:
-            noise = gaussian_noise((1, channels, h, w), req.seed)
-            return pack_noise(noise).astype(self.dtype.np)
-        arr = np.asarray(req.init_noise)
-        if arr.ndim == 3 and arr.shape[0] == channels and arr.shape[1:] == (h, w):
-            arr = arr[None]
-        if arr.shape == (1, channels, h, w):
-            return pack_noise(arr.astype(np.float32)).astype(self.dtype.np)
-        if arr.shape == (1, h * w, channels):
-            return arr.astype(self.dtype.np)
-        raise UsageError(
-            f"initial noise has shape {list(arr.shape)}; for {w * 16}x{h * 16} it must be "
-            f"[1, {channels}, {h}, {w}] (as diffusers' `latents`) or packed [1, {h * w}, {channels}]"
+        """Packed initial latents (1, h*w, 128) in the run dtype, from the seed or `init_noise`."""
+        c = self.checkpoint.configs.transformer.in_channels
+        return initial_latents(
+            req.init_noise,
+            req.seed,
+            unpacked=(1, c, h, w),
+            packed=(1, h * w, c),
+            pack=pack_noise,
+            dtype=self.dtype,
+            what=f"{w * PIXELS_PER_TOKEN}x{h * PIXELS_PER_TOKEN}",
         )
 
     def generate(self, req: GenerationRequest) -> GenerationResult:
         h, w = check_size(req.width, req.height)
         steps, guidance, use_cfg, warnings = self.resolve(req)
-        timings: dict[str, float] = {}
-
-        def stage(name: str, start: float) -> None:
-            timings[name] = time.perf_counter() - start
-            if self.on_stage is not None:
-                self.on_stage(name, timings[name])
-
-        start = time.perf_counter()
-        schedule = klein_schedule(h * w, steps, load_scheduler_settings(self.checkpoint.root))
-        noise = self.initial_noise(req, h, w)  # cheap checks first, then the expensive load
-        self.prepare_all(req.width, req.height)
-        stage("load", start)
-        start = time.perf_counter()
-        text = self.encode(req.prompt)
-        negative = self.encode(req.negative_prompt) if use_cfg else None
-        stage("encode", start)
-        start = time.perf_counter()
-        latents = self.denoise(noise, text, negative, schedule, guidance, h, w)
-        stage("denoise", start)
-        start = time.perf_counter()
-        pixels = self.decode(latents, h, w)
-        stage("decode", start)
-        settings = {
-            "prompt": req.prompt,
-            "negative_prompt": req.negative_prompt if use_cfg else "",
-            "steps": steps,
-            "guidance": guidance,
-            "cfg": use_cfg,
-            "seed": None if req.init_noise is not None else req.seed,
-            "init_noise": req.init_noise is not None,
-            "width": req.width,
-            "height": req.height,
-            "dtype": self.dtype.value,
-            "mu": schedule.mu,
-            "sampler": "flow-match euler",
-            "model": self.checkpoint.name,
-            "distilled": self.checkpoint.is_distilled,
-            "layout": self.checkpoint.layout,
-            "backend": self.backend_name,
-        }
+        timer = StageTimer(self.on_stage)
+        with timer.stage("load"):
+            schedule = klein_schedule(h * w, steps, load_scheduler_settings(self.checkpoint.root))
+            noise = self.initial_noise(req, h, w)  # cheap checks first, then the expensive load
+            self.prepare_all(req.width, req.height)
+        with timer.stage("encode"):
+            text = self.encode(req.prompt)
+            negative = self.encode(req.negative_prompt) if use_cfg else None
+        with timer.stage("denoise"):
+            latents = self.denoise(noise, text, negative, schedule, guidance, h, w)
+        with timer.stage("decode"):
+            pixels = self.decode(latents, h, w)
+        settings = image_settings(
+            prompt=req.prompt,
+            negative_prompt=req.negative_prompt,
+            steps=steps,
+            guidance=guidance,
+            cfg=use_cfg,
+            seed=req.seed,
+            init_noise=req.init_noise is not None,
+            width=req.width,
+            height=req.height,
+            dtype=self.dtype.value,
+            mu=schedule.mu,
+            model=self.checkpoint.name,
+            backend=self.backend_name,
+            distilled=self.checkpoint.is_distilled,
+            layout=self.checkpoint.layout,
+        )
         return GenerationResult(
             pixels,
             latents,
             noise,
             settings,
-            timings,
+            timer.timings,
             tuple(warnings),
             peak_rss_bytes(),
             self.plan_peak_bytes,
         )
-
-
-def peak_rss_bytes() -> int:
-    """Peak resident memory of this process so far (Linux reports KiB, macOS bytes)."""
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    import sys
-
-    return int(peak if sys.platform == "darwin" else peak * 1024)
-
-
-def load_noise_file(path: str | Path) -> np.ndarray:
-    """The initial-noise tensor of a safetensors file: its only tensor, or the one named
-    `noise` / `latents`."""
-    from dif.weights import open_safetensors
-
-    source = open_safetensors(path)
-    names = source.names()
-    pick = names[0] if len(names) == 1 else next((n for n in ("noise", "latents") if n in names), None)
-    if pick is None:
-        raise UsageError(f"{path}: holds {len(names)} tensors; name the noise tensor 'noise' or 'latents'")
-    return np.array(source[pick])

@@ -12,42 +12,20 @@ from collections.abc import Sequence
 import numpy as np
 
 from dif.dtypes import DType
-from dif.errors import DifError
 from dif.ir.builder import ProgramBuilder
 from dif.ir.program import Program
-from dif.layers import embedding
-from dif.layers.causal_lm import DecoderLayerSpec, decoder_layer
-from dif.layers.tables import rope_half_tables
+from dif.layers.causal_lm import DecoderLayerSpec, decoder_rope_tables, tapped_hidden_states
 from dif_frontend_flux2.config import Qwen3Config
 
 MODULE = "text_encoder"
+PREFIX = "model"
 KLEIN_TAPS = (9, 18, 27)
-
-
-def qwen3_layer_spec(cfg: Qwen3Config) -> DecoderLayerSpec:
-    """Qwen3 decoder layer: GQA with per-head q/k RMS norm, half RoPE, SwiGLU MLP, and RMS norms
-    that round to the activation dtype before the weight multiply."""
-    return DecoderLayerSpec(
-        hidden_size=cfg.hidden_size,
-        intermediate_size=cfg.intermediate_size,
-        heads=cfg.num_attention_heads,
-        kv_heads=cfg.num_key_value_heads,
-        head_dim=cfg.head_dim,
-        eps=cfg.rms_norm_eps,
-        qk_norm=True,
-        attention_bias=cfg.attention_bias,
-        rope_mode="half",
-        act="silu",
-        round_before_weight=True,
-    )
 
 
 def qwen3_rope_tables(cfg: Qwen3Config, seq_len: int, *, dtype: DType | str = "f32") -> tuple[np.ndarray, np.ndarray]:
     """`rope_cos`/`rope_sin` inputs (seq_len, head_dim) for positions 0..seq_len-1 (pads included),
     computed in fp32 and rounded to `dtype` as the reference does before applying them."""
-    cos, sin = rope_half_tables(np.arange(seq_len), cfg.head_dim, cfg.rope_theta)
-    store = DType(dtype).np
-    return cos.astype(store), sin.astype(store)
+    return decoder_rope_tables(cfg, np.arange(seq_len), dtype=dtype)
 
 
 def build_text_encoder(
@@ -60,8 +38,9 @@ def build_text_encoder(
 ) -> Program:
     """Qwen3 decoder layers 0..max(taps)-1 and the stacked hidden states at `taps`.
 
-    Tap k is `hidden_states[k]` of transformers: the output of layer k-1 (k=0: the embeddings),
-    before any final norm. Layers past max(taps) are not built (their weights are not params).
+    Tap k is `hidden_states[k]` of transformers: the embeddings for k = 0, the output of layer k-1
+    for 0 < k < num_hidden_layers, and the final-normed output of the last layer (`model.norm`) for
+    k = num_hidden_layers. Layers past max(taps) are not built (their weights are not params).
     Inputs:
       input_ids       (B, L) i64
       attention_mask  (B, L) bool, True for real tokens; attention is causal AND key-valid
@@ -70,27 +49,18 @@ def build_text_encoder(
     order; pad rows are computed like every other row.
     """
     taps = tuple(taps)
-    if not taps or any(t < 0 or t > cfg.num_hidden_layers for t in taps):
-        raise DifError(f"text encoder taps {taps} must lie in 0..{cfg.num_hidden_layers}")
     dt = DType(dtype)
-    n_layers = max(taps)
     b = ProgramBuilder("qwen3_text_encoder")
     b.meta.update({"family": "flux2", "component": "text_encoder", "dtype": dt.value, "taps": ",".join(map(str, taps))})
     ids = b.input("input_ids", (batch, seq_len), DType.I64)
     mask = b.input("attention_mask", (batch, seq_len), DType.BOOL)
     cos = b.input("rope_cos", (seq_len, cfg.head_dim), dt)
     sin = b.input("rope_sin", (seq_len, cfg.head_dim), dt)
-
-    with b.scope(module=MODULE, block="model.embed_tokens", section="embed"):
-        h = embedding(b, ids, "model.embed_tokens", cfg.vocab_size, cfg.hidden_size, dt)
-    spec = qwen3_layer_spec(cfg)
-    hidden = [h]
-    for i in range(n_layers):
-        with b.scope(module=MODULE):
-            h = decoder_layer(b, spec, f"model.layers.{i}", h, key_mask=mask, cos=cos, sin=sin)
-        hidden.append(h)
+    with b.scope(module=MODULE):
+        picked = tapped_hidden_states(
+            b, cfg, DecoderLayerSpec.qwen3(cfg), PREFIX, ids, taps, key_mask=mask, cos=cos, sin=sin, dtype=dt
+        )
     with b.scope(module=MODULE, block="taps", section="stack"):
-        picked = [hidden[t] for t in taps]
         out = picked[0] if len(picked) == 1 else b.emit("concat", *picked, axis=-1)
     b.output(out)
     b.meta["outputs"] = "features"

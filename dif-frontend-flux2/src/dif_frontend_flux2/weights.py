@@ -38,7 +38,7 @@ BFL_TRANSFORMER_MARKER = "single_stream_modulation.lin.weight"
 BFL_VAE_MARKER = "decoder.up.0.block.0.conv1.weight"
 
 # Tensors a checkpoint has that the programs do not use (all other extras are errors).
-TEXT_ENCODER_UNUSED_ALWAYS = (r"lm_head\..*", r"model\.norm\..*")
+TEXT_ENCODER_UNUSED_ALWAYS = (r"lm_head\..*",)
 VAE_DECODER_UNUSED = (r"encoder\..*", r"quant_conv\..*", r"bn\.num_batches_tracked")
 
 
@@ -61,9 +61,11 @@ class Flux2Checkpoint:
 
 
 def text_encoder_unused(taps_max: int, num_layers: int) -> tuple[str, ...]:
-    """Regexes of text-encoder tensors past the last tapped layer (layers taps_max .. num_layers-1)."""
+    """Regexes of text-encoder tensors a program tapping up to `taps_max` does not read: `lm_head`,
+    layers taps_max .. num_layers-1, and the final norm unless the last layer is tapped (tap
+    `num_layers` is the final-normed state)."""
     skipped = [str(i) for i in range(taps_max, num_layers)]
-    extra = (rf"model\.layers\.({'|'.join(skipped)})\..*",) if skipped else ()
+    extra = (rf"model\.layers\.({'|'.join(skipped)})\..*", r"model\.norm\..*") if skipped else ()
     return TEXT_ENCODER_UNUSED_ALWAYS + extra
 
 

@@ -12,10 +12,7 @@ modules load inside the commands.
 
 from __future__ import annotations
 
-import json
-import sys
 import time
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -30,26 +27,6 @@ def _open(model: Path | None, variant: str | None) -> Any:
     from dif_frontend_krea2.weights import open_checkpoint
 
     return open_checkpoint(model or DEFAULT_CHECKPOINT, variant=variant)
-
-
-def native_size(root: Path) -> int:
-    """Default width/height: the VAE config's `sample_size` if it has one, else 1024 (the released models)."""
-    try:
-        size = json.loads((root / "vae" / "config.json").read_text()).get("sample_size", 1024)
-    except (OSError, ValueError):
-        return 1024
-    return size if isinstance(size, int) and size > 0 and size % 16 == 0 else 1024
-
-
-def storage_dtype(checkpoint: Any) -> str:
-    """The run dtype for --dtype auto: how most of the transformer's tensors are stored (Krea 2
-    keeps its norm weights in fp32 next to bf16 matrices, so the majority decides)."""
-    source = checkpoint.transformer
-    counts = Counter(source.info(n).dtype for n in source.names())
-    for kind, _ in counts.most_common():
-        if kind in ("BF16", "F16", "F32"):
-            return {"BF16": "bf16", "F16": "f16", "F32": "f32"}[kind]
-    return "f32"
 
 
 @click.group("krea2")
@@ -105,11 +82,12 @@ def generate(
     as_json: bool,
 ) -> None:
     """Generate one image from a prompt and write it as PNG (A1111 `parameters` + `dif` JSON chunks)."""
+    from dif.checkpoint import native_size, storage_dtype
     from dif.dtypes import DType
-    from dif.media import format_parameters, write_png
-    from dif.noise import random_seed
-    from dif.weights import save_safetensors
-    from dif_frontend_krea2.pipeline import GenerationRequest, Krea2Pipeline, load_noise_file, round_size
+    from dif.noise import load_noise_file, random_seed
+    from dif.progress import ProgressBar
+    from dif.report import save_image_run, summary_lines
+    from dif_frontend_krea2.pipeline import GenerationRequest, Krea2Pipeline, round_size
 
     started = time.perf_counter()
     seed = random_seed() if seed is None else seed
@@ -119,104 +97,34 @@ def generate(
             raise click.BadParameter(f"folder {path.resolve().parent} does not exist", param_hint=str(path))
     checkpoint = _open(model, variant)
     size = native_size(checkpoint.root)
-    run_dtype = DType(storage_dtype(checkpoint) if dtype == "auto" else dtype)
-    bar = _ProgressBar(as_json)
-    pipe = Krea2Pipeline(checkpoint, dtype=run_dtype, backend=backend, on_step=bar.step)
+    run_dtype = storage_dtype(checkpoint.transformer) if dtype == "auto" else DType(dtype)
     noise = load_noise_file(init_noise) if init_noise is not None else None
     request = GenerationRequest(
         prompt, negative_prompt, steps, guidance, seed, width or size, height or size, init_noise=noise
     )
-    for warning in round_size(request.width, request.height)[2] + pipe.resolve(request)[3]:
-        click.echo(f"warning: {warning}", err=True)
-    try:
+    with ProgressBar(quiet=as_json) as bar:
+        pipe = Krea2Pipeline(checkpoint, dtype=run_dtype, backend=backend, on_step=bar.step)
+        for warning in round_size(request.width, request.height)[2] + pipe.resolve(request)[3]:
+            click.echo(f"warning: {warning}", err=True)
         result = pipe.generate(request)
-    finally:
-        bar.close()
-    s = result.settings
-    start = time.perf_counter()
-    parameters = format_parameters(
-        prompt,
-        s["negative_prompt"] or None,
-        {
-            "Steps": s["steps"],
-            "Sampler": "Euler",
-            "Schedule type": f"Flow match, shift mu {s['mu']:.4f}",
-            "CFG scale": s["guidance"],
-            "Seed": s["seed"],
-            "Size": f"{s['width']}x{s['height']}",
-            "Model": s["model"],
-            "Version": f"dif {__version__}",
-        },
+    summary, timings = save_image_run(
+        result, output, latents=save_latents, frontend="krea2", version=__version__, started=started
     )
-    metadata = {**s, "generator": f"dif-frontend-krea2 {__version__}", "frontend": "krea2"}
-    write_png(output, result.pixels, parameters=parameters, metadata=metadata)
-    if save_latents is not None:
-        save_safetensors(save_latents, {"latents": result.latents, "noise": result.noise}, {"format": "pt"})
-    timings = {**result.timings, "save": time.perf_counter() - start}
-    summary = {
-        "output": str(output),
-        "latents": str(save_latents) if save_latents is not None else None,
-        "settings": s,
-        "warnings": list(result.warnings),
-        "timings_s": {k: round(v, 4) for k, v in timings.items()},
-        "total_s": round(time.perf_counter() - started, 4),
-        "steps_per_s": round(s["steps"] / timings["denoise"], 4) if timings["denoise"] > 0 else None,
-        "peak_rss_bytes": result.peak_rss_bytes,
-        "plan_peak_bytes": result.plan_peak_bytes,
-    }
+    s = result.settings
     if as_json:
         _emit_json("krea2.generate", "dif krea2 generate", summary, timings)
-    else:
-        _print_summary(summary)
-
-
-class _ProgressBar:
-    """tqdm on stderr (`N/M [mm:ss<mm:ss, X.XXit/s]`), or nothing in --json mode / without a TTY."""
-
-    def __init__(self, quiet: bool) -> None:
-        self.quiet = quiet or not sys.stderr.isatty()
-        self._bar: Any = None
-
-    def step(self, done: int, total: int) -> None:
-        if self.quiet:
-            return
-        if self._bar is None:
-            from tqdm import tqdm  # type: ignore[import-untyped]
-
-            self._bar = tqdm(total=total, desc="denoise", unit="it", file=sys.stderr, dynamic_ncols=True)
-        self._bar.update(1)
-
-    def close(self) -> None:
-        if self._bar is not None:
-            self._bar.close()
-
-
-def _print_summary(summary: dict[str, Any]) -> None:
-    s, t = summary["settings"], summary["timings_s"]
-    cfg = f"CFG {s['guidance']}" if s["cfg"] else "no CFG"
-    noise = "init noise from file" if s["init_noise"] else f"seed {s['seed']}"
-    click.echo(f"wrote {summary['output']}  ({s['width']}x{s['height']}, {s['steps']} steps, {cfg}, {noise})")
-    rate = summary["steps_per_s"]
-    speed = "" if rate is None else (f" ({rate:.2f} it/s)" if rate >= 1 else f" ({1 / rate:.2f} s/it)")
-    click.echo(
-        f"  load {t['load']:.2f} s | encode {t['encode']:.2f} s | denoise {t['denoise']:.2f} s{speed} | "
-        f"decode {t['decode']:.2f} s | save {t['save']:.2f} s | total {summary['total_s']:.2f} s"
-    )
-    click.echo(
-        f"  model {s['model']} ({s['variant']}), {s['dtype']} on {s['backend']}; peak memory: process "
-        f"{summary['peak_rss_bytes'] / 2**20:.0f} MiB, largest plan {summary['plan_peak_bytes'] / 2**20:.1f} MiB"
-    )
-    if summary["latents"]:
-        click.echo(f"  latents -> {summary['latents']}")
+        return
+    for line in summary_lines(summary, model=f"{s['model']} ({s['variant']})"):
+        click.echo(line)
 
 
 def _emit_json(kind: str, default_tool: str, data: dict[str, Any], timings: dict[str, float] | None = None) -> None:
+    from dif.runstats import stage_events
     from dif.telemetry import build_document, dumps
 
-    events = [{"name": f"stage.{k}", "ms": round(v * 1000.0, 3)} for k, v in (timings or {}).items()]
     ctx = click.get_current_context(silent=True)
     tool = ctx.command_path if ctx is not None else default_tool
-    click.echo(dumps(build_document(kind, tool=tool, data=data, events=events)))
+    click.echo(dumps(build_document(kind, tool=tool, data=data, events=stage_events(timings or {}))))
 
 
 @krea2.command("info")
@@ -225,6 +133,7 @@ def _emit_json(kind: str, default_tool: str, data: dict[str, Any], timings: dict
 @click.option("--json", "as_json", is_flag=True, help="Print one dif-telemetry/1 JSON document on stdout.")
 def info(model: Path | None, variant: str | None, as_json: bool) -> None:
     """Describe a Krea 2 checkpoint: variant, configs, tensors, defaults (default: embedded model)."""
+    from dif.checkpoint import component_line, native_size, source_summary, storage_dtype
     from dif_frontend_krea2.config import TURBO_MU
     from dif_frontend_krea2.pipeline import default_steps_guidance
 
@@ -232,12 +141,6 @@ def info(model: Path | None, variant: str | None, as_json: bool) -> None:
     cfgs = ck.configs
     t, q, v = cfgs.transformer, cfgs.text_encoder, cfgs.vae
     steps, guidance = default_steps_guidance(cfgs)
-
-    def tensors(source: Any) -> dict[str, Any]:
-        infos = [source.info(n) for n in source.names()]
-        dtypes = sorted({i.dtype for i in infos})
-        return {"tensors": len(infos), "bytes": sum(i.nbytes for i in infos), "dtypes": dtypes, "from": source.label}
-
     data = {
         "path": str(ck.root),
         "name": ck.name,
@@ -248,7 +151,7 @@ def info(model: Path | None, variant: str | None, as_json: bool) -> None:
             "guidance": guidance,
             "shift": f"mu {TURBO_MU}" if ck.is_distilled else "resolution-dependent mu",
             "size": native_size(ck.root),
-            "dtype": storage_dtype(ck),
+            "dtype": storage_dtype(ck.transformer).value,
         },
         "transformer": {
             "blocks": t.num_layers,
@@ -257,7 +160,7 @@ def info(model: Path | None, variant: str | None, as_json: bool) -> None:
             "head_dim": t.attention_head_dim,
             "width": t.hidden_size,
             "text_fusion": f"{t.num_layerwise_text_blocks} layerwise + {t.num_refiner_text_blocks} refiner",
-            **tensors(ck.transformer),
+            **source_summary(ck.transformer),
         },
         "text_encoder": {
             "layers": q.num_hidden_layers,
@@ -266,9 +169,9 @@ def info(model: Path | None, variant: str | None, as_json: bool) -> None:
             "kv_heads": q.num_key_value_heads,
             "taps": list(cfgs.pipeline.text_encoder_select_layers),
             "prefix": ck.text_prefix or "(none)",
-            **tensors(ck.text_encoder),
+            **source_summary(ck.text_encoder),
         },
-        "vae": {"base_dim": v.base_dim, "dim_mult": list(v.dim_mult), "z_dim": v.z_dim, **tensors(ck.vae)},
+        "vae": {"base_dim": v.base_dim, "dim_mult": list(v.dim_mult), "z_dim": v.z_dim, **source_summary(ck.vae)},
         "tokenizer": str(ck.tokenizer_dir) if ck.tokenizer_dir.is_dir() else None,
     }
     if as_json:
@@ -278,9 +181,7 @@ def info(model: Path | None, variant: str | None, as_json: bool) -> None:
     click.echo(f"{data['name']}: Krea 2 {kind}")
     click.echo(f"  path {data['path']}")
     for part in ("transformer", "text_encoder", "vae"):
-        d = data[part]
-        shape = ", ".join(f"{k} {v}" for k, v in d.items() if k not in ("tensors", "bytes", "dtypes", "from"))
-        click.echo(f"  {part}: {shape}; {d['tensors']} tensors, {d['bytes'] / 1e6:.1f} MB {'/'.join(d['dtypes'])}")
+        click.echo(component_line(part, data[part]))
     dflt = data["defaults"]
     cfg = "no CFG" if not dflt["guidance"] else f"guidance {dflt['guidance']}"
     click.echo(

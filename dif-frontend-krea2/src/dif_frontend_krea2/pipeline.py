@@ -7,6 +7,7 @@ sampling loop runs on the host:
   sigmas = linspace(1, 1/n, n), exponential shift with mu = 1.15 (Turbo, `is_distilled`) or the
            resolution-dependent line through (256, 0.5) and (6400, 1.15) (Raw)
   per step: v = denoiser(latents, t) [CFG when g > 0: v = v_c + g (v_c - v_u), negative prompt ""]
+            (`dif.sched.cfg_combine(..., base="cond")`)
             latents = latents + (sigma_next - sigma) * v, stored in the run dtype
 Roundings follow diffusers' Krea2Pipeline, so an fp32 run from the same initial noise reproduces
 its latents; `init_noise` supplies that noise, seeds use numpy's PCG64 (`dif.noise`).
@@ -14,12 +15,7 @@ its latents; `init_noise` supplies that noise, seeds use numpy's PCG64 (`dif.noi
 
 from __future__ import annotations
 
-import resource
-import sys
-import time
 from collections.abc import Callable, Mapping
-from pathlib import Path
-from typing import Any
 
 import numpy as np
 from attrs import define, field, frozen
@@ -28,10 +24,12 @@ from dif.dtypes import DType
 from dif.errors import UsageError
 from dif.ir.program import Program
 from dif.media import to_uint8
-from dif.noise import gaussian_noise
-from dif.sched import FlowMatchSchedule, euler_step, flow_match_schedule
+from dif.noise import initial_latents
+from dif.report import ImageRun, image_settings
+from dif.runstats import StageTimer, peak_rss_bytes
+from dif.runtime import ProgramCache, Runner
+from dif.sched import FlowMatchSchedule, cfg_combine, euler_step, flow_match_schedule
 from dif.text import TextTokenizer
-from dif.weights import BoundWeights
 from dif_frontend_krea2.config import TURBO_MU, Krea2Configs
 from dif_frontend_krea2.model import (
     attention_mask,
@@ -47,7 +45,6 @@ from dif_frontend_krea2.weights import Krea2Checkpoint, bind_denoiser, bind_text
 
 PIXELS_PER_TOKEN = 16  # VAE 8x times the 2x2 patch
 TURBO_STEPS, RAW_STEPS, RAW_GUIDANCE = 8, 28, 4.5
-Runner = Callable[[Mapping[str, np.ndarray]], dict[str, np.ndarray]]
 
 
 # -- shape, schedule and latent layout ------------------------------------------------------------
@@ -108,14 +105,6 @@ def denormalize(latents: np.ndarray, mean: tuple[float, ...], std: tuple[float, 
     return (x.astype(np.float32) + m.astype(np.float32)).astype(dt)
 
 
-def krea2_cfg(cond: np.ndarray, uncond: np.ndarray, scale: float) -> np.ndarray:
-    """cond + scale * (cond - uncond), each operation rounded to the inputs' dtype as torch does."""
-    lo = np.asarray(cond).dtype
-    diff = (cond.astype(np.float32) - uncond.astype(np.float32)).astype(lo)
-    scaled = (np.float32(scale) * diff.astype(np.float32)).astype(lo)
-    return (cond.astype(np.float32) + scaled.astype(np.float32)).astype(lo)
-
-
 # -- the pipeline ---------------------------------------------------------------------------------
 
 
@@ -131,16 +120,7 @@ class GenerationRequest:
     init_noise: np.ndarray | None = None  # (1, 16, H/8, W/8) or packed (1, N, 64)
 
 
-@frozen(eq=False)
-class GenerationResult:
-    pixels: np.ndarray  # (H, W, 3) uint8
-    latents: np.ndarray  # final packed latents (1, N, 64), run dtype
-    noise: np.ndarray  # initial packed latents (1, N, 64), run dtype
-    settings: dict[str, Any]
-    timings: dict[str, float]
-    warnings: tuple[str, ...]
-    peak_rss_bytes: int
-    plan_peak_bytes: int
+GenerationResult = ImageRun  # the image plus what is needed to report and reproduce it
 
 
 @frozen(eq=False)
@@ -162,52 +142,31 @@ class Krea2Pipeline:
     max_sequence_length: int = MAX_SEQUENCE_LENGTH
     on_step: Callable[[int, int], None] | None = None
     on_stage: Callable[[str, float], None] | None = None
-    plan_peak_bytes: int = 0
-    load_seconds: float = 0.0
-    _runners: dict[tuple[Any, ...], Runner] = field(init=False, factory=dict)
+    _programs: ProgramCache = field(init=False)
     _tokenizer: TextTokenizer | None = field(init=False, default=None)
-    _backend: Any = field(init=False, default=None)
+
+    def __attrs_post_init__(self) -> None:
+        self._programs = ProgramCache(self.backend)
 
     @property
     def configs(self) -> Krea2Configs:
         return self.checkpoint.configs
 
     # -- programs ------------------------------------------------------------------------------
-    def _runner(self, key: tuple[Any, ...], build: Callable[[], tuple[Program, Mapping[str, np.ndarray]]]) -> Runner:
-        runner = self._runners.get(key)
-        if runner is None:
-            start = time.perf_counter()
-            program, weights = build()
-            runner = self._prepare(program, weights)
-            self._runners[key] = runner
-            self.load_seconds += time.perf_counter() - start
-        return runner
-
     @property
     def backend_name(self) -> str:
         """The backend that runs the programs ("interp" = the reference interpreter)."""
-        if self.backend == "interp":
-            return "interp"
-        if self._backend is None:
-            from dif.runtime import get_backend
+        return self._programs.backend_name
 
-            self._backend = get_backend(self.backend)
-        return str(self._backend.name)
+    @property
+    def plan_peak_bytes(self) -> int:
+        """The largest prepared plan's arena peak + parameter bytes (0 under "interp")."""
+        return self._programs.plan_peak_bytes
 
-    def _prepare(self, program: Program, weights: Mapping[str, np.ndarray]) -> Runner:
-        """The program ready to run: the reference interpreter for backend "interp", otherwise
-        planned and prepared by `dif.runtime.prepare` on the named (or default) backend."""
-        if self.backend == "interp":
-            from dif.interp import interpret
-
-            resolved = dict(weights.materialize() if isinstance(weights, BoundWeights) else weights)
-            return lambda inputs: interpret(program, inputs, resolved)
-        from dif.runtime import prepare
-
-        _ = self.backend_name  # resolves the backend once (DIF_BACKEND / highest priority when None)
-        executable, plan = prepare(program, weights, backend=self._backend)
-        self.plan_peak_bytes = max(self.plan_peak_bytes, int(plan.peak_bytes + plan.param_bytes))
-        return executable.run
+    @property
+    def load_seconds(self) -> float:
+        """Time spent building, binding and preparing programs so far."""
+        return self._programs.load_seconds
 
     def _text_encoder_runner(self, seq_len: int, drop_prefix: int) -> Runner:
         cfg, taps = self.configs.text_encoder, self.configs.pipeline.text_encoder_select_layers
@@ -216,14 +175,14 @@ class Krea2Pipeline:
             prog = build_text_encoder(cfg, seq_len=seq_len, taps=taps, drop_prefix=drop_prefix, dtype=self.dtype)
             return prog, bind_text_encoder(prog, self.checkpoint.text_encoder, self.checkpoint.text_prefix)
 
-        return self._runner(("text_encoder", seq_len, drop_prefix), build)
+        return self._programs.get(("text_encoder", seq_len, drop_prefix), build)
 
     def _fusion_runner(self) -> Runner:
         def build() -> tuple[Program, Mapping[str, np.ndarray]]:
             prog = build_text_fusion(self.configs.transformer, text_len=self.max_sequence_length, dtype=self.dtype)
             return prog, bind_text_fusion(prog, self.checkpoint.transformer)
 
-        return self._runner(("text_fusion",), build)
+        return self._programs.get(("text_fusion",), build)
 
     def _denoiser_runner(self, image_len: int) -> Runner:
         def build() -> tuple[Program, Mapping[str, np.ndarray]]:
@@ -231,7 +190,7 @@ class Krea2Pipeline:
                                   dtype=self.dtype)
             return prog, bind_denoiser(prog, self.checkpoint.transformer)
 
-        return self._runner(("denoiser", image_len), build)
+        return self._programs.get(("denoiser", image_len), build)
 
     def _vae_runner(self, grid_h: int, grid_w: int) -> Runner:
         cfg = self.configs.vae
@@ -240,7 +199,7 @@ class Krea2Pipeline:
             prog = build_vae_decoder(cfg, latent_h=2 * grid_h, latent_w=2 * grid_w, dtype=self.dtype)
             return prog, bind_vae(prog, self.checkpoint.vae)
 
-        return self._runner(("vae", grid_h, grid_w), build)
+        return self._programs.get(("vae", grid_h, grid_w), build)
 
     def prepare_all(self, width: int, height: int) -> None:
         """Build, bind and prepare every program for this (already rounded) size now."""
@@ -296,8 +255,8 @@ class Krea2Pipeline:
             velocity = next(iter(run({**inputs, "text_embeds": cond.embeds, "attention_mask": masks[0]}).values()))
             if uncond is not None:
                 v_u = next(iter(run({**inputs, "text_embeds": uncond.embeds, "attention_mask": masks[1]}).values()))
-                velocity = krea2_cfg(velocity, v_u, guidance)
-            latents = euler_step(latents, velocity, float(schedule.dt(i)))
+                velocity = cfg_combine(velocity, v_u, guidance, base="cond")
+            latents = euler_step(latents, velocity, schedule.dt(i))
             if self.on_step is not None:
                 self.on_step(i + 1, schedule.num_steps)
         return latents
@@ -310,13 +269,7 @@ class Krea2Pipeline:
 
     def decode(self, latents: np.ndarray, grid_h: int, grid_w: int) -> np.ndarray:
         """(H, W, 3) uint8, rounded as the reference image processor does."""
-        image = self.decode_image(latents, grid_h, grid_w)[0]
-        if image.dtype != np.float32:  # the reference maps to [0, 1] in the run dtype before uint8
-            half = np.float32(0.5)
-            image = (image.astype(np.float32) * half).astype(image.dtype)
-            image = (image.astype(np.float32) + half).astype(image.dtype)
-            return to_uint8(image, value_range="0,1")
-        return to_uint8(image)
+        return to_uint8(self.decode_image(latents, grid_h, grid_w)[0])
 
     # -- the whole path ------------------------------------------------------------------------
     def resolve(self, req: GenerationRequest) -> tuple[int, float, bool, list[str]]:
@@ -340,20 +293,14 @@ class Krea2Pipeline:
     def initial_noise(self, req: GenerationRequest, grid_h: int, grid_w: int) -> np.ndarray:
         """Packed initial latents (1, N, 64) in the run dtype, from the seed or `init_noise`."""
         z = self.configs.vae.z_dim
-        h, w = 2 * grid_h, 2 * grid_w
-        if req.init_noise is None:
-            noise = gaussian_noise((1, z, h, w), req.seed)
-            return pack_latents(noise).astype(self.dtype.np)
-        arr = np.asarray(req.init_noise)
-        if arr.ndim == 3 and arr.shape == (z, h, w):
-            arr = arr[None]
-        if arr.shape == (1, z, h, w):
-            return pack_latents(arr.astype(np.float32)).astype(self.dtype.np)
-        if arr.shape == (1, grid_h * grid_w, 4 * z):
-            return arr.astype(self.dtype.np)
-        raise UsageError(
-            f"initial noise has shape {list(arr.shape)}; for {w * 8}x{h * 8} it must be "
-            f"[1, {z}, {h}, {w}] (diffusers' unpacked latents) or packed [1, {grid_h * grid_w}, {4 * z}]"
+        return initial_latents(
+            req.init_noise,
+            req.seed,
+            unpacked=(1, z, 2 * grid_h, 2 * grid_w),
+            packed=(1, grid_h * grid_w, 4 * z),
+            pack=pack_latents,
+            dtype=self.dtype,
+            what=f"{grid_w * PIXELS_PER_TOKEN}x{grid_h * PIXELS_PER_TOKEN}",
         )
 
     def generate(self, req: GenerationRequest) -> GenerationResult:
@@ -361,64 +308,34 @@ class Krea2Pipeline:
         gh, gw = height // PIXELS_PER_TOKEN, width // PIXELS_PER_TOKEN
         steps, guidance, use_cfg, more = self.resolve(req)
         warnings += more
-        timings: dict[str, float] = {}
-
-        def stage(name: str, start: float) -> None:
-            timings[name] = time.perf_counter() - start
-            if self.on_stage is not None:
-                self.on_stage(name, timings[name])
-
-        start = time.perf_counter()
-        self.prepare_all(width, height)
-        noise = self.initial_noise(req, gh, gw)
-        schedule = krea2_schedule(self.configs, gh * gw, steps)
-        stage("load", start)
-        start = time.perf_counter()
-        cond = self.encode(req.prompt)
-        uncond = self.encode(req.negative_prompt) if use_cfg else None
-        stage("encode", start)
-        start = time.perf_counter()
-        latents = self.denoise(noise, cond, uncond, schedule, guidance, gh, gw)
-        stage("denoise", start)
-        start = time.perf_counter()
-        pixels = self.decode(latents, gh, gw)
-        stage("decode", start)
-        settings = {
-            "prompt": req.prompt,
-            "negative_prompt": req.negative_prompt if use_cfg else "",
-            "steps": steps,
-            "guidance": guidance,
-            "cfg": use_cfg,
-            "seed": None if req.init_noise is not None else req.seed,
-            "init_noise": req.init_noise is not None,
-            "width": width,
-            "height": height,
-            "dtype": self.dtype.value,
-            "mu": schedule.mu,
-            "sampler": "flow-match euler",
-            "model": self.checkpoint.name,
-            "variant": self.checkpoint.variant,
-            "distilled": self.checkpoint.is_distilled,
-            "backend": self.backend_name,
-        }
-        return GenerationResult(pixels, latents, noise, settings, timings, tuple(warnings), peak_rss_bytes(),
+        timer = StageTimer(self.on_stage)
+        with timer.stage("load"):
+            self.prepare_all(width, height)
+            noise = self.initial_noise(req, gh, gw)
+            schedule = krea2_schedule(self.configs, gh * gw, steps)
+        with timer.stage("encode"):
+            cond = self.encode(req.prompt)
+            uncond = self.encode(req.negative_prompt) if use_cfg else None
+        with timer.stage("denoise"):
+            latents = self.denoise(noise, cond, uncond, schedule, guidance, gh, gw)
+        with timer.stage("decode"):
+            pixels = self.decode(latents, gh, gw)
+        settings = image_settings(
+            prompt=req.prompt,
+            negative_prompt=req.negative_prompt,
+            steps=steps,
+            guidance=guidance,
+            cfg=use_cfg,
+            seed=req.seed,
+            init_noise=req.init_noise is not None,
+            width=width,
+            height=height,
+            dtype=self.dtype.value,
+            mu=schedule.mu,
+            model=self.checkpoint.name,
+            backend=self.backend_name,
+            variant=self.checkpoint.variant,
+            distilled=self.checkpoint.is_distilled,
+        )
+        return GenerationResult(pixels, latents, noise, settings, timer.timings, tuple(warnings), peak_rss_bytes(),
                                 self.plan_peak_bytes)
-
-
-def peak_rss_bytes() -> int:
-    """Peak resident memory of this process so far (Linux reports KiB, macOS bytes)."""
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return int(peak if sys.platform == "darwin" else peak * 1024)
-
-
-def load_noise_file(path: str | Path) -> np.ndarray:
-    """The initial-noise tensor of a safetensors file: its only tensor, or the one named `noise` /
-    `latents`."""
-    from dif.weights import open_safetensors
-
-    source = open_safetensors(path)
-    names = source.names()
-    pick = names[0] if len(names) == 1 else next((n for n in ("noise", "latents") if n in names), None)
-    if pick is None:
-        raise UsageError(f"{path}: holds {len(names)} tensors; name the noise tensor 'noise' or 'latents'")
-    return np.array(source[pick])

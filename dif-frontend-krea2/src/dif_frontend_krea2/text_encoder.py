@@ -17,9 +17,7 @@ from dif.dtypes import DType
 from dif.errors import DifError
 from dif.ir.builder import ProgramBuilder
 from dif.ir.program import Program
-from dif.layers.basic import embedding, rms_norm
-from dif.layers.causal_lm import DecoderLayerSpec, decoder_layer
-from dif.layers.tables import rope_half_tables
+from dif.layers.causal_lm import DecoderLayerSpec, decoder_rope_tables, tapped_hidden_states
 from dif_frontend_krea2 import __version__
 from dif_frontend_krea2.config import DEFAULT_TAPS, QwenVLTextConfig
 
@@ -33,22 +31,7 @@ def text_rope_tables(
 ) -> tuple[np.ndarray, np.ndarray]:
     """`rope_cos` / `rope_sin` inputs (S, head_dim) for per-token `positions` (S,), computed in fp32
     and rounded to `dtype`, as the reference does before rotating."""
-    cos, sin = rope_half_tables(np.asarray(positions), cfg.head_dim, cfg.rope_theta)
-    store = DType(dtype).np
-    return cos.astype(store), sin.astype(store)
-
-
-def layer_spec(cfg: QwenVLTextConfig) -> DecoderLayerSpec:
-    return DecoderLayerSpec(
-        hidden_size=cfg.hidden_size,
-        intermediate_size=cfg.intermediate_size,
-        heads=cfg.num_attention_heads,
-        kv_heads=cfg.num_key_value_heads,
-        head_dim=cfg.head_dim,
-        eps=cfg.rms_norm_eps,
-        attention_bias=cfg.attention_bias,
-        round_before_weight=True,
-    )
+    return decoder_rope_tables(cfg, positions, dtype=dtype)
 
 
 def build_text_encoder(
@@ -73,33 +56,21 @@ def build_text_encoder(
     Output (meta["outputs"] = "text_hidden_states"): (B, S - drop_prefix, len(taps), hidden_size).
     """
     taps = tuple(int(t) for t in taps)
-    n_total = cfg.num_hidden_layers
-    if not taps or min(taps) < 0 or max(taps) > n_total:
-        raise DifError(f"text encoder taps {taps} must lie in 0..{n_total}")
     if not 0 <= drop_prefix < seq_len:
         raise DifError(f"cannot drop {drop_prefix} prefix rows of a {seq_len}-token sequence")
     dt = DType(dtype)
-    depth = min(max(taps), n_total)
-    spec = layer_spec(cfg)
     b = ProgramBuilder("krea2_text_encoder", frontend_revision=REVISION)
     b.meta.update({"family": "krea2", "component": "text_encoder", "dtype": dt.value, "taps": ",".join(map(str, taps))})
     ids = b.input("input_ids", (batch, seq_len), DType.I64)
     mask = b.input("attention_mask", (batch, seq_len), DType.BOOL)
     cos = b.input("rope_cos", (seq_len, cfg.head_dim), dt)
     sin = b.input("rope_sin", (seq_len, cfg.head_dim), dt)
-
-    with b.scope(module=MODULE, block=f"{PREFIX}.embed_tokens", section="embed"):
-        h = embedding(b, ids, f"{PREFIX}.embed_tokens", cfg.vocab_size, cfg.hidden_size, dt)
-    hidden = [h]
     with b.scope(module=MODULE):
-        for i in range(depth):
-            h = decoder_layer(b, spec, f"{PREFIX}.layers.{i}", h, key_mask=mask, cos=cos, sin=sin)
-            hidden.append(h)
-    if max(taps) == n_total:  # the last hidden state transformers reports is the normed one
-        with b.scope(module=MODULE, block=f"{PREFIX}.norm", section="final_norm"):
-            hidden[n_total] = rms_norm(b, h, f"{PREFIX}.norm", eps=cfg.rms_norm_eps, round_before_weight=True)
+        hidden = tapped_hidden_states(
+            b, cfg, DecoderLayerSpec.qwen3(cfg), PREFIX, ids, taps, key_mask=mask, cos=cos, sin=sin, dtype=dt
+        )
     with b.scope(module=MODULE, block="taps", section="stack"):
-        rows = [b.emit("reshape", hidden[t], shape=(batch, seq_len, 1, cfg.hidden_size)) for t in taps]
+        rows = [b.emit("reshape", h, shape=(batch, seq_len, 1, cfg.hidden_size)) for h in hidden]
         out = rows[0] if len(rows) == 1 else b.emit("concat", *rows, axis=2)
         if drop_prefix:
             out = b.emit("slice", out, axis=1, start=drop_prefix, stop=seq_len)

@@ -6,7 +6,8 @@ diffusers / transformers state-dict names, so binding is by identity except for
     `Qwen3VLForConditionalGeneration` (`model.language_model.*`); the vision tower, `lm_head` and
     layers past the deepest tap are not used;
   - the VAE, whose causal 3D kernels (O, I, T, kh, kw) are read as the 2D kernel of their last
-    temporal tap (`LastTemporalTap`); the encoder half and the temporal upsampling convs are unused.
+    temporal tap (`last_temporal_tap`, a `dif.weights.Take` rule); the encoder half and the temporal
+    upsampling convs are unused.
 Every mismatch is reported by `dif.weights.bind_weights` naming the tensor and its file.
 """
 
@@ -16,47 +17,26 @@ import re
 from collections.abc import Callable
 from pathlib import Path
 
-import numpy as np
 from attrs import frozen
 
 from dif.errors import CheckpointError, WeightError
 from dif.ir.program import Program
-from dif.weights import BoundWeights, TensorSource, bind_weights, open_component
-from dif.weights.safetensors_file import TensorInfo
+from dif.weights import BoundWeights, MappedSource, Rule, Take, TensorSource, bind_weights, open_component
 from dif_frontend_krea2.config import Krea2Configs, is_krea2_folder, load_configs
 from dif_frontend_krea2.vae import unused_tensor_patterns
 
+LAST_TEMPORAL_TAP = Take(axis=2, index=-1, what="last temporal tap of the 3D kernel")
 
-class LastTemporalTap(TensorSource):
-    """`base` with every rank-5 tensor (a 3D conv kernel O, I, T, kh, kw) shown as its last temporal
-    tap (O, I, kh, kw); other tensors pass through. Nothing is read until a tensor is used."""
 
-    def __init__(self, base: TensorSource) -> None:
-        self.base = base
-        self.label = base.label
+def last_temporal_tap(base: TensorSource) -> MappedSource:
+    """`base` with every rank-5 tensor (a 3D conv kernel O, I, T, kh, kw) shown under its own name
+    as its last temporal tap (O, I, kh, kw); other tensors pass through. Only headers are read."""
+    rules = {n: Rule(n, LAST_TEMPORAL_TAP) for n in base.names() if len(base.info(n).shape) == 5}
+    return MappedSource(base, rules)
 
-    def names(self) -> list[str]:
-        return self.base.names()
 
-    def __contains__(self, name: object) -> bool:
-        return name in self.base
-
-    def info(self, name: str) -> TensorInfo:
-        src = self.base.info(name)
-        if len(src.shape) != 5:
-            return src
-        o, i, _, kh, kw = src.shape
-        return TensorInfo(name, src.dtype, (o, i, kh, kw), src.begin, src.end, src.file)
-
-    def file_of(self, name: str) -> str:
-        where = self.base.file_of(name)
-        if len(self.base.info(name).shape) == 5:
-            return f"{where} (last temporal tap of the 3D kernel)"
-        return where
-
-    def _load(self, name: str) -> np.ndarray:
-        arr = self.base[name]
-        return np.ascontiguousarray(arr[:, :, -1]) if arr.ndim == 5 else arr
+def _has_3d_kernels(source: TensorSource) -> bool:
+    return any(len(source.info(n).shape) == 5 for n in source.names())
 
 
 def _text_prefix(source: TensorSource) -> str:
@@ -131,7 +111,7 @@ def open_checkpoint(path: str | Path, *, variant: str | None = None) -> Krea2Che
         open_component(root / "transformer", variant=variant),
         text,
         _text_prefix(text),
-        LastTemporalTap(open_component(root / "vae", variant=variant)),
+        last_temporal_tap(open_component(root / "vae", variant=variant)),
     )
 
 
@@ -164,7 +144,8 @@ def bind_denoiser(program: Program, source: TensorSource) -> BoundWeights:
 
 
 def bind_vae(program: Program, source: TensorSource) -> BoundWeights:
-    """Bind a `build_vae_decoder` program to a VAE source (wrapped in `LastTemporalTap` if not yet)."""
-    if not isinstance(source, LastTemporalTap):
-        source = LastTemporalTap(source)
+    """Bind a `build_vae_decoder` program to a VAE source (seen through `last_temporal_tap` if it
+    still shows 3D kernels)."""
+    if _has_3d_kernels(source):
+        source = last_temporal_tap(source)
     return bind_weights(program, source, ignore=unused_tensor_patterns())

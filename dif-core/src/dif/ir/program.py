@@ -7,13 +7,13 @@ id, and never takes part in the structural fingerprint.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from functools import cached_property
 from typing import Any
 
 from attrs import field, frozen
 
-from dif._convert import to_tuple
+from dif._convert import strs
 from dif.ir.types import TensorType
 
 AttrValue = int | float | str | bool | None | tuple[Any, ...]
@@ -46,8 +46,8 @@ class Provenance:
     block: str = ""
     section: str = ""
     frontend_revision: str = ""
-    tensors: tuple[str, ...] = field(default=(), converter=to_tuple)
-    transforms: tuple[str, ...] = field(default=(), converter=to_tuple)
+    tensors: tuple[str, ...] = field(default=(), converter=strs)
+    transforms: tuple[str, ...] = field(default=(), converter=strs)
 
     def describe(self) -> str:
         parts = [p for p in (self.module, self.block, self.section) if p]
@@ -59,12 +59,16 @@ class Provenance:
         return text
 
 
+def _values(items: Iterable[Value]) -> tuple[Value, ...]:
+    return tuple(items)
+
+
 @frozen(eq=True, hash=False)
 class Node:
     id: int
     op: str
-    operands: tuple[str, ...] = field(converter=to_tuple)
-    results: tuple[Value, ...] = field(converter=to_tuple)
+    operands: tuple[str, ...] = field(converter=strs)
+    results: tuple[Value, ...] = field(converter=_values)
     attrs: dict[str, AttrValue] = field(factory=dict, converter=freeze_attrs)
 
     @property
@@ -74,13 +78,17 @@ class Node:
         return self.results[0]
 
 
+def _nodes(items: Iterable[Node]) -> tuple[Node, ...]:
+    return tuple(items)
+
+
 @frozen(eq=True, hash=False)
 class Program:
     name: str
-    inputs: tuple[Value, ...] = field(converter=to_tuple)
-    params: tuple[Value, ...] = field(converter=to_tuple)
-    nodes: tuple[Node, ...] = field(converter=to_tuple)
-    outputs: tuple[str, ...] = field(converter=to_tuple)
+    inputs: tuple[Value, ...] = field(converter=_values)
+    params: tuple[Value, ...] = field(converter=_values)
+    nodes: tuple[Node, ...] = field(converter=_nodes)
+    outputs: tuple[str, ...] = field(converter=strs)
     provenance: dict[int, Provenance] = field(factory=dict, eq=False)
     meta: dict[str, str] = field(factory=dict, eq=False)
 

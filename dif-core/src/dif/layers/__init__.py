@@ -2,7 +2,7 @@
 
 Nothing here names a model: frontends pass checkpoint names and sizes. `tables` holds numpy
 constants (RoPE, sinusoids) that programs take as inputs; the other modules emit DiffIR nodes
-through a `ProgramBuilder`.
+through a `ProgramBuilder` (`causal_lm`: decoder-only text encoders in the Llama / Qwen layout).
 """
 
 from dif.layers.attention import apply_rope, attention, head_rms_norm, project_heads, qkv_heads
@@ -19,6 +19,13 @@ from dif.layers.basic import (
     split,
     split_heads,
 )
+from dif.layers.causal_lm import (
+    DecoderConfig,
+    DecoderLayerSpec,
+    decoder_layer,
+    decoder_rope_tables,
+    tapped_hidden_states,
+)
 from dif.layers.conv_blocks import attention_block_2d, downsample_2d, norm_act_conv, resnet_block_2d, upsample_2d
 from dif.layers.ffn import glu_ffn_fused, glu_ffn_split
 from dif.layers.modulation import (
@@ -31,12 +38,16 @@ from dif.layers.modulation import (
 from dif.layers.tables import grid_ids, rope_half_tables, rope_pairs_tables, sinusoidal_embedding
 
 __all__ = [
+    "DecoderConfig",
+    "DecoderLayerSpec",
     "activation",
     "apply_rope",
     "attention",
     "attention_block_2d",
     "chunk",
     "conv2d",
+    "decoder_layer",
+    "decoder_rope_tables",
     "downsample_2d",
     "embedding",
     "gated_residual",
@@ -61,6 +72,7 @@ __all__ = [
     "split",
     "split_heads",
     "split_tokens",
+    "tapped_hidden_states",
     "timestep_mlp",
     "upsample_2d",
 ]

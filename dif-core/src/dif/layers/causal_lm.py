@@ -5,17 +5,50 @@ is the pre-norm form shared by that family: RMS norm -> GQA self-attention (opti
 RMS norm, rotary embedding, causal + key-padding mask) -> residual, then RMS norm -> split-weight
 gated MLP -> residual. Weight names are relative to `name` and follow the Hugging Face layout:
 `input_layernorm`, `self_attn.{q,k,v,o}_proj`, `self_attn.{q,k}_norm`, `post_attention_layernorm`,
-`mlp.{gate,up,down}_proj`.
+`mlp.{gate,up,down}_proj`. `tapped_hidden_states` builds the stack up to the deepest hidden state a
+diffusion model reads ("taps"), numbered as transformers' `output_hidden_states` numbers them.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Protocol
+
+import numpy as np
 from attrs import frozen
 
+from dif.dtypes import DType
+from dif.errors import DifError
 from dif.ir.builder import ProgramBuilder, Var
 from dif.layers.attention import apply_rope, attention, qkv_heads
-from dif.layers.basic import linear, rms_norm
+from dif.layers.basic import embedding, linear, rms_norm
 from dif.layers.ffn import glu_ffn_split
+from dif.layers.tables import rope_half_tables
+
+
+class DecoderConfig(Protocol):
+    """The fields of a Hugging Face Llama / Qwen text config that size the decoder stack."""
+
+    @property
+    def vocab_size(self) -> int: ...
+    @property
+    def hidden_size(self) -> int: ...
+    @property
+    def intermediate_size(self) -> int: ...
+    @property
+    def num_hidden_layers(self) -> int: ...
+    @property
+    def num_attention_heads(self) -> int: ...
+    @property
+    def num_key_value_heads(self) -> int: ...
+    @property
+    def head_dim(self) -> int: ...
+    @property
+    def rms_norm_eps(self) -> float: ...
+    @property
+    def rope_theta(self) -> float: ...
+    @property
+    def attention_bias(self) -> bool: ...
 
 
 @frozen
@@ -37,6 +70,24 @@ class DecoderLayerSpec:
     rope_mode: str = "half"
     act: str = "silu"
     round_before_weight: bool = True
+
+    @classmethod
+    def qwen3(cls, cfg: DecoderConfig) -> DecoderLayerSpec:
+        """The Qwen3 layer (also the Qwen3-VL text layer): GQA with per-head q/k RMS norm, half-split
+        RoPE, SwiGLU MLP, RMS norms that round to the activation dtype before the weight multiply."""
+        return cls(
+            hidden_size=cfg.hidden_size,
+            intermediate_size=cfg.intermediate_size,
+            heads=cfg.num_attention_heads,
+            kv_heads=cfg.num_key_value_heads,
+            head_dim=cfg.head_dim,
+            eps=cfg.rms_norm_eps,
+            qk_norm=True,
+            attention_bias=cfg.attention_bias,
+            rope_mode="half",
+            act="silu",
+            round_before_weight=True,
+        )
 
 
 def decoder_layer(
@@ -88,3 +139,52 @@ def decoder_layer(
         )
         h = b.emit("add", h, y)
     return h
+
+
+def decoder_rope_tables(
+    cfg: DecoderConfig, positions: Sequence[int] | np.ndarray, *, dtype: DType | str = "f32"
+) -> tuple[np.ndarray, np.ndarray]:
+    """`rope_cos` / `rope_sin` inputs (S, head_dim) for per-token `positions` (S,): half-split tables
+    computed in fp32 and rounded to `dtype`, as the reference does before rotating."""
+    cos, sin = rope_half_tables(np.asarray(positions), cfg.head_dim, cfg.rope_theta)
+    store = DType(dtype).np
+    return cos.astype(store), sin.astype(store)
+
+
+def tapped_hidden_states(
+    b: ProgramBuilder,
+    cfg: DecoderConfig,
+    spec: DecoderLayerSpec,
+    prefix: str,
+    ids: Var,
+    taps: Sequence[int],
+    *,
+    key_mask: Var | None,
+    cos: Var | None,
+    sin: Var | None,
+    dtype: DType | str,
+) -> list[Var]:
+    """Hidden states [B, S, hidden] at `taps` of the decoder whose weights live under `prefix`.
+
+    Tap k is transformers' `hidden_states[k]`: the token embeddings for k = 0, the output of layer
+    k-1 for 0 < k < num_hidden_layers, and the final-normed output of the last layer (`{prefix}.norm`)
+    for k = num_hidden_layers. Only layers 0..max(taps)-1 are built, so later layers (and the final
+    norm, unless tapped) are not parameters. ids [B, S] int; key_mask / cos / sin as `decoder_layer`.
+    Provenance: block `{prefix}.embed_tokens` (section embed), `{prefix}.layers.i`, `{prefix}.norm`.
+    """
+    n_total = cfg.num_hidden_layers
+    taps = tuple(int(t) for t in taps)
+    if not taps or min(taps) < 0 or max(taps) > n_total:
+        raise DifError(f"text encoder taps {taps} must lie in 0..{n_total}")
+    with b.scope(block=f"{prefix}.embed_tokens", section="embed"):
+        h = embedding(b, ids, f"{prefix}.embed_tokens", cfg.vocab_size, cfg.hidden_size, DType(dtype))
+    hidden = [h]
+    for i in range(max(taps)):
+        h = decoder_layer(b, spec, f"{prefix}.layers.{i}", h, key_mask=key_mask, cos=cos, sin=sin)
+        hidden.append(h)
+    if max(taps) == n_total:  # the last hidden state transformers reports is the normed one
+        with b.scope(block=f"{prefix}.norm", section="final_norm"):
+            hidden[n_total] = rms_norm(
+                b, h, f"{prefix}.norm", eps=spec.eps, round_before_weight=spec.round_before_weight
+            )
+    return [hidden[t] for t in taps]

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from dif.dtypes import DType
 from dif.errors import DifError
 from dif.serialize.container import write_atomic
 
@@ -24,19 +25,30 @@ JSON_KEY = "dif"
 PARAMETERS_KEY = "parameters"
 
 
+NARROW_FLOATS = frozenset(d.np for d in DType if d.is_float and d.itemsize < 4)
+
+
 def to_uint8(image: np.ndarray, *, value_range: str = "-1,1") -> np.ndarray:
     """(H, W, C) or (C, H, W) float image -> (H, W, C) uint8.
 
     value_range "-1,1": x/2 + 0.5 first (a VAE's output); "0,1": as is. Then clamp to [0, 1] and
     round(x * 255), as diffusers' image processor does (ties to even, like torch/numpy round).
+    The x/2 + 0.5 is taken in the image's own dtype when that is narrower than float32 (bf16, f16:
+    each operation rounded, as the processor does on such a tensor), otherwise in float32.
     """
-    arr = np.asarray(image, dtype=np.float32)
+    src = np.asarray(image)
+    arr = src.astype(np.float32)
     if arr.ndim != 3:
         raise DifError(f"expected one image of rank 3, got shape {list(arr.shape)}")
     if arr.shape[0] in (1, 3, 4) and arr.shape[-1] not in (1, 3, 4):
         arr = arr.transpose(1, 2, 0)
     if value_range == "-1,1":
-        arr = arr * np.float32(0.5) + np.float32(0.5)
+        half = np.float32(0.5)
+        if src.dtype in NARROW_FLOATS:
+            arr = (arr * half).astype(src.dtype).astype(np.float32)
+            arr = (arr + half).astype(src.dtype).astype(np.float32)
+        else:
+            arr = arr * half + half
     elif value_range != "0,1":
         raise DifError(f"unknown value range '{value_range}'", hint="use '-1,1' or '0,1'")
     arr = np.clip(arr, 0.0, 1.0)

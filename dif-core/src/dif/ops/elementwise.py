@@ -14,7 +14,7 @@ from dif.ops.registry import AttrSpec, Case, defop
 
 _erf = np.frompyfunc(math.erf, 1, 1)
 
-_UNARY_SHAPES = [[(2, 3, 5)], [(7,)]]
+_UNARY_SHAPES: list[list[tuple[int, ...]]] = [[(2, 3, 5)], [(7,)]]
 
 
 def _unary_cases(positive: bool = False) -> Callable[[np.random.Generator, DType], list[Case]]:
@@ -63,7 +63,7 @@ _unary("relu", lambda x: np.maximum(x, 0), "relu(x) = max(x, 0).")
 def gelu_math(x: np.ndarray, approximate: str) -> np.ndarray:
     if approximate == "tanh":
         return 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x**3)))
-    return (0.5 * x * (1 + _erf(x / math.sqrt(2)).astype(x.dtype))).astype(x.dtype)
+    return (0.5 * x * (1 + np.asarray(_erf(x / math.sqrt(2))).astype(x.dtype))).astype(x.dtype)
 
 
 @defop(

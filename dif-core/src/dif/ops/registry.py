@@ -9,13 +9,12 @@ defines op meaning.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 from attrs import field, frozen
 
-from dif._convert import to_tuple
 from dif.dtypes import DType
 from dif.errors import AttrError, PluginError, TypeRuleError, UnknownOpError
 from dif.ir.types import TensorType
@@ -62,12 +61,16 @@ class AttrSpec:
         return value
 
 
+def _arrays(items: Iterable[np.ndarray]) -> tuple[np.ndarray, ...]:
+    return tuple(items)
+
+
 @frozen
 class Case:
     """One conformance case: operand arrays (storage dtypes) and attributes."""
 
     name: str
-    operands: tuple[np.ndarray, ...] = field(converter=to_tuple)
+    operands: tuple[np.ndarray, ...] = field(converter=_arrays)
     attrs: dict[str, Any] = field(factory=dict)
 
 

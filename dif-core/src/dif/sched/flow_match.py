@@ -13,6 +13,7 @@ v = noise - x0, and x_{i+1} = x_i + (sigma_{i+1} - sigma_i) * v.
 from __future__ import annotations
 
 import math
+from typing import Literal
 
 import numpy as np
 from attrs import frozen
@@ -69,7 +70,7 @@ class FlowMatchSchedule:
         return len(self.timesteps)
 
     def dt(self, i: int) -> np.float32:
-        """sigma_{i+1} - sigma_i in float32 (negative)."""
+        """sigma_{i+1} - sigma_i in float32 (negative); pass it to `euler_step` as it is."""
         return F32(self.sigmas[i + 1] - self.sigmas[i])
 
 
@@ -107,8 +108,10 @@ def flow_match_schedule(
     return FlowMatchSchedule(full, timesteps, mu)
 
 
-def euler_step(sample: np.ndarray, velocity: np.ndarray, dt: float | np.floating) -> np.ndarray:
+def euler_step(sample: np.ndarray, velocity: np.ndarray, dt: float | np.float32) -> np.ndarray:
     """x + dt * v, returned in the velocity's dtype (diffusers casts the result back each step).
+
+    dt is taken as float32: a `FlowMatchSchedule.dt` already is one; a Python float is rounded.
 
     float32 velocity: all float32. bf16 velocity: like torch, dt is rounded to bf16 (a 0-d
     tensor adopts the other operand's dtype), dt*v is rounded to bf16, the sum is taken in float32
@@ -124,11 +127,22 @@ def euler_step(sample: np.ndarray, velocity: np.ndarray, dt: float | np.floating
     return (x32 + prod.astype(F32)).astype(lo)
 
 
-def cfg_combine(cond: np.ndarray, uncond: np.ndarray, scale: float) -> np.ndarray:
-    """uncond + scale * (cond - uncond), each operation rounded to the inputs' dtype as torch does."""
+def cfg_combine(
+    cond: np.ndarray, uncond: np.ndarray, scale: float, *, base: Literal["uncond", "cond"] = "uncond"
+) -> np.ndarray:
+    """Classifier-free guidance, each operation rounded to the inputs' dtype as torch does.
+
+    base="uncond": uncond + scale * (cond - uncond) (FLUX.2 and most pipelines; scale 1 is cond);
+    base="cond":   cond + scale * (cond - uncond) (Krea 2; scale 0 is cond)."""
     lo = np.asarray(cond).dtype
+    if base == "uncond":
+        start = uncond
+    elif base == "cond":
+        start = cond
+    else:
+        raise DifError(f"unknown CFG base '{base}'", hint="use 'uncond' or 'cond'")
     if lo == F32:
-        return (uncond + F32(scale) * (cond - uncond)).astype(F32)
+        return (start + F32(scale) * (cond - uncond)).astype(F32)
     diff = (cond.astype(F32) - uncond.astype(F32)).astype(lo)
     scaled = (F32(scale) * diff.astype(F32)).astype(lo)
-    return (uncond.astype(F32) + scaled.astype(F32)).astype(lo)
+    return (start.astype(F32) + scaled.astype(F32)).astype(lo)

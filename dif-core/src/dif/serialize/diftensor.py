@@ -4,7 +4,8 @@ Layout (the safetensors format, written here so bf16/fp8 need no torch):
     u64 little-endian N | N bytes of JSON header, space-padded | data
     header = {"__metadata__": {str: str}, NAME: {"dtype": "BF16", "shape": [..], "data_offsets": [b, e]}, ...}
 Offsets are relative to the data start. dif files add "dif.format": "diftensor" and "dif.version":
-"1" to `__metadata__`; plain safetensors files (no dif keys) load too. Reads are zero-copy views of
+"1" to `__metadata__`; plain safetensors files (no dif keys) load too, and `save_tensors(...,
+dif_metadata=False)` writes them (the one safetensors writer in dif). Reads are zero-copy views of
 one read-only mmap of the file; every header field is validated first, so a bad file raises a
 `FormatError` naming the file (and the tensor), never a raw numpy/json error.
 """
@@ -213,27 +214,36 @@ def _prepare(name: object, array: object) -> tuple[np.ndarray, str]:
         arr = arr.astype(arr.dtype.newbyteorder("<"))
     st_name = SAFETENSORS_NAME_OF.get(arr.dtype)
     if st_name is None:
-        raise DifError(f"tensor '{name}': numpy dtype {arr.dtype} cannot be stored in safetensors")
+        raise FormatError(f"tensor '{name}': numpy dtype {arr.dtype} cannot be stored in safetensors")
     return (arr if arr.flags.c_contiguous else arr.copy(order="C")), st_name  # keeps 0-d arrays 0-d
 
 
 def save_tensors(
-    path: str | Path, tensors: Mapping[str, np.ndarray], metadata: Mapping[str, str] | None = None
+    path: str | Path,
+    tensors: Mapping[str, np.ndarray],
+    metadata: Mapping[str, str] | None = None,
+    *,
+    dif_metadata: bool = True,
 ) -> None:
-    """Write `tensors` (any dtype in `NUMPY_OF`, incl. bf16/fp8 via ml_dtypes) as a `.diftensor`.
+    """Write `tensors` (any dtype in `NUMPY_OF`, incl. bf16/fp8 via ml_dtypes) as a safetensors file.
 
-    Atomic (temp file in the same folder, then rename) and streamed, so large captures are not
-    assembled in memory. Data is ordered by itemsize (descending) then name, so every tensor is
-    aligned to its itemsize; the layout has no holes, as the safetensors library requires."""
+    dif_metadata=True (a `.diftensor`): `__metadata__` also gets "dif.format" and "dif.version".
+    dif_metadata=False: a plain safetensors file (checkpoints, latents for other tools), with
+    `__metadata__` only when `metadata` is given. Either way `load_tensors`, transformers and
+    diffusers read it. Atomic (temp file in the same folder, then rename) and streamed, so large
+    captures are not assembled in memory. Data is ordered by itemsize (descending) then name, so
+    every tensor is aligned to its itemsize; the layout has no holes, as the safetensors library
+    requires; the header is space-padded to 8 bytes."""
     meta = dict(metadata or {})
     if not all(isinstance(k, str) and isinstance(v, str) for k, v in meta.items()):
-        raise DifError("diftensor metadata must map strings to strings")
+        raise DifError("safetensors metadata must map strings to strings")
     if FORMAT_KEY in meta or VERSION_KEY in meta:
         raise DifError(f"metadata keys {FORMAT_KEY!r} and {VERSION_KEY!r} are reserved for dif")
-    meta.update({FORMAT_KEY: FORMAT, VERSION_KEY: VERSION})
+    if dif_metadata:
+        meta.update({FORMAT_KEY: FORMAT, VERSION_KEY: VERSION})
     prepared = {name: _prepare(name, arr) for name, arr in tensors.items()}
     order = sorted(prepared, key=lambda n: (-prepared[n][0].dtype.itemsize, n))
-    header: dict[str, Any] = {"__metadata__": dict(sorted(meta.items()))}
+    header: dict[str, Any] = {"__metadata__": dict(sorted(meta.items()))} if meta else {}
     offset = 0
     for name in order:
         arr, st_name = prepared[name]

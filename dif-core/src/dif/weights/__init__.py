@@ -6,8 +6,8 @@ backend's `prepare` receives the weights. Nothing is read until a tensor is used
 """
 
 from dif.weights.bind import BoundWeights, Conversion, bind_weights
-from dif.weights.remap import Chunk, DropUnitAxes, MappedSource, Rule, SwapHalves
-from dif.weights.safetensors_file import SafetensorsFile, TensorInfo, encode_safetensors, read_header, save_safetensors
+from dif.weights.remap import Chunk, DropUnitAxes, MappedSource, Rule, SwapHalves, Take
+from dif.weights.safetensors_file import SafetensorsFile, TensorInfo, read_header
 from dif.weights.source import (
     ArraySource,
     FileSource,
@@ -29,14 +29,13 @@ __all__ = [
     "Rule",
     "SafetensorsFile",
     "SwapHalves",
+    "Take",
     "TensorInfo",
     "TensorSource",
     "bind_weights",
-    "encode_safetensors",
     "open_component",
     "open_index",
     "open_safetensors",
     "read_header",
-    "save_safetensors",
     "weight_file_names",
 ]

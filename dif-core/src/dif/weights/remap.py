@@ -3,8 +3,9 @@
 A frontend that reads a non-native layout (an original single file with fused projections, a
 repack with a prefix) describes it as rules: each program-side name comes from one checkpoint
 tensor, optionally through a small shape transform (take one of n equal chunks, swap the two
-halves, drop trailing 1-sized axes). `MappedSource` applies the rules lazily, so nothing is copied
-until a tensor is used, and error messages still name the original tensor and file.
+halves, drop trailing 1-sized axes, take one index of an axis). `MappedSource` applies the rules
+lazily, so nothing is copied until a tensor is used, and error messages still name the original
+tensor and file.
 """
 
 from __future__ import annotations
@@ -81,7 +82,34 @@ class DropUnitAxes:
         return "trailing unit axes dropped"
 
 
-Transform = Chunk | SwapHalves | DropUnitAxes
+@frozen
+class Take:
+    """Index `index` of `axis`, that axis removed (a causal 3D conv kernel [O,I,T,kh,kw] read as the
+    2D kernel of its last temporal tap: Take(axis=2, index=-1)). Negative indexes count from the end;
+    `what` names the piece in messages ("last temporal tap")."""
+
+    axis: int
+    index: int
+    what: str = ""
+
+    def shape(self, shape: tuple[int, ...]) -> tuple[int, ...]:
+        if not -len(shape) <= self.axis < len(shape):
+            raise WeightError(f"shape {list(shape)} has no axis {self.axis}")
+        size = shape[self.axis]
+        if not -size <= self.index < size:
+            raise WeightError(f"axis {self.axis} of size {size} has no index {self.index}")
+        axis = self.axis % len(shape)
+        return shape[:axis] + shape[axis + 1 :]
+
+    def apply(self, arr: np.ndarray) -> np.ndarray:
+        return np.take(arr, self.index, axis=self.axis)
+
+    def describe(self) -> str:
+        where = f"index {self.index} of axis {self.axis}"
+        return f"{self.what} ({where})" if self.what else where
+
+
+Transform = Chunk | SwapHalves | DropUnitAxes | Take
 
 
 @frozen

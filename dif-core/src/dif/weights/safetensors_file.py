@@ -4,13 +4,12 @@ Every length and offset in the header is checked (by `dif.serialize.diftensor`) 
 on disk before anything is sliced, so a truncated download or a file that is not safetensors at
 all fails here with a `FormatError` naming the file (and the tensor, when one is to blame), never
 later inside numpy. Tensors are zero-copy views of one read-only `np.memmap` of the file, mapped
-on first access (opening a 9B checkpoint reads only its headers).
+on first access (opening a 9B checkpoint reads only its headers). Files are written by
+`dif.serialize.diftensor.save_tensors` (`dif_metadata=False` for plain checkpoints).
 """
 
 from __future__ import annotations
 
-import json
-import struct
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,7 +17,7 @@ import numpy as np
 from attrs import frozen
 
 from dif.errors import FormatError, WeightError
-from dif.serialize.diftensor import NUMPY_OF, SAFETENSORS_NAME_OF, read_safetensors_header
+from dif.serialize.diftensor import NUMPY_OF, read_safetensors_header
 
 
 @frozen
@@ -94,35 +93,3 @@ class SafetensorsFile:
             raise FormatError(f"{self.path}: tensor '{name}' runs past the end of the file (truncated?)")
         raw = self._map[start : start + info.nbytes]
         return np.asarray(raw).view(info.numpy_dtype).reshape(info.shape)
-
-
-def encode_safetensors(tensors: dict[str, np.ndarray], metadata: dict[str, str] | None = None) -> bytes:
-    """Bytes of a plain safetensors file (no dif keys added to the metadata, so transformers and
-    diffusers load it as one of theirs). Data ordered by itemsize then name, so every tensor is
-    aligned to its itemsize; header padded to 8 bytes."""
-    header: dict[str, object] = {}
-    if metadata:
-        header["__metadata__"] = {str(k): str(v) for k, v in metadata.items()}
-    chunks: list[bytes] = []
-    offset = 0
-    arrays = {name: np.asarray(arr) for name, arr in tensors.items()}
-    arrays = {name: a if a.flags.c_contiguous else a.copy(order="C") for name, a in arrays.items()}  # keeps 0-d
-    for name in sorted(arrays, key=lambda n: (-arrays[n].dtype.itemsize, n)):
-        arr = arrays[name]
-        dtype = SAFETENSORS_NAME_OF.get(arr.dtype)
-        if dtype is None:
-            raise FormatError(f"tensor '{name}': numpy dtype {arr.dtype} cannot be stored in safetensors")
-        data = arr.tobytes()
-        header[name] = {"dtype": dtype, "shape": list(arr.shape), "data_offsets": [offset, offset + len(data)]}
-        chunks.append(data)
-        offset += len(data)
-    raw = json.dumps(header, separators=(",", ":")).encode()
-    raw += b" " * (-(len(raw) + 8) % 8)
-    return struct.pack("<Q", len(raw)) + raw + b"".join(chunks)
-
-
-def save_safetensors(path: str | Path, tensors: dict[str, np.ndarray], metadata: dict[str, str] | None = None) -> None:
-    """Write a safetensors file atomically (temp file + rename): readers never see half a file."""
-    from dif.serialize.container import write_atomic
-
-    write_atomic(path, encode_safetensors(tensors, metadata))

@@ -10,7 +10,8 @@ from dif_tools.output import emit_document, human_bytes
 @click.command("probe")
 @click.option("--json", "as_json", is_flag=True, help="Print a dif-telemetry/1 document.")
 def probe(as_json: bool) -> None:
-    """Probe every registered backend; unavailable ones are listed with the reason."""
+    """Probe every registered backend; unavailable ones are listed with the reason, available ones
+    with their availability note when they give one."""
     from dif.runtime import describe_backends
 
     hardware, budgets = describe_backends()
@@ -31,6 +32,8 @@ def probe(as_json: bool) -> None:
             f"{name}: {p['device']} ({p['arch'] or 'arch ?'}), {p['compute_units']} compute units, "
             f"{human_bytes(p['memory_bytes'])}, fingerprint {entry['fingerprint']}"
         )
+        if entry["reason"]:  # an available backend may still have advice (OpenCL: a hidden NVIDIA ICD)
+            click.echo(f"  note: {entry['reason']}")
         click.echo(f"  dtypes: {', '.join(p['dtypes']) or '-'}")
         click.echo(f"  tensor-core formats: {', '.join(p['tensor_core_formats']) or '-'}")
         if p["capabilities"]:

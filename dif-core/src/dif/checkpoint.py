@@ -1,0 +1,55 @@
+"""Facts about a checkpoint that commands show and use as defaults: storage dtype, native image size,
+tensor counts per component.
+
+Where it sits: beside `dif.weights`, for a frontend's `generate` (--dtype auto, default size) and
+`info` commands. Only configs and safetensors headers are read, never tensor data.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+from typing import Any, Literal
+
+from dif.dtypes import DType
+from dif.weights.source import TensorSource
+
+RUN_DTYPES = {"BF16": DType.BF16, "F16": DType.F16, "F32": DType.F32}
+
+
+def storage_dtype(source: TensorSource, *, by: Literal["majority", "first"] = "majority") -> DType:
+    """The run dtype for `--dtype auto`: how `source`'s float tensors are stored (bf16 | f16 | f32).
+
+    by="majority": the dtype most tensors have (checkpoints that keep norm gains in fp32 next to
+    bf16 matrices are bf16 checkpoints); by="first": the first float tensor's, in `names()` order.
+    f32 when no tensor is bf16, f16 or f32."""
+    kinds = [source.info(n).dtype for n in source.names()]
+    order = [kind for kind, _ in Counter(kinds).most_common()] if by == "majority" else kinds
+    return next((RUN_DTYPES[k] for k in order if k in RUN_DTYPES), DType.F32)
+
+
+def native_size(root: Path, *, multiple: int = 16, default: int = 1024) -> int:
+    """Default image width/height: `sample_size` of the diffusers folder's vae/config.json when it is
+    a positive multiple of `multiple`, else `default`."""
+    try:
+        size = json.loads((root / "vae" / "config.json").read_text()).get("sample_size", default)
+    except (OSError, ValueError, AttributeError):
+        return default
+    return size if isinstance(size, int) and size > 0 and size % multiple == 0 else default
+
+
+def source_summary(source: TensorSource) -> dict[str, Any]:
+    """{"tensors": count, "bytes": total, "dtypes": sorted safetensors names, "from": label}."""
+    infos = [source.info(n) for n in source.names()]
+    dtypes = sorted({i.dtype for i in infos})
+    return {"tensors": len(infos), "bytes": sum(i.nbytes for i in infos), "dtypes": dtypes, "from": source.label}
+
+
+def component_line(name: str, description: dict[str, Any]) -> str:
+    """`  name: key value, ...; N tensors, X MB DTYPES` for an `info` command: the component's own
+    keys first, then the `source_summary` keys it was merged with."""
+    summary_keys = ("tensors", "bytes", "dtypes", "from")
+    shape = ", ".join(f"{k} {v}" for k, v in description.items() if k not in summary_keys)
+    d = description
+    return f"  {name}: {shape}; {d['tensors']} tensors, {d['bytes'] / 1e6:.1f} MB {'/'.join(d['dtypes'])}"
