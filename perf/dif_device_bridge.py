@@ -1,0 +1,224 @@
+"""Where the perf scripts run: torch + dif's CUDA backend on a GPU, or torch CPU + dif's CPU backend
+(to check a script on a machine without a GPU). Timing, peak memory, and handing a torch model's
+weights to dif by parameter name.
+
+Benchmark support only. On CUDA the weights go device to device: `DeviceWeight` wraps a torch CUDA
+tensor (shape and numpy dtype, which is all the backend checks), and inside `bridge()` the CUDA
+executor's host upload copies such entries with cudaMemcpy device-to-device instead (host arrays
+still take the normal path). This saves the host round trip of a 25 GB state dict; the values dif
+receives are the same.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+
+from dif.errors import WeightError
+from dif.ir.program import Program
+
+D2D = 3  # cudaMemcpyDeviceToDevice
+
+
+class DeviceWeight:
+    """A contiguous torch CUDA tensor presented to dif's weight checks as (shape, numpy dtype)."""
+
+    def __init__(self, tensor: Any, dtype: np.dtype) -> None:
+        self.tensor = tensor.contiguous()
+        self.shape = tuple(self.tensor.shape)
+        self.dtype = dtype
+        self.nbytes = self.tensor.numel() * self.tensor.element_size()
+        self.ptr = self.tensor.data_ptr()
+
+
+def _np_dtype(torch_dtype: Any) -> np.dtype:
+    import ml_dtypes
+    import torch
+
+    table = {torch.bfloat16: np.dtype(ml_dtypes.bfloat16), torch.float32: np.dtype(np.float32),
+             torch.float16: np.dtype(np.float16)}  # fmt: skip
+    if torch_dtype not in table:
+        raise WeightError(f"torch dtype {torch_dtype} has no dif equivalent here")
+    return table[torch_dtype]
+
+
+class Device:
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+        self.torch_device = "cuda" if kind == "cuda" else "cpu"
+        self._backend: Any = None
+
+    def name(self) -> str:
+        import torch
+
+        return torch.cuda.get_device_name() if self.kind == "cuda" else platform_cpu()
+
+    def backend(self) -> Any:
+        if self._backend is None:
+            if self.kind == "cuda":
+                from dif_backend_cuda.device import CudaBackend
+
+                self._backend = CudaBackend()
+            else:
+                from dif_backend_cpu import CpuBackend
+
+                self._backend = CpuBackend()
+        return self._backend
+
+    # -- torch side ---------------------------------------------------------------------------------
+    def sync(self) -> None:
+        if self.kind == "cuda":
+            import torch
+
+            torch.cuda.synchronize()
+
+    def reset_peak(self) -> None:
+        if self.kind == "cuda":
+            import torch
+
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+
+    def peak_gib(self) -> float | None:
+        if self.kind != "cuda":
+            return None
+        import torch
+
+        torch.cuda.synchronize()
+        return round(torch.cuda.max_memory_allocated() / 2**30, 2)
+
+    def empty_cache(self) -> None:
+        if self.kind == "cuda":
+            import torch
+
+            torch.cuda.empty_cache()
+
+    def torch_median(self, fn: Callable[[], Any], iters: int, warm: int) -> tuple[float, list[float]]:
+        """Median milliseconds of `fn` (CUDA events on torch's current stream, or wall clock on CPU)."""
+        import torch
+
+        for _ in range(warm):
+            fn()
+        self.sync()
+        times = []
+        for _ in range(iters):
+            if self.kind == "cuda":
+                start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                start.record()
+                fn()
+                stop.record()
+                stop.synchronize()
+                times.append(start.elapsed_time(stop))
+            else:
+                t0 = time.perf_counter()
+                fn()
+                times.append((time.perf_counter() - t0) * 1e3)
+        return float(np.median(times)), times
+
+    # -- dif side -----------------------------------------------------------------------------------
+    def weights(self, program: Program, model: Any) -> dict[str, Any]:
+        """The model's tensors for every program parameter, by name; shapes and dtypes must agree."""
+        from denoiser_models import to_numpy
+
+        state = model.state_dict()
+        out: dict[str, Any] = {}
+        for p in program.params:
+            if p.name not in state:
+                raise WeightError(f"dif parameter '{p.name}' is not in the diffusers state dict")
+            t = state[p.name]
+            dtype = _np_dtype(t.dtype)
+            if tuple(t.shape) != p.type.shape or dtype != p.type.dtype.np:
+                raise WeightError(f"'{p.name}': dif wants {p.type}, diffusers holds {t.dtype}{list(t.shape)}")
+            out[p.name] = DeviceWeight(t, dtype) if self.kind == "cuda" else to_numpy(t)
+        return out
+
+    @contextlib.contextmanager
+    def bridge(self) -> Iterator[None]:
+        """While active, the CUDA executor copies `DeviceWeight` entries device to device."""
+        if self.kind != "cuda":
+            yield
+            return
+        import cupy
+
+        from dif_backend_cuda import executor
+
+        original = executor.upload
+
+        def upload(dst_ptr: int, arrays: list[tuple[int, Any]], stream: Any) -> float:
+            t0 = time.perf_counter()
+            host = [(off, a) for off, a in arrays if not isinstance(a, DeviceWeight)]
+            for off, a in arrays:
+                if isinstance(a, DeviceWeight) and a.nbytes:
+                    cupy.cuda.runtime.memcpyAsync(dst_ptr + off, a.ptr, a.nbytes, D2D, stream.ptr)
+            stream.synchronize()
+            spent = time.perf_counter() - t0
+            return spent + (original(dst_ptr, host, stream) if host else 0.0)
+
+        self.sync()  # the torch kernels that wrote the weights have finished
+        executor.upload = upload
+        try:
+            yield
+        finally:
+            executor.upload = original
+
+    def free_bytes(self) -> int:
+        if self.kind != "cuda":
+            return 0
+        import cupy
+
+        return int(cupy.cuda.runtime.memGetInfo()[0])
+
+    def dif_median(self, exe: Any, inputs: dict[str, np.ndarray], iters: int, warm: int) -> tuple[float, list[float]]:
+        """Median milliseconds of one forward: CUDA graph replay between events on the backend's stream
+        (inputs already in their slots), or `run(inputs)` wall clock on the CPU backend."""
+        if self.kind != "cuda":
+            for _ in range(warm):
+                exe.run(inputs)
+            times = []
+            for _ in range(iters):
+                t0 = time.perf_counter()
+                exe.run(inputs)
+                times.append((time.perf_counter() - t0) * 1e3)
+            return float(np.median(times)), times
+        import cupy
+
+        stream = exe.backend.stream
+        for _ in range(warm):
+            exe.execute()
+        stream.synchronize()
+        times = []
+        for _ in range(iters):
+            start, stop = cupy.cuda.Event(), cupy.cuda.Event()
+            start.record(stream)
+            exe.execute()
+            stop.record(stream)
+            stop.synchronize()
+            times.append(cupy.cuda.get_elapsed_time(start, stop))
+        return float(np.median(times)), times
+
+    def describe(self, exe: Any) -> dict[str, Any]:
+        if self.kind != "cuda":
+            return {}
+        return {
+            "steps": len(exe.steps),
+            "graph": exe.graph is not None,
+            "graph_error": exe.graph_error,
+            "timings_s": {k: round(v, 2) for k, v in exe.timings.items()},
+            "paths": dict(Counter(exe.choices.values())),
+        }
+
+    def profile(self, exe: Any, iters: int) -> dict[str, float]:
+        if self.kind != "cuda":
+            return {}
+        return {k: round(v["ms"], 2) for k, v in exe.profile(iters=iters).items()}
+
+
+def platform_cpu() -> str:
+    import platform
+
+    return platform.processor() or platform.machine()
