@@ -22,6 +22,7 @@ from dif.ir.builder import ProgramBuilder
 from dif.ir.program import Program
 from dif.plan.difplan import (
     MAGIC,
+    VERSION,
     BindingMismatch,
     check_binding,
     load_plan,
@@ -83,7 +84,7 @@ def test_round_trip_bytes_and_file(tmp_path: Path) -> None:
 
 
 def _container(doc: object) -> bytes:
-    return pack(MAGIC, 1, {"plan": json.dumps(doc).encode()})
+    return pack(MAGIC, VERSION, {"plan": json.dumps(doc).encode()})
 
 
 def test_hostile_bytes_raise_format_errors(tmp_path: Path) -> None:
@@ -93,15 +94,17 @@ def test_hostile_bytes_raise_format_errors(tmp_path: Path) -> None:
     with pytest.raises(FormatError, match="magic"):
         plan_from_bytes(b"DIFIR\x00\x00\x00" + data[8:])
     with pytest.raises(VersionError):
-        plan_from_bytes(data[:8] + struct.pack("<I", 2) + data[12:])
+        plan_from_bytes(data[:8] + struct.pack("<I", VERSION + 1) + data[12:])
+    with pytest.raises(VersionError, match="version 1"):  # made before buffers could alias: re-plan
+        plan_from_bytes(data[:8] + struct.pack("<I", 1) + data[12:])
     flipped = bytearray(data)
     flipped[-5] ^= 0xFF
     with pytest.raises(ChecksumError):
         plan_from_bytes(bytes(flipped))
     with pytest.raises(FormatError, match="not JSON"):
-        plan_from_bytes(pack(MAGIC, 1, {"plan": b"{not json"}))
+        plan_from_bytes(pack(MAGIC, VERSION, {"plan": b"{not json"}))
     with pytest.raises(FormatError, match="exactly one section"):
-        plan_from_bytes(pack(MAGIC, 1, {"plan": b"{}", "extra": b""}))
+        plan_from_bytes(pack(MAGIC, VERSION, {"plan": b"{}", "extra": b""}))
     with pytest.raises(FormatError, match="malformed"):
         plan_from_bytes(_container([1, 2, 3]))
     with pytest.raises(FormatError, match="cannot read"):
@@ -173,7 +176,7 @@ def test_mutated_documents_with_valid_checksums_only_raise_dif_errors(data: st.D
         i = data.draw(st.integers(0, len(text) - 1))
         text = text[:i] + bytes([data.draw(st.integers(0, 255))]) + text[i + 1 :]
     with contextlib.suppress(DifError):
-        plan_from_bytes(pack(MAGIC, 1, {"plan": text}))
+        plan_from_bytes(pack(MAGIC, VERSION, {"plan": text}))
 
 
 # -- binding ---------------------------------------------------------------------------------------

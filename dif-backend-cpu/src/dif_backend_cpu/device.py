@@ -15,7 +15,8 @@ import numpy as np
 from dif.dtypes import DType
 from dif.ir.program import Program
 from dif.ops.registry import OPS, OpTable
-from dif.plan.plan import Plan
+from dif.passes.context import ALL_OPS_CAPABILITY
+from dif.plan.plan import ALIAS_CAPABILITY, Plan
 from dif.target import RuntimeBudget, TargetProfile
 from dif_backend_cpu.executor import ArenaExecutable
 
@@ -72,7 +73,7 @@ def host_profile() -> TargetProfile:
         memory_bytes=total_memory_bytes(),
         dtypes=tuple(d.value for d in DType),
         tensor_core_formats=(),
-        capabilities=("arena",),
+        capabilities=("arena", ALIAS_CAPABILITY, ALL_OPS_CAPABILITY),  # every op in the table; reshapes alias
         libraries={"numpy": np.__version__, "ml_dtypes": ml_dtypes.__version__},
     )
 

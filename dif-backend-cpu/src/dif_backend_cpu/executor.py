@@ -3,7 +3,8 @@ as typed views into one byte arena at the planned offsets (the last stage of the
 
 Because every intermediate lives where the plan put it, a wrong arena assignment corrupts the
 results here, which is how the CPU backend tests plans as well as ops. Kernels are the op table's
-numpy references; an op the table lacks is `NotImplementedOnBackend`.
+numpy references; an op the table lacks is `NotImplementedOnBackend`. A node whose result the plan
+aliases to its operand (`Buffer.alias_of`, a reshape) is not run: its view already shows those bytes.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
-from attrs import define
+from attrs import define, field
 
 from dif.backend_checks import check_inputs, check_plan_binding, check_weights
 from dif.errors import DifError, NotImplementedOnBackend
@@ -48,6 +49,7 @@ class ArenaExecutable:
     arena: np.ndarray
     views: dict[str, np.ndarray]
     backend: str = "cpu"
+    aliased: frozenset[int] = field(factory=frozenset)  # nodes whose results are views of their operand
 
     @classmethod
     def create(
@@ -68,7 +70,7 @@ class ArenaExecutable:
         bound = {name: _read_only(arr) for name, arr in check_weights(program, weights, backend).items()}
         arena = np.zeros(plan.arena_bytes, dtype=np.uint8)
         views = {name: _view(arena, plan, value) for name, value in _results(program).items()}
-        return cls(program, plan, bound, kernels, arena, views, backend)
+        return cls(program, plan, bound, kernels, arena, views, backend, _aliased(program, plan))
 
     def run(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Execute the schedule once; returns fresh host copies of the outputs by name."""
@@ -77,6 +79,8 @@ class ArenaExecutable:
             env[name] = _read_only(arr)
         nodes = self.program.node_by_id
         for node_id in self.plan.schedule:
+            if node_id in self.aliased:
+                continue
             node = nodes[node_id]
             operands = [env[o] if o in env else _read_only(self.views[o]) for o in node.operands]
             outs = self.kernels[node_id](operands, node.attrs)
@@ -88,6 +92,14 @@ class ArenaExecutable:
         return {
             name: np.array(env[name] if name in env else self.views[name], copy=True) for name in self.program.outputs
         }
+
+
+def _aliased(program: Program, plan: Plan) -> frozenset[int]:
+    """Nodes all of whose results alias another buffer (checked by `check_plan`: reshapes of their root)."""
+    buffers = plan.buffer_by_name
+    return frozenset(
+        n.id for n in program.nodes if n.results and all(buffers[r.name].alias_of is not None for r in n.results)
+    )
 
 
 def _results(program: Program) -> dict[str, Value]:

@@ -19,7 +19,7 @@ from dif.backend import Availability
 from dif.dtypes import DType
 from dif.errors import BackendUnavailableError
 from dif.ir.program import Program
-from dif.plan.plan import Plan
+from dif.plan.plan import ALIAS_CAPABILITY, Plan
 from dif.target import RuntimeBudget, TargetProfile
 
 NAME = "opencl"
@@ -222,6 +222,8 @@ def storage_dtypes(info: DeviceInfo) -> tuple[str, ...]:
 def profile_of(info: DeviceInfo) -> TargetProfile:
     import pyopencl as cl
 
+    from dif_backend_opencl.lower_fused import FUSED_OPS
+
     caps = ["arena", "fp16-storage"]
     if info.fp16_arithmetic:
         caps.append("fp16-arithmetic")
@@ -234,6 +236,8 @@ def profile_of(info: DeviceInfo) -> TargetProfile:
         f"base-addr-align-bits:{info.base_addr_align_bits}",
     ]
     caps += [f"ext:{e}" for e in info.extensions]
+    caps.append(ALIAS_CAPABILITY)  # the executor reads aliased reshape results from their operand's bytes
+    caps += [f"op:{op}" for op in FUSED_OPS]  # lowered in lower_fused: the optimizer may make them
     return TargetProfile(
         backend=NAME,
         device=info.name,

@@ -9,7 +9,9 @@ Placement, decided once in `create`:
 - inputs, resident weights, per-node scratch and uploaded host results use pool buffers;
   streamed weights share one staging buffer packed by lifetime and are uploaded before their
   first consumer in every run;
-- tiny nodes whose operands are all host-known run on the host (see `device.HOST_EVAL_MAX_BYTES_CPU`).
+- tiny nodes whose operands are all host-known run on the host (see `device.HOST_EVAL_MAX_BYTES_CPU`);
+- a reshape whose result the plan aliases to its operand (`Buffer.alias_of`) launches nothing: its
+  result is the operand's device bytes seen with the new shape (the plan keeps them alive).
 No kernel is followed by clFinish: the queue orders launches and `run` waits once, for the
 output reads. Buffers go back to the pool only after the last run's final event completes.
 """
@@ -244,7 +246,11 @@ class _Builder:
                 self.refs[name] = Ref(host_uploads[name], 0, t)
         self.refs.update(stream_refs)
         arena_slot = self._slot("arena", plan.arena_bytes) if self.mode == "arena" else None
+        aliased = {n.id for n in self.device if all(plan.buffer_by_name[r.name].is_alias for r in n.results)}
         for node in self.device:
+            if node.id in aliased:  # a view of its operand, placed when the operand is (below)
+                self.refs[node.results[0].name] = self.refs[node.operands[0]].view(0, node.results[0].type.shape)
+                continue
             for r in node.results:
                 b = plan.buffer_by_name[r.name]
                 if arena_slot is not None:
@@ -255,6 +261,8 @@ class _Builder:
                        options=self.backend.options)  # fmt: skip
         first_use = self._first_streamed_use(streamed)
         for node in self.device:
+            if node.id in aliased:
+                continue
             ctx.begin(node.id)
             for name in first_use.get(node.id, ()):
                 ctx.steps.append(Upload(node.id, self.refs[name], _bytes_of(self.weights[name])))

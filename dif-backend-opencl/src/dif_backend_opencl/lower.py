@@ -4,7 +4,7 @@ A lowering reads operand / result `Ref`s (a symbolic buffer `Slot` + element off
 appends `Launch` / `Copy` steps to a `LowerCtx`. Slots are resolved to real `cl.Buffer`s only
 after every node is lowered (the arena, inputs, weights and the per-node scratch area are known
 by then), and each launch gets its own `cl.Kernel` with arguments set once, so `run` only
-enqueues. Per-op lowerings live in `lower_elementwise`, `lower_layout` and `lower_nn`.
+enqueues. Per-op lowerings live in `lower_elementwise`, `lower_layout`, `lower_nn` and `lower_fused`.
 """
 
 from __future__ import annotations
@@ -246,7 +246,7 @@ def at(node: Node) -> dict[str, Any]:
 
 def lower_node(ctx: LowerCtx, node: Node, ins: list[Ref], outs: list[Ref]) -> None:
     """Append the steps of one node; `NotImplementedOnBackend` names op and node when none exists."""
-    from dif_backend_opencl import lower_elementwise, lower_layout, lower_nn  # noqa: F401  (registration)
+    from dif_backend_opencl import lower_elementwise, lower_fused, lower_layout, lower_nn  # noqa: F401  (registration)
 
     fn = LOWERINGS.get(node.op)
     if fn is None:

@@ -51,7 +51,7 @@ def _axis(node: Node, rank: int) -> int:
 
 @lowers("reshape")
 def lower_reshape(ctx: LowerCtx, node: Node, ins: list[Ref], outs: list[Ref]) -> None:
-    ctx.copy(outs[0], ins[0])  # the plan gives the result its own slot; aliasing would outlive the input's
+    ctx.copy(outs[0], ins[0])  # an unaliased result has its own slot (aliased reshapes are never lowered)
 
 
 @lowers("transpose")

@@ -68,6 +68,11 @@ DIF_BACKEND = declare(
     "Backend used when a command or `dif.runtime.get_backend()` is given no name; unset picks the "
     "available backend with the highest priority.",
 )
+DIF_PASSES = declare(
+    "DIF_PASSES",
+    "Optimizer passes `dif.runtime.prepare` runs: unset or `default` for the core pipeline plus plugin passes, "
+    "`none` for no pass, or comma-separated pass names in order (`default` expands in place).",
+)
 DIF_CACHE_DIR = declare(
     "DIF_CACHE_DIR",
     "Folder for on-disk caches (compiled kernels, tuned plans). Default: $XDG_CACHE_HOME/dif or ~/.cache/dif.",

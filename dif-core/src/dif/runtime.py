@@ -1,14 +1,17 @@
-"""From a verified program to something that runs: pick a backend, plan for it, prepare.
+"""From a verified program to something that runs: pick a backend, optimize and plan for it, prepare.
 
-    program + weights --plan_program(profile, budget)--> Plan --backend.prepare--> Executable
-The backend comes from the plugins (`dif.plugins.backends()`); nothing here names a device.
+    program + weights --optimize(profile)--> program' --plan_program(profile, budget)--> Plan
+                      --backend.prepare--> Executable
+The backend comes from the plugins (`dif.plugins.backends()`); nothing here names a device. The
+optimizer pipeline is `DIF_PASSES` (default: the core fusions + plugin passes), applied only as far
+as the backend's profile declares the ops it makes.
 `ProgramCache` is what a pipeline holds: its programs, each prepared once per shape.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -115,18 +118,31 @@ def prepare(
     budget: RuntimeBudget | None = None,
     *,
     precision: str = "as-built",
+    passes: Sequence[str] | None = None,
 ) -> tuple[Executable, Plan]:
-    """Plan `program` for `backend` (a name, an instance, or None for the default) and prepare it.
+    """Optimize `program` for `backend` (a name, an instance, or None for the default), plan it and
+    prepare it.
 
-    `weights` maps parameter names to host arrays of the declared shapes and dtypes. `budget`
-    defaults to what the backend reports now."""
+    `weights` maps parameter names to host arrays of the declared shapes and dtypes (passes keep
+    every parameter). `budget` defaults to what the backend reports now. `passes` names the
+    optimizer pipeline (None: `DIF_PASSES`, see `dif.passes.selected_passes`); its decisions head
+    the plan's. The executable runs the optimized program: same inputs, outputs and names."""
+    from dif.passes import optimize, selected_passes, summarize
     from dif.plan.planner import plan_program
 
     if backend is None or isinstance(backend, str):
         backend = get_backend(backend)
     profile = backend.profile()
-    plan = plan_program(program, profile, budget if budget is not None else backend.budget(), precision=precision)
-    return backend.prepare(program, plan, weights), plan
+    pipeline = selected_passes() if passes is None else tuple(passes)
+    optimized, decisions = optimize(program, target=profile, passes=pipeline)
+    plan = plan_program(
+        optimized,
+        profile,
+        budget if budget is not None else backend.budget(),
+        precision=precision,
+        decisions=summarize(decisions, pipeline, source=None if passes is None else "requested by the caller"),
+    )
+    return backend.prepare(optimized, plan, weights), plan
 
 
 @define

@@ -28,7 +28,9 @@ from dif.serialize.container import pack, read_bytes, unpack, write_atomic
 from dif.target import RuntimeBudget, TargetProfile
 
 MAGIC = b"DIFPLAN\x00"
-VERSION = 1
+VERSION = 2
+"""Container version; follows `PLAN_FORMAT_REV` (2: buffers carry `alias_of`). Older files are refused
+with a `VersionError` rather than read with guessed fields: re-plan them."""
 SUFFIX = ".difplan"
 
 

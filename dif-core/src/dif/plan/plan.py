@@ -22,8 +22,9 @@ from dif.target import TargetProfile
 if TYPE_CHECKING:
     from dif.ir.program import Program
 
-PLAN_FORMAT_REV = 1
-"""Bumped whenever the meaning of a plan field changes; part of the compiler revision."""
+PLAN_FORMAT_REV = 2
+"""Bumped whenever the meaning of a plan field changes; part of the compiler revision.
+Rev 2: buffers may alias another buffer's bytes (`Buffer.alias_of`)."""
 
 ALIGNMENT = 256
 """Every buffer starts on and spans a multiple of this many bytes (GPU-friendly; harmless on CPU)."""
@@ -34,6 +35,12 @@ MAX_BYTES = 1 << 60
 RESIDENT = "resident"
 STREAMED = "streamed"
 RESIDENCIES = (RESIDENT, STREAMED)
+
+ALIAS_CAPABILITY = "alias:reshape"
+"""Listed in `TargetProfile.capabilities` by a backend whose executor reads a `reshape` result that
+aliases its operand from the operand's bytes (and does not copy it); the planner aliases only then."""
+ALIASING_OPS = ("reshape",)
+"""Ops whose result may share its operand's bytes: same elements in the same row-major order."""
 
 
 def compiler_revision() -> str:
@@ -52,6 +59,10 @@ class Buffer:
     `first_use` / `last_use` are schedule indices (not node ids), inclusive: the value is written by
     the node at `first_use` and must stay intact through the node at `last_use`. `size` is `nbytes`
     rounded up to the plan's alignment; `[offset, offset + size)` is the slot.
+
+    `alias_of` names the root buffer whose bytes this value shares (a `reshape` result viewing its
+    operand): same offset, no bytes of its own, and the root's lifetime covers this one. Nothing is
+    written for an alias; an alias never has aliases of its own (chains point at the root).
     """
 
     name: str
@@ -60,9 +71,14 @@ class Buffer:
     offset: int
     first_use: int
     last_use: int
+    alias_of: str | None = None
 
     def overlaps_in_time(self, other: Buffer) -> bool:
         return self.first_use <= other.last_use and other.first_use <= self.last_use
+
+    @property
+    def is_alias(self) -> bool:
+        return self.alias_of is not None
 
     def overlaps_in_space(self, other: Buffer) -> bool:
         if self.size == 0 or other.size == 0:
@@ -140,9 +156,12 @@ class Plan:
 
 
 def live_bytes(buffers: tuple[Buffer, ...] | list[Buffer], steps: int) -> np.ndarray:
-    """Arena bytes live at each of `steps` schedule steps (slot sizes, alignment included)."""
+    """Arena bytes live at each of `steps` schedule steps (slot sizes, alignment included; aliases
+    own no bytes)."""
     delta = np.zeros(steps + 1, dtype=np.int64)
     for b in buffers:
+        if b.is_alias:
+            continue
         delta[b.first_use] += b.size
         delta[b.last_use + 1] -= b.size
     return np.cumsum(delta[:steps])
@@ -150,7 +169,9 @@ def live_bytes(buffers: tuple[Buffer, ...] | list[Buffer], steps: int) -> np.nda
 
 def check_arena(plan: Plan) -> None:
     """Raise `PlanError` unless every buffer is aligned, inside the arena, and no two buffers that are
-    alive at the same schedule step share a byte. Also checks `peak_bytes` against the lifetimes.
+    alive at the same schedule step share a byte, except an alias and its root: an alias must name a
+    root buffer (not another alias), sit at the root's offset within its size, and live inside the
+    root's lifetime. Also checks `peak_bytes` against the lifetimes.
 
     This is the invariant a backend relies on when it writes results at planned offsets: if it
     fails, executing the plan would silently corrupt values.
@@ -176,11 +197,13 @@ def check_arena(plan: Plan) -> None:
             raise PlanError(f"{where}: [{b.offset}, {b.offset + b.size}) runs past the arena ({plan.arena_bytes} B)")
         if not 0 <= b.first_use <= b.last_use < max(steps, 1):
             raise PlanError(f"{where}: lifetime [{b.first_use}, {b.last_use}] is not inside the {steps}-step schedule")
-    n = len(plan.buffers)
-    first = np.array([b.first_use for b in plan.buffers], dtype=np.int64)
-    last = np.array([b.last_use for b in plan.buffers], dtype=np.int64)
-    lo = np.array([b.offset for b in plan.buffers], dtype=np.int64)
-    hi = lo + np.array([b.size for b in plan.buffers], dtype=np.int64)
+    _check_aliases(plan)
+    roots = [b for b in plan.buffers if not b.is_alias]
+    n = len(roots)
+    first = np.array([b.first_use for b in roots], dtype=np.int64)
+    last = np.array([b.last_use for b in roots], dtype=np.int64)
+    lo = np.array([b.offset for b in roots], dtype=np.int64)
+    hi = lo + np.array([b.size for b in roots], dtype=np.int64)
     for i in range(n - 1):
         if hi[i] == lo[i]:
             continue
@@ -188,7 +211,7 @@ def check_arena(plan: Plan) -> None:
             (first[i + 1 :] <= last[i]) & (first[i] <= last[i + 1 :]) & (lo[i + 1 :] < hi[i]) & (lo[i] < hi[i + 1 :])
         )
         if clash.any():
-            a, b = plan.buffers[i], plan.buffers[i + 1 + int(np.argmax(clash))]
+            a, b = roots[i], roots[i + 1 + int(np.argmax(clash))]
             raise PlanError(
                 f"buffers '{a.name}' [{a.offset}, {a.offset + a.size}) alive {a.first_use}..{a.last_use} and "
                 f"'{b.name}' [{b.offset}, {b.offset + b.size}) alive {b.first_use}..{b.last_use} overlap",
@@ -201,10 +224,32 @@ def check_arena(plan: Plan) -> None:
         raise PlanError(f"peak {plan.peak_bytes} B exceeds the arena ({plan.arena_bytes} B)")
 
 
+def _check_aliases(plan: Plan) -> None:
+    by_name = plan.buffer_by_name
+    for b in plan.buffers:
+        if b.alias_of is None:
+            continue
+        where = f"buffer '{b.name}' (alias of '{b.alias_of}')"
+        root = by_name.get(b.alias_of)
+        if root is None or root.is_alias or root.name == b.name:
+            raise PlanError(f"{where}: the root must be another buffer of the plan that is not itself an alias")
+        if b.offset != root.offset or b.nbytes > root.nbytes or b.size > root.size:
+            raise PlanError(
+                f"{where}: [{b.offset}, +{b.nbytes}) is not inside the root's slot [{root.offset}, +{root.size})"
+            )
+        if not root.first_use <= b.first_use <= b.last_use <= root.last_use:
+            raise PlanError(
+                f"{where}: lifetime {b.first_use}..{b.last_use} is not inside the root's "
+                f"{root.first_use}..{root.last_use}",
+                hint="the root must stay intact until the alias's last use; re-plan the program",
+            )
+
+
 def check_plan(plan: Plan, program: Program) -> None:
     """Raise `PlanError` unless `plan` fits `program`: the schedule is a topological order of its
     nodes, every node result has a buffer of the right size whose lifetime covers its producer,
-    consumers and (for outputs) the end, and the arena is sound (`check_arena`)."""
+    consumers and (for outputs) the end, every alias is the result of an aliasing op (`reshape`)
+    whose operand is its root or an alias of it, and the arena is sound (`check_arena`)."""
     nodes = program.node_by_id
     if sorted(plan.schedule) != sorted(nodes):
         raise PlanError(f"plan schedule does not list exactly the {len(nodes)} nodes of '{program.name}'")
@@ -232,6 +277,14 @@ def check_plan(plan: Plan, program: Program) -> None:
             raise PlanError(f"buffer '{name}' lifetime {b.first_use}..{b.last_use} does not cover its uses {uses}")
         if name in outputs and b.last_use != end:
             raise PlanError(f"output '{name}' must live to the end of the schedule (step {end}), not {b.last_use}")
+        if b.alias_of is not None:
+            node = producers[name]
+            operand = buffers.get(node.operands[0]) if node.op in ALIASING_OPS and node.operands else None
+            if operand is None or b.alias_of not in (operand.name, operand.alias_of):
+                raise PlanError(
+                    f"buffer '{name}' aliases '{b.alias_of}' but is made by {node.op} node {node.id}, which does "
+                    f"not keep that value's bytes (only {', '.join(ALIASING_OPS)} of an arena value may alias it)"
+                )
     param_names = {p.name for p in program.params}
     if set(plan.residency) != param_names:
         raise PlanError("plan residency does not list exactly the program's parameters")

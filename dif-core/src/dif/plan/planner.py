@@ -2,19 +2,26 @@
 backend's `prepare`).
 
 Steps, each recorded as a `Decision`: keep the program's (topological) order as the schedule;
-compute each intermediate's lifetime; pack lifetimes into one arena (greedy by size, best-fit
-gap); decide weight residency against the budget, streaming the largest weight blocks when
-everything does not fit. Inputs and parameters never live in the arena.
+compute each intermediate's lifetime; let `reshape` results alias their operand's bytes where the
+target's executor supports it (`alias:reshape`), extending the root's lifetime over its aliases;
+pack lifetimes into one arena (greedy by size, best-fit gap); decide weight residency against the
+budget, streaming the largest weight blocks when everything does not fit. Inputs and parameters
+never live in the arena. The optimizer's decisions, when given, come first in the plan.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
+from attrs import evolve
 
 from dif.errors import PlanError
 from dif.fingerprint import fingerprint
 from dif.ir.program import Program
 from dif.plan.plan import (
+    ALIAS_CAPABILITY,
+    ALIASING_OPS,
     ALIGNMENT,
     RESIDENT,
     STREAMED,
@@ -36,18 +43,28 @@ def plan_program(
     *,
     precision: str = "as-built",
     alignment: int = ALIGNMENT,
+    alias: bool | None = None,
+    decisions: Sequence[Decision] = (),
 ) -> Plan:
     """Plan `program` for the target `profile` within `budget`.
 
+    `alias`: let reshape results share their operand's bytes; None decides from the profile
+    (`alias:reshape` in its capabilities). `decisions` (e.g. the optimizer's) are recorded first.
     Raises `PlanError` when even streaming every weight block leaves the minimum memory above
     `budget.free_memory_bytes - budget.workspace_bytes`.
     """
-    decisions: list[Decision] = []
+    decisions = list(decisions)
     schedule = tuple(n.id for n in program.nodes)
     decisions.append(
         Decision(f"schedule: program order, {len(schedule)} nodes", "program order is topological; v1 does not reorder")
     )
-    buffers = assign_arena(lifetimes(program, schedule, alignment), alignment)
+    if alias is None:
+        alias = ALIAS_CAPABILITY in profile.capabilities
+    unplaced = lifetimes(program, schedule, alignment)
+    if alias:
+        unplaced = alias_reshapes(program, unplaced)
+    decisions.append(_alias_decision(unplaced, alias, profile))
+    buffers = place_aliases(assign_arena([b for b in unplaced if not b.is_alias], alignment), unplaced)
     arena = max((b.offset + b.size for b in buffers), default=0)
     peak = int(live_bytes(buffers, len(schedule)).max(initial=0))
     decisions.append(
@@ -108,6 +125,46 @@ def lifetimes(program: Program, schedule: tuple[int, ...], alignment: int = ALIG
     return out
 
 
+def alias_reshapes(program: Program, buffers: list[Buffer]) -> list[Buffer]:
+    """`buffers` with every result of an aliasing op (`reshape`) whose operand is a node result turned
+    into an alias of that operand's root, and each root's lifetime extended to its aliases' last use.
+    Inputs and parameters are never roots: they live outside the arena."""
+    by_name = {b.name: b for b in buffers}
+    producers = program.producers
+    for b in buffers:  # schedule order: an operand is settled before its users
+        node = producers[b.name]
+        if node.op not in ALIASING_OPS or node.operands[0] not in by_name:
+            continue
+        operand = by_name[node.operands[0]]
+        root = by_name[operand.alias_of or operand.name]
+        by_name[b.name] = Buffer(b.name, b.nbytes, b.size, 0, b.first_use, b.last_use, alias_of=root.name)
+        by_name[root.name] = evolve(root, last_use=max(root.last_use, b.last_use))
+    return [by_name[b.name] for b in buffers]
+
+
+def place_aliases(placed: list[Buffer], buffers: list[Buffer]) -> list[Buffer]:
+    """Every buffer of `buffers` with its offset: roots as `placed` put them, aliases at their root's."""
+    offsets = {b.name: b for b in placed}
+    return [
+        evolve(b, offset=offsets[b.alias_of].offset) if b.alias_of is not None else offsets[b.name] for b in buffers
+    ]
+
+
+def _alias_decision(buffers: list[Buffer], alias: bool, profile: TargetProfile) -> Decision:
+    if not alias:
+        return Decision(
+            "aliasing: off, every reshape gets its own slot",
+            f"target '{profile.backend}' does not declare '{ALIAS_CAPABILITY}' (its executor copies reshapes)",
+        )
+    aliases = [b for b in buffers if b.is_alias]
+    saved = sum(b.size for b in aliases)
+    return Decision(
+        f"aliasing: {len(aliases)} reshape results share their operand's bytes ({saved} B of slots not allocated)",
+        "reshape keeps the elements in row-major order, so its result is a view of its operand; the root's "
+        f"lifetime extends to its aliases' last use (target declares '{ALIAS_CAPABILITY}')",
+    )
+
+
 def assign_arena(buffers: list[Buffer], alignment: int = ALIGNMENT) -> list[Buffer]:
     """Give each buffer an offset so that buffers alive at the same time never share a byte.
 
@@ -128,7 +185,7 @@ def assign_arena(buffers: list[Buffer], alignment: int = ALIGNMENT) -> list[Buff
             lo[i] = _best_fit(lo[live], hi[live], size)
             hi[i] = lo[i] + size
         placed[i] = True
-    return [Buffer(b.name, b.nbytes, b.size, int(lo[i]), b.first_use, b.last_use) for i, b in enumerate(buffers)]
+    return [evolve(b, offset=int(lo[i])) for i, b in enumerate(buffers)]
 
 
 def _best_fit(starts: np.ndarray, ends: np.ndarray, size: int) -> int:

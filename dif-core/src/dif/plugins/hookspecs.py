@@ -60,7 +60,11 @@ def register_passes(register: Callable[[str, Callable[..., Any]], None]) -> None
     """Register optimizer passes.
 
     Call `register(name, fn)` where `fn(program, **options) -> Program` returns a new program
-    (programs are immutable). The name is what plans and logs record, e.g. `fuse_norm_modulate`.
+    (programs are immutable) or the same one when nothing applies. The name is what plans and logs
+    record, e.g. `fuse_norm_modulate`. Options are passed by keyword when `fn` takes them: `ctx`, a
+    `dif.passes.PassContext` (`ctx.target`, `ctx.supports(op)`, `ctx.applied/skipped(reason)`), and
+    `target`. Plugin passes run after the core ones (`DIF_PASSES` selects); a plugin pass that
+    raises or returns a program that does not verify is recorded as skipped, never fatal.
     """
 
 

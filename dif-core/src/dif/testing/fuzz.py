@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dif.ir.builder import ProgramBuilder
 from dif.ir.program import Program
 from dif.plan.difplan import MAGIC, VERSION, plan_from_bytes, plan_to_bytes
-from dif.plan.plan import Plan
+from dif.plan.plan import ALIAS_CAPABILITY, Plan
 from dif.plan.planner import plan_program
 from dif.serialize.container import pack, unpack
 from dif.target import RuntimeBudget, TargetProfile
@@ -17,18 +17,22 @@ FuzzCase = tuple[str, Callable[[bytes], object], Callable[[], bytes]]
 
 
 def tiny_program() -> Program:
-    """x[2,64] * w[64] -> exp -> + x; one weight block."""
+    """x[2,64] * w[64] -> exp -> reshape [128] -> reshape [2,64] -> + x; one weight block."""
     b = ProgramBuilder("tiny")
     x = b.input("x", (2, 64), "f32")
     w = b.param("w", (64,), "f32")
     with b.scope(block="blk0"):
         y = b.emit("exp", b.emit("mul", x, w))
+    y = b.emit("reshape", b.emit("reshape", y, shape=(128,)), shape=(2, 64))
     b.output(b.emit("add", y, x))
     return b.build()
 
 
 def tiny_plan() -> Plan:
-    profile = TargetProfile(backend="fuzz", device="none", arch="x", memory_bytes=1 << 30, dtypes=("f32",))
+    """The plan of `tiny_program` on a target that aliases reshapes (so fuzzing reaches `alias_of`)."""
+    profile = TargetProfile(
+        backend="fuzz", device="none", arch="x", memory_bytes=1 << 30, dtypes=("f32",), capabilities=(ALIAS_CAPABILITY,)
+    )
     return plan_program(tiny_program(), profile, RuntimeBudget(free_memory_bytes=1 << 30))
 
 

@@ -1,0 +1,192 @@
+"""Fused ops: the ones optimizer passes (`dif.passes`) put in place of a short chain of core ops.
+
+Frontends never emit these. Each reference calls the references of the ops it replaces and
+rounds every intermediate to the dtype the unfused program stored it in, so a fused program gives
+bit-identical results to the unfused one on the CPU backend. A backend runs a fusion's output
+only if it declares `op:<name>` in its `TargetProfile.capabilities` (the pass checks that).
+"""
+
+from __future__ import annotations
+
+from typing import cast
+
+import numpy as np
+
+from dif.dtypes import DType
+from dif.ir.types import TensorType
+from dif.ops._rules import broadcast_shape, fail, float_cases, fp, need_float, need_rank, randn
+from dif.ops.attention import rope
+from dif.ops.norm import layer_norm, modulate, rms_norm
+from dif.ops.registry import AttrSpec, Case, defop
+
+FUSED_OPS = ("gated_residual", "norm_modulate", "rms_norm_rope")
+"""Every op this module defines (the passes that make them live in `dif.passes.fusions`)."""
+
+
+def _stored(value: np.ndarray | tuple[np.ndarray, ...], like: np.ndarray) -> np.ndarray:
+    """`value` (one reference result) rounded to `like`'s dtype, as the unfused program stored it,
+    back in compute precision."""
+    return fp(_one(value).astype(like.dtype, copy=False))
+
+
+def _one(value: np.ndarray | tuple[np.ndarray, ...]) -> np.ndarray:
+    """The single result of a one-result reference (references are typed as possibly multi-result)."""
+    return cast(np.ndarray, value)
+
+
+# -- norm_modulate ---------------------------------------------------------------------------------
+
+
+def _norm_modulate_infer(x: TensorType, scale: TensorType, shift: TensorType, *, kind: str, eps: float) -> TensorType:
+    need_float(x)
+    for t in (scale, shift):
+        if t.dtype != x.dtype:
+            raise fail(f"scale/shift must be {x.dtype.value}, got {t}")
+    if broadcast_shape(x.shape, scale.shape, shift.shape) != x.shape:
+        raise fail(f"scale {scale} and shift {shift} must broadcast to x {x}")
+    return x
+
+
+def _norm_modulate_cases(rng: np.random.Generator, dtype: DType) -> list[Case]:
+    shapes: list[list[tuple[int, ...]]] = [[(2, 5, 32), (2, 1, 32), (2, 1, 32)], [(3, 64), (64,), (64,)]]
+    out = []
+    for kind in ("layer", "rms"):
+        cases = float_cases(rng, dtype, shapes)
+        out += [Case(f"{c.name}-{kind}", c.operands, {"kind": kind, "eps": 1e-6}) for c in cases]
+    return out
+
+
+@defop(
+    "norm_modulate",
+    operands=("x", "scale", "shift"),
+    attrs=(
+        AttrSpec(
+            "kind",
+            "str",
+            doc="'layer': layer_norm(x) without affine; 'rms': rms_norm(x) without weight",
+            choices=("layer", "rms"),
+        ),
+        AttrSpec("eps", "float", doc="the norm's eps"),
+    ),  # fmt: skip
+    infer=_norm_modulate_infer,
+    cases=_norm_modulate_cases,
+    category="fused",
+)
+def norm_modulate(x: np.ndarray, scale: np.ndarray, shift: np.ndarray, *, kind: str, eps: float) -> np.ndarray:
+    """norm_modulate(x, scale, shift; kind, eps) = modulate(norm(x), scale, shift) over the last axis,
+    where norm is layer_norm(x; eps) (kind='layer') or rms_norm(x; eps) (kind='rms'), both without
+    affine parameters. The normalized value is rounded to x's dtype before the modulation, exactly
+    as the unfused pair stores it. scale and shift broadcast to x (made by `fuse_norm_modulate`)."""
+    rms = kind == "rms"
+    y = rms_norm(x, eps=eps, offset=0.0, round_before_weight=False) if rms else layer_norm(x, eps=eps)
+    return _one(modulate(_stored(y, x), scale, shift))
+
+
+# -- gated_residual --------------------------------------------------------------------------------
+
+
+def _gated_residual_infer(x: TensorType, gate: TensorType, y: TensorType) -> TensorType:
+    need_float(x)
+    if not x.dtype == gate.dtype == y.dtype:
+        raise fail(f"x, gate and y must share one dtype, got {x}, {gate}, {y}")
+    return TensorType(broadcast_shape(x.shape, broadcast_shape(gate.shape, y.shape)), x.dtype)
+
+
+def _gated_residual_cases(rng: np.random.Generator, dtype: DType) -> list[Case]:
+    shapes: list[list[tuple[int, ...]]] = [
+        [(2, 5, 16), (2, 1, 16), (2, 5, 16)],  # adaLN gate broadcast over tokens
+        [(3, 8), (8,), (3, 8)],
+        [(16,), (2, 1, 16), (2, 5, 16)],  # the product is larger than the residual
+    ]
+    return float_cases(rng, dtype, shapes)
+
+
+@defop(
+    "gated_residual",
+    operands=("x", "gate", "y"),
+    infer=_gated_residual_infer,
+    cases=_gated_residual_cases,
+    category="fused",
+)
+def gated_residual(x: np.ndarray, gate: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """gated_residual(x, gate, y) = add(x, mul(gate, y)) with numpy broadcasting of all three; the
+    product is rounded to the operands' dtype before the add, exactly as the unfused pair stores it
+    (made by `fuse_gated_residual`)."""
+    product = np.multiply(fp(gate), fp(y))
+    return np.add(fp(x), _stored(product, gate))
+
+
+# -- rms_norm_rope ---------------------------------------------------------------------------------
+
+
+def _rms_norm_rope_infer(
+    x: TensorType,
+    w: TensorType,
+    cos: TensorType,
+    sin: TensorType,
+    *,
+    eps: float,
+    offset: float,
+    round_before_weight: bool,
+    mode: str,
+) -> TensorType:
+    need_float(x, cos, sin)
+    need_rank(x, 4, what="x [B, S, H, D]")
+    if w.shape != (x.shape[-1],):
+        raise fail(f"weight must be [{x.shape[-1]}], got {w}")
+    if cos.shape != sin.shape or cos.rank != 2:
+        raise fail(f"cos and sin must both be [S, R], got {cos} and {sin}")
+    s, r = cos.shape
+    if s != x.shape[1]:
+        raise fail(f"table has {s} positions but x has sequence length {x.shape[1]}")
+    if r > x.shape[3] or r % 2:
+        raise fail(f"rotary width {r} must be even and <= head dim {x.shape[3]}")
+    return x
+
+
+def _rms_norm_rope_cases(rng: np.random.Generator, dtype: DType) -> list[Case]:
+    if not dtype.is_float or dtype in (DType.F8E4M3, DType.F8E5M2):
+        return []
+    x = randn(rng, (2, 5, 3, 16), dtype)
+    w = (1 + randn(rng, (16,), DType.F32, 0.1)).astype(dtype.np)
+    ang = rng.uniform(-3, 3, (5, 8))
+    cos_p, sin_p = (np.repeat(f(ang), 2, axis=1).astype(np.float32) for f in (np.cos, np.sin))
+    cos_h, sin_h = (np.concatenate([f(ang), f(ang)], axis=1).astype(np.float32) for f in (np.cos, np.sin))
+    return [
+        Case("pairs-full", (x, w, cos_p, sin_p), {"mode": "pairs"}),
+        Case("pairs-partial-qwen", (x, w, cos_p[:, :8], sin_p[:, :8]), {"mode": "pairs", "round_before_weight": True}),
+        Case("half-full-qwen", (x, w, cos_h, sin_h), {"mode": "half", "round_before_weight": True}),
+        Case("half-partial-offset", (x, w, cos_h[:, :12], sin_h[:, :12]), {"mode": "half", "offset": 1.0}),
+    ]
+
+
+@defop(
+    "rms_norm_rope",
+    operands=("x", "w", "cos", "sin"),
+    attrs=(
+        AttrSpec("eps", "float", 1e-6),
+        AttrSpec("offset", "float", 0.0, doc="added to w before scaling, as in rms_norm"),
+        AttrSpec("round_before_weight", "bool", False, doc="as in rms_norm"),
+        AttrSpec("mode", "str", "half", ("pairs", "half"), "as in rope"),
+    ),
+    infer=_rms_norm_rope_infer,
+    cases=_rms_norm_rope_cases,
+    category="fused",
+)
+def rms_norm_rope(
+    x: np.ndarray,
+    w: np.ndarray,
+    cos: np.ndarray,
+    sin: np.ndarray,
+    *,
+    eps: float,
+    offset: float,
+    round_before_weight: bool,
+    mode: str,
+) -> np.ndarray:
+    """rms_norm_rope(x[B,S,H,D], w[D], cos[S,R], sin[S,R]; eps, offset, round_before_weight, mode)
+    = rope(rms_norm(x, w; eps, offset, round_before_weight), cos, sin; mode): the per-head q/k norm
+    and the rotary embedding in one pass. The normalized value is rounded to x's dtype before the
+    rotation, exactly as the unfused pair stores it (made by `fuse_norm_rope`)."""
+    y = rms_norm(x, w, eps=eps, offset=offset, round_before_weight=round_before_weight)
+    return _one(rope(_stored(y, x), cos, sin, mode=mode))

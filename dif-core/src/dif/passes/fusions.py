@@ -1,0 +1,102 @@
+"""The core fusion passes (optimizer stage, after verify, before the planner): each finds a producer
+whose only user is a given consumer and replaces the pair by one op of `dif.ops.fused`.
+
+Every candidate (a producer of the right op feeding the consumer) gets a decision: applied, or
+skipped because the producer has other users or is an output, has parameters the fused op does
+not take, the fused op would not type-check, or the target does not declare `op:<fused op>`.
+The fused node takes the consumer's place and result, so no other node changes.
+"""
+
+from __future__ import annotations
+
+from dif.ir.program import Program
+from dif.passes.context import PassContext
+from dif.passes.rewrite import Fusion, apply_fusions, fused_type_problem, producer_of, sole_use
+
+
+def _consider(program: Program, ctx: PassContext, fusion: Fusion, problem: str | None = None) -> str | None:
+    """The reason `fusion` cannot be applied (structure, types, then target), or None."""
+    if problem is None:
+        for producer in fusion.absorbed:
+            problem = sole_use(program, producer.results[0].name, fusion.consumer)
+            if problem is not None:
+                break
+    if problem is None:
+        problem = fused_type_problem(program, fusion)
+    if problem is None and not ctx.supports(fusion.op):
+        problem = ctx.lacks(fusion.op)
+    return problem
+
+
+def _decide(program: Program, ctx: PassContext, fusion: Fusion, problem: str | None, what: str) -> bool:
+    nodes = (*(n.id for n in fusion.absorbed), fusion.consumer.id)
+    value = fusion.consumer.results[0].name
+    reason = _consider(program, ctx, fusion, problem)
+    if reason is not None:
+        ctx.skipped(reason, nodes, value)
+        return False
+    ctx.applied(what, nodes, value)
+    return True
+
+
+def fuse_norm_modulate(program: Program, *, ctx: PassContext) -> Program:
+    """layer_norm(x) or rms_norm(x) without affine parameters, whose only user is
+    modulate(·, scale, shift) -> norm_modulate(x, scale, shift; kind="layer"|"rms", eps)."""
+    fusions: list[Fusion] = []
+    for node in program.nodes:
+        if node.op != "modulate":
+            continue
+        norm = producer_of(program, node.operands[0], ("layer_norm", "rms_norm"))
+        if norm is None:
+            continue
+        kind = "layer" if norm.op == "layer_norm" else "rms"
+        operands = (norm.operands[0], node.operands[1], node.operands[2])
+        fusion = Fusion(node, (norm,), "norm_modulate", operands, {"kind": kind, "eps": norm.attrs["eps"]})
+        affine = f"{norm.op} has affine parameters" if len(norm.operands) > 1 else None
+        if _decide(program, ctx, fusion, affine, f"{norm.op} + modulate -> norm_modulate"):
+            fusions.append(fusion)
+    return apply_fusions(program, fusions, ctx.pass_name)
+
+
+def fuse_gated_residual(program: Program, *, ctx: PassContext) -> Program:
+    """add(x, mul(gate, y)) (either operand order) where the mul's only user is the add
+    -> gated_residual(x, gate, y) = x + gate * y, same broadcasting, float dtypes only."""
+    fusions: list[Fusion] = []
+    for node in program.nodes:
+        if node.op != "add":
+            continue
+        first: tuple[Fusion, str] | None = None
+        for i in (1, 0):  # the builders write x + gate*y: try the second operand first
+            mul = producer_of(program, node.operands[i], ("mul",))
+            if mul is None:
+                continue
+            fusion = Fusion(node, (mul,), "gated_residual", (node.operands[1 - i], *mul.operands))
+            reason = _consider(program, ctx, fusion)
+            if reason is None:
+                ctx.applied("add + mul -> gated_residual", (mul.id, node.id), node.results[0].name)
+                fusions.append(fusion)
+                first = None
+                break
+            first = first or (fusion, reason)
+        if first is not None:
+            fusion, reason = first
+            ctx.skipped(reason, (fusion.absorbed[0].id, node.id), node.results[0].name)
+    return apply_fusions(program, fusions, ctx.pass_name)
+
+
+def fuse_norm_rope(program: Program, *, ctx: PassContext) -> Program:
+    """rms_norm(x, w) whose only user is rope(·, cos, sin)
+    -> rms_norm_rope(x, w, cos, sin; eps, offset, round_before_weight, mode) (per-head q/k norm + RoPE)."""
+    fusions: list[Fusion] = []
+    for node in program.nodes:
+        if node.op != "rope":
+            continue
+        norm = producer_of(program, node.operands[0], ("rms_norm",))
+        if norm is None:
+            continue
+        attrs = {k: norm.attrs[k] for k in ("eps", "offset", "round_before_weight")} | {"mode": node.attrs["mode"]}
+        fusion = Fusion(node, (norm,), "rms_norm_rope", (*norm.operands, *node.operands[1:]), attrs)
+        unweighted = "rms_norm has no weight" if len(norm.operands) < 2 else None
+        if _decide(program, ctx, fusion, unweighted, "rms_norm + rope -> rms_norm_rope"):
+            fusions.append(fusion)
+    return apply_fusions(program, fusions, ctx.pass_name)
