@@ -33,6 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from denoiser_models import Case, canonical, make_case, to_numpy  # noqa: E402
 from dif_device_bridge import Device  # noqa: E402
 
+from dif.passes import optimize  # noqa: E402
 from dif.plan.planner import plan_program  # noqa: E402
 
 
@@ -81,8 +82,13 @@ def run_dif(case: Case, program: Any, inputs: dict[str, np.ndarray], dev: Device
     """Prepare `program` on dif's backend with the diffusers weights, run, compare, time."""
     backend = dev.backend()
     t0 = time.perf_counter()
-    plan = plan_program(program, backend.profile(), backend.budget())
-    res: dict[str, Any] = {"nodes": len(program.nodes), "plan_s": round(time.perf_counter() - t0, 2)}
+    profile = backend.profile()
+    nodes_before = len(program.nodes)
+    if not args.no_passes:  # the compiler's fusions, as dif.runtime.prepare applies them
+        program, _decisions = optimize(program, target=profile)
+    plan = plan_program(program, profile, backend.budget())
+    res: dict[str, Any] = {"nodes": len(program.nodes), "nodes_before_passes": nodes_before}
+    res["plan_s"] = round(time.perf_counter() - t0, 2)
     res["arena_gib"] = round(plan.arena_bytes / 2**30, 3)
     res["params_gib"] = round(plan.param_bytes / 2**30, 3)
     weights = dev.weights(program, case.model)
@@ -204,6 +210,7 @@ def main(argv: list[str] | None = None, default_models: str = "klein-4b") -> int
     ap.add_argument("--profile-iters", type=int, default=1, help="eager runs for dif's time by op (0: skip)")
     ap.add_argument("--profile-max-s", type=float, default=3.0, help="skip the time by op when it costs more")
     ap.add_argument("--compile", action="store_true", help="also time diffusers under torch.compile")
+    ap.add_argument("--no-passes", action="store_true", help="skip dif's optimizer passes (fusions)")
     ap.add_argument("--no-variants", action="store_true")
     ap.add_argument("--device", default="cuda", choices=("cuda", "cpu"), help="cpu: torch CPU + dif CPU backend")
     ap.add_argument("--tiny", action="store_true", help="miniature configs (check the script, no timing value)")

@@ -18,6 +18,7 @@ from dif.dtypes import DType
 from dif.errors import BackendUnavailableError
 from dif.ops.registry import OPS, OpTable
 from dif.target import RuntimeBudget, TargetProfile
+from dif_backend_cuda.lower_fused import FUSED_OPS
 
 if TYPE_CHECKING:
     import numpy as np
@@ -117,6 +118,7 @@ def probe_profile(device: int = 0) -> TargetProfile:
     libs = library_versions()
     dtypes = [d.value for d in DType if p["major"] * 10 + p["minor"] >= 89 or d not in (DType.F8E4M3, DType.F8E5M2)]
     caps = ["arena", "cuda-graphs", "nvrtc", f"smem-optin-{p['smem_optin']}", f"l2-{p['l2_bytes']}"]
+    caps += ["alias:reshape", *(f"op:{op}" for op in FUSED_OPS)]
     if "nvmath" in libs:
         caps.append("cublaslt")
     if "cudnn_frontend" in libs:

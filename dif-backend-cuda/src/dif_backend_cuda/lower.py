@@ -207,6 +207,7 @@ def lowering(*ops: str) -> Callable[[Lowering], Lowering]:
 
 def lower_node(ctx: LowerCtx, node: Node, ins: list[DevTensor], outs: list[DevTensor]) -> list[Any]:
     """The steps computing `node` from `ins` into `outs` (results skipped when empty)."""
+    import dif_backend_cuda.lower_fused  # noqa: F401  (registers the fused ops of dif.passes)
     import dif_backend_cuda.lower_layout  # noqa: F401  (registers the data-movement ops)
     import dif_backend_cuda.lower_linalg  # noqa: F401  (registers linear, matmul, conv2d, sdpa)
 

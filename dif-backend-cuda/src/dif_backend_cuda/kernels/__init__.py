@@ -19,7 +19,7 @@ from typing import Any
 
 from dif.errors import BackendError
 
-MODULES = ("elementwise", "norm", "layout", "gemm", "attention")
+MODULES = ("elementwise", "norm", "layout", "gemm", "attention", "fused")
 OPTIONS = ("-std=c++17", "-default-device")
 
 
