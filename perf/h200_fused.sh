@@ -12,7 +12,7 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upg
   || exit 1
 SRC=dif-core/src:dif-backend-cpu/src:dif-backend-cuda/src:dif-frontend-flux2/src:dif-frontend-krea2/src
 export PYTHONPATH=/tmp/site:$PWD/${SRC//:/:$PWD/}
-COMMIT=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+COMMIT=${COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
 nvidia-smi --query-gpu=name,driver_version,memory.used,memory.total --format=csv,noheader
 
 stamp "stage 1: CUDA backend tests (commit $COMMIT)"
