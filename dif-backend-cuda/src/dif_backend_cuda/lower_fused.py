@@ -5,13 +5,17 @@ The backend advertises them as `op:<name>` capabilities, so `dif.passes` only fu
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from dif.ir.program import Node
 from dif_backend_cuda.lower import (
     FLOATS,
+    ILP,
     THREADS,
     Attrs,
+    DevTensor,
     LowerCtx,
     Steps,
     Ts,
@@ -29,6 +33,25 @@ from dif_backend_cuda.lower import (
 FUSED_OPS = ("norm_modulate", "gated_residual", "rms_norm_rope")
 
 
+def aligned(elements: int, *tensors: DevTensor) -> bool:
+    """Every tensor starts on a multiple of `elements` items (vector loads of that width are legal)."""
+    return all(t.ptr % (elements * t.dtype.itemsize) == 0 for t in tensors)
+
+
+def row_groups(gate: tuple[int, ...], out: tuple[int, ...]) -> int:
+    """G when `gate`, left-padded to out's rank, is [out[:k]..., 1, ..., 1, d] (one gate row per group of
+    consecutive output rows); 0 when it is not of that form."""
+    if not out or not gate or gate[-1] != out[-1]:
+        return 0
+    padded = (1,) * (len(out) - len(gate)) + tuple(gate)
+    k = 0
+    while k < len(out) - 1 and padded[k] == out[k] and padded[k] != 1:
+        k += 1
+    if any(p != 1 for p in padded[k:-1]) or any(padded[i] != out[i] for i in range(k)):
+        return 0
+    return math.prod(padded[:k])
+
+
 @lowering("norm_modulate")
 def _norm_modulate(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Ts, outs: Ts) -> Steps:
     (x, s, t), (y,) = ins, outs
@@ -38,6 +61,10 @@ def _norm_modulate(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Ts, outs: Ts) -
     lead = list(x.shape[:-1])
     ss, ts = broadcast_strides(s.shape, x.shape), broadcast_strides(t.shape, x.shape)
     meta = ctx.meta([len(lead), *lead, *ss[:-1], *ts[:-1]])
+    if ss[-1] == ts[-1] == 1 and length % 8 == 0 and length <= 8 * 1024 and aligned(4, x, s, t, y):
+        args = [ptr(x), ptr(s), ptr(t), ptr(y), meta, i64(length), f32(attrs["eps"]), np.int32(attrs["kind"] == "rms")]
+        block = -(-length // 8 // 32) * 32
+        return [ctx.kernel("fused", f"norm_modulate_vec_{dt}", (rows,), (block,), args)]
     args = [
         ptr(x), ptr(s), ptr(t), ptr(y), meta, i64(length), i64(ss[-1]), i64(ts[-1]),
         f32(attrs["eps"]), np.int32(attrs["kind"] == "rms"),
@@ -50,6 +77,15 @@ def _norm_modulate(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Ts, outs: Ts) -
 def _gated_residual(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Ts, outs: Ts) -> Steps:
     (x, g, u), (y,) = ins, outs
     dt = need(node, x.dtype, FLOATS)
+    if g.shape == y.shape and u.shape != y.shape:  # gate * y is symmetric: put the broadcast one second
+        g, u = u, g
+    groups = row_groups(g.shape, y.shape)
+    d = y.shape[-1] if y.shape else 1
+    if x.shape == u.shape == y.shape and groups and d % 4 == 0 and aligned(4, x, g, u, y):
+        rows = y.numel // d
+        n4 = y.numel // 4
+        args = [ptr(x), ptr(g), ptr(u), ptr(y), i64(n4), i64(d), i64(rows // groups)]
+        return [ctx.flat("fused", f"gated_residual_rows_{dt}", n4 * ILP, args)]
     meta = _bcast(ctx, [x, g, u], y)
     return [ctx.flat("fused", f"gated_residual_{dt}", y.numel, [ptr(x), ptr(g), ptr(u), ptr(y), meta, i64(y.numel)])]
 

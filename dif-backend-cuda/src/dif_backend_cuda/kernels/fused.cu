@@ -169,3 +169,97 @@ __device__ __forceinline__ void rms_norm_rope_impl(const T* __restrict__ x, cons
 NORM_ROPE_ALL(f32)
 NORM_ROPE_ALL(f16)
 NORM_ROPE_ALL(bf16)
+
+// ---- fast paths: 8-byte/16-byte vector loads for the shapes transformer blocks use -------------------
+template <class T>
+struct alignas(4 * sizeof(T)) V4 {
+  T v[4];
+};
+template <class T>
+__device__ __forceinline__ V4<T> ld4(const T* p) {
+  return *reinterpret_cast<const V4<T>*>(p);
+}
+
+// norm_modulate over rows of len % 8 == 0 (len / 8 <= 1024 threads, 8 values each in registers); scale
+// and shift are contiguous along the row (s_last = t_last = 1) and every pointer is 4-element aligned.
+template <class T>
+__device__ __forceinline__ void norm_modulate_vec_impl(const T* __restrict__ x, const T* __restrict__ s,
+                                                       const T* __restrict__ t, T* __restrict__ y,
+                                                       const i64* __restrict__ meta, i64 len, float eps,
+                                                       int is_rms) {
+  const i64 row = blockIdx.x;
+  const T* xr = x + row * len;
+  i64 so, to;
+  lead_offsets(row, meta, so, to);
+  const i64 j0 = (i64)threadIdx.x * 8;
+  const bool act = j0 < len;
+  float v[8];
+  V4<T> a0, a1;
+  if (act) {
+    a0 = ld4(xr + j0);
+    a1 = ld4(xr + j0 + 4);
+  }
+  float acc = 0.0f;
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {
+    v[e] = act ? to_f(a0.v[e]) : 0.0f;
+    v[4 + e] = act ? to_f(a1.v[e]) : 0.0f;
+  }
+#pragma unroll
+  for (int k = 0; k < 8; ++k) acc += is_rms ? v[k] * v[k] : v[k];
+  float mu = 0.0f, var;
+  if (is_rms) {
+    var = block_sum(acc) / (float)len;
+  } else {
+    mu = block_sum(acc) / (float)len;
+    float q = 0.0f;
+#pragma unroll
+    for (int k = 0; k < 8; ++k) q += act ? (v[k] - mu) * (v[k] - mu) : 0.0f;
+    var = block_sum(q) / (float)len;
+  }
+  if (!act) return;
+  const float denom = sqrtf(var + eps);
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const V4<T> sc = ld4(s + so + j0 + 4 * h), sh = ld4(t + to + j0 + 4 * h);
+    V4<T> o;
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const float n = round_to<T>((v[4 * h + e] - mu) / denom);
+      o.v[e] = from_f<T>(n * (1.0f + to_f(sc.v[e])) + to_f(sh.v[e]));
+    }
+    *reinterpret_cast<V4<T>*>(y + row * len + j0 + 4 * h) = o;
+  }
+}
+
+// gated_residual where x, y and the output share one shape [rows, d] and the gate is [G, 1.., d] with
+// G dividing rows (an adaLN gate per batch row): 4 elements per item, d % 4 == 0, pointers aligned.
+template <class T>
+__device__ __forceinline__ void gated_residual_rows_impl(const T* __restrict__ x, const T* __restrict__ g,
+                                                         const T* __restrict__ u, T* __restrict__ y, i64 n4, i64 d,
+                                                         i64 rows_per_g) {
+  for (i64 it = THREAD_FIRST; it < n4; it += THREAD_STEP) {
+    const i64 i = it * 4;
+    const i64 row = i / d, col = i - row * d;
+    const V4<T> a = ld4(x + i), b = ld4(g + (row / rows_per_g) * d + col), c = ld4(u + i);
+    V4<T> o;
+#pragma unroll
+    for (int e = 0; e < 4; ++e) o.v[e] = from_f<T>(to_f(a.v[e]) + round_to<T>(to_f(b.v[e]) * to_f(c.v[e])));
+    *reinterpret_cast<V4<T>*>(y + i) = o;
+  }
+}
+#define FUSED_VEC(TN)                                                                                      \
+  extern "C" __global__ void norm_modulate_vec_##TN(const TN* __restrict__ x, const TN* __restrict__ s,     \
+                                                    const TN* __restrict__ t, TN* __restrict__ y,           \
+                                                    const i64* __restrict__ meta, i64 len, float eps,       \
+                                                    int is_rms) {                                           \
+    norm_modulate_vec_impl<TN>(x, s, t, y, meta, len, eps, is_rms);                                         \
+  }                                                                                                        \
+  extern "C" __global__ void gated_residual_rows_##TN(const TN* __restrict__ x, const TN* __restrict__ g,   \
+                                                      const TN* __restrict__ u, TN* __restrict__ y, i64 n4, \
+                                                      i64 d, i64 rows_per_g) {                              \
+    gated_residual_rows_impl<TN>(x, g, u, y, n4, d, rows_per_g);                                            \
+  }
+FUSED_VEC(f32)
+FUSED_VEC(f16)
+FUSED_VEC(bf16)
