@@ -6,7 +6,7 @@ Default OUT_DIR is the package's `default/` folder; --tokenizer defaults to ../s
 Reproducible with numpy and dif only (no torch): tensor names and shapes come from dif's own
 program builders (plus the tensors a diffusers/transformers save also holds: VAE encoder, all
 text-encoder layers, final norm, BatchNorm counter), each tensor drawn from PCG64 seeded by a
-CRC of its name, stored bf16. The architecture is FLUX.2 [klein] at toy widths, so every code
+CRC of its name, stored f32. The architecture is FLUX.2 [klein] at toy widths, so every code
 path of the real model runs (27 Qwen3 layers for the 9/18/27 taps, double and single blocks,
 the VAE with BatchNorm latents). The tokenizer files are the real Qwen ones (copied).
 """
@@ -20,7 +20,6 @@ import sys
 import zlib
 from pathlib import Path
 
-import ml_dtypes
 import numpy as np
 
 from dif.ir.program import Program
@@ -33,7 +32,7 @@ from dif_frontend_flux2.vae import build_vae_decoder, build_vae_encoder
 HERE = Path(__file__).resolve().parent
 DEFAULT_OUT = HERE.parent / "src" / "dif_frontend_flux2" / "default"
 DEFAULT_TOKENIZER = HERE.parents[2] / "shared" / "tokenizers" / "qwen3-vl"
-STORE = np.dtype(ml_dtypes.bfloat16)
+STORE = np.dtype(np.float32)  # f32: the demo runs in f32 by default, so every backend draws the same picture
 VERSION = "0.42.1"
 
 MODEL_INDEX = {
