@@ -11,4 +11,5 @@ REPO = Path(__file__).resolve().parents[1]
 
 def test_ruff_check_is_clean() -> None:
     proc = subprocess.run([sys.executable, "-m", "ruff", "check", "."], cwd=REPO, capture_output=True, text=True)
-    assert proc.returncode == 0, "ruff check . failed (ruff comes with ./install.sh):\n" + proc.stdout[-4000:] + proc.stderr
+    report = proc.stdout[-4000:] + proc.stderr
+    assert proc.returncode == 0, f"ruff check . failed (ruff comes with ./install.sh):\n{report}"
