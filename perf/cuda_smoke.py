@@ -19,9 +19,14 @@ from typing import Any
 
 import numpy as np
 
-from dif.dtypes import DType
-from dif.ir.builder import ProgramBuilder
-from dif.plan.planner import plan_program
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from denoiser_models import CONFIGS  # noqa: E402
+from dif_device_bridge import cuda_event_times  # noqa: E402
+
+from dif.dtypes import DType  # noqa: E402
+from dif.ir.builder import ProgramBuilder  # noqa: E402
+from dif.plan.planner import plan_program  # noqa: E402
 
 REPORT: dict[str, Any] = {"sections": {}}
 
@@ -226,21 +231,7 @@ def flux2_tiny() -> dict[str, Any]:
 
 
 def time_ms(exe: Any, iters: int = 20, warm: int = 3) -> float:
-    import cupy as cp
-
-    stream = exe.backend.stream
-    for _ in range(warm):
-        exe.execute()
-    stream.synchronize()
-    times = []
-    for _ in range(iters):
-        start, stop = cp.cuda.Event(), cp.cuda.Event()
-        start.record(stream)
-        exe.execute()
-        stop.record(stream)
-        stop.synchronize()
-        times.append(cp.cuda.get_elapsed_time(start, stop))
-    return float(np.median(times))
+    return float(np.median(cuda_event_times(exe, iters, warm)))
 
 
 def _one_node(op: str, shapes: list[tuple[tuple[int, ...], DType, str]], **attrs: Any) -> Any:
@@ -382,25 +373,6 @@ def bench() -> list[dict[str, Any]]:
     return rows
 
 
-KLEIN_4B = {  # transformer/config.json of FLUX.2 [klein] 4B (see shared/model-configs)
-    "_class_name": "Flux2Transformer2DModel",
-    "attention_head_dim": 128,
-    "axes_dims_rope": [32, 32, 32, 32],
-    "eps": 1e-06,
-    "guidance_embeds": False,
-    "in_channels": 128,
-    "joint_attention_dim": 7680,
-    "mlp_ratio": 3.0,
-    "num_attention_heads": 24,
-    "num_layers": 5,
-    "num_single_layers": 20,
-    "out_channels": None,
-    "patch_size": 1,
-    "rope_theta": 2000,
-    "timestep_guidance_channels": 256,
-}
-
-
 @section("flux2_4b")
 def flux2_4b() -> dict[str, Any]:
     """Full-size FLUX.2 klein 4B transformer forward (1024x1024: 4096 image + 512 text tokens), random bf16."""
@@ -408,7 +380,7 @@ def flux2_4b() -> dict[str, Any]:
     from dif_frontend_flux2.config import Flux2TransformerConfig
     from dif_frontend_flux2.model import build_transformer, flux2_rope_tables, flux2_timestep_proj
 
-    cfg = Flux2TransformerConfig.from_dict(KLEIN_4B)
+    cfg = Flux2TransformerConfig.from_dict(CONFIGS["klein-4b"])  # its transformer/config.json
     t0 = time.perf_counter()
     program = build_transformer(cfg, batch=1, n_img=4096, n_txt=512, dtype=DType.BF16)
     built = time.perf_counter() - t0

@@ -47,6 +47,26 @@ def _np_dtype(torch_dtype: Any) -> np.dtype:
     return table[torch_dtype]
 
 
+def cuda_event_times(exe: Any, iters: int, warm: int) -> list[float]:
+    """Milliseconds of `iters` forwards of a prepared CUDA executable, each between two CUDA events
+    on the backend's stream (graph replay with the inputs already in their slots), after `warm`."""
+    import cupy
+
+    stream = exe.backend.stream
+    for _ in range(warm):
+        exe.execute()
+    stream.synchronize()
+    times = []
+    for _ in range(iters):
+        start, stop = cupy.cuda.Event(), cupy.cuda.Event()
+        start.record(stream)
+        exe.execute()
+        stop.record(stream)
+        stop.synchronize()
+        times.append(cupy.cuda.get_elapsed_time(start, stop))
+    return times
+
+
 class Device:
     def __init__(self, kind: str) -> None:
         self.kind = kind
@@ -185,20 +205,7 @@ class Device:
                 exe.run(inputs)
                 times.append((time.perf_counter() - t0) * 1e3)
             return float(np.median(times)), times
-        import cupy
-
-        stream = exe.backend.stream
-        for _ in range(warm):
-            exe.execute()
-        stream.synchronize()
-        times = []
-        for _ in range(iters):
-            start, stop = cupy.cuda.Event(), cupy.cuda.Event()
-            start.record(stream)
-            exe.execute()
-            stop.record(stream)
-            stop.synchronize()
-            times.append(cupy.cuda.get_elapsed_time(start, stop))
+        times = cuda_event_times(exe, iters, warm)
         return float(np.median(times)), times
 
     def describe(self, exe: Any) -> dict[str, Any]:

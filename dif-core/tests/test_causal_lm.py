@@ -8,11 +8,19 @@ import pytest
 from attrs import frozen
 
 import dif.ops  # noqa: F401  (registers the core ops)
+from dif.checkpoint import decoder_summary
+from dif.dtypes import DType
 from dif.errors import DifError
 from dif.interp import interpret
 from dif.ir.builder import ProgramBuilder
 from dif.ir.program import Program
-from dif.layers import DecoderLayerSpec, decoder_rope_tables, tapped_hidden_states
+from dif.layers import (
+    BaseDecoderConfig,
+    DecoderLayerSpec,
+    decoder_rope_tables,
+    tapped_hidden_states,
+    tapped_text_encoder,
+)
 
 
 @frozen
@@ -70,3 +78,29 @@ def test_only_the_tapped_depth_is_built_and_the_last_tap_is_normed() -> None:
 def test_taps_out_of_range() -> None:
     with pytest.raises(DifError, match=r"taps \(4,\) must lie in 0..3"):
         _build((4,))
+
+
+def test_tapped_text_encoder_declares_the_inputs_and_matches_the_stack() -> None:
+    cfg = BaseDecoderConfig(11, 8, 12, 3, 2, 1, 4)  # vocab, hidden, mlp, layers, heads, kv heads, head dim
+    assert cfg.rope_theta == 10_000.0 and decoder_summary(cfg) == {"layers": 3, "hidden": 8, "heads": 2, "kv_heads": 1}
+    b = ProgramBuilder("te")
+    spec = DecoderLayerSpec.qwen3(cfg)
+    outs = tapped_text_encoder(b, cfg, spec, "lm", (1, 3), batch=1, seq_len=5, dtype=DType.F32, family="toy")
+    b.output(*outs)
+    program = b.build()
+    assert [(v.name, v.type.shape, v.type.dtype.value) for v in program.inputs] == [
+        ("input_ids", (1, 5), "i64"),
+        ("attention_mask", (1, 5), "bool"),
+        ("rope_cos", (5, 4), "f32"),
+        ("rope_sin", (5, 4), "f32"),
+    ]
+    assert program.meta == {"family": "toy", "component": "text_encoder", "dtype": "f32", "taps": "1,3"}
+    assert {program.provenance[n.id].module for n in program.nodes} == {"text_encoder"}
+    reference = _build((1, 3))  # same stack from tapped_hidden_states, inputs named differently
+    cos, sin = decoder_rope_tables(cfg, np.arange(5))
+    ids, mask = np.arange(5, dtype=np.int64)[None], np.ones((1, 5), bool)
+    weights = _weights(reference)
+    got = interpret(program, {"input_ids": ids, "attention_mask": mask, "rope_cos": cos, "rope_sin": sin}, weights)
+    want = interpret(reference, {"ids": ids, "mask": mask, "cos": cos, "sin": sin}, weights)
+    for a, b_ in zip(got.values(), want.values(), strict=True):
+        np.testing.assert_array_equal(a, b_)

@@ -13,17 +13,11 @@ the VAE with BatchNorm latents). The tokenizer files are the real Qwen ones (cop
 
 from __future__ import annotations
 
-import argparse
-import json
-import shutil
-import sys
-import zlib
 from pathlib import Path
 
 import numpy as np
 
-from dif.ir.program import Program
-from dif.serialize.diftensor import save_tensors
+from dif.testing.random_checkpoint import name_rng, param_shapes, random_weight, script_main, write_diffusers_folder
 from dif_frontend_flux2.config import Flux2TransformerConfig, Flux2VaeConfig, Qwen3Config
 from dif_frontend_flux2.model import build_transformer
 from dif_frontend_flux2.text_encoder import build_text_encoder
@@ -141,83 +135,53 @@ CHAT_TEMPLATE = (
 
 def tensor_for(name: str, shape: tuple[int, ...]) -> np.ndarray:
     """A reproducible random tensor whose scale suits its role (norm gains near 1, BN variance > 0)."""
-    rng = np.random.Generator(np.random.PCG64(zlib.crc32(name.encode())))
+    if name.endswith("num_batches_tracked"):
+        return np.array(0, dtype=np.int64)
+    rng = name_rng(name)
     if "norm" in name and name.endswith(".weight"):
         arr = 1.0 + 0.1 * rng.standard_normal(shape)
     elif name.endswith("running_var"):
         arr = rng.uniform(0.5, 1.5, shape)
     elif name.endswith("running_mean") or name.endswith(".bias"):
         arr = 0.1 * rng.standard_normal(shape)
-    elif name.endswith("embed_tokens.weight"):
-        arr = rng.standard_normal(shape)
     else:
-        fan_in = int(np.prod(shape[1:])) if len(shape) > 1 else shape[0]
-        arr = rng.standard_normal(shape) / np.sqrt(fan_in)
+        arr = random_weight(rng, name, shape)
     return arr.astype(np.float32).astype(STORE)
-
-
-def params_of(*programs: Program) -> dict[str, tuple[int, ...]]:
-    out: dict[str, tuple[int, ...]] = {}
-    for program in programs:
-        out.update({p.name: p.type.shape for p in program.params})
-    return out
-
-
-def write_component(folder: Path, config_name: str, config: dict, file_name: str, shapes: dict) -> int:
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / config_name).write_text(json.dumps(config, indent=2) + "\n")
-    tensors = {name: tensor_for(name, shape) for name, shape in sorted(shapes.items())}
-    if "bn.running_mean" in tensors:
-        tensors["bn.num_batches_tracked"] = np.array(0, dtype=np.int64)
-    save_tensors(folder / file_name, tensors, {"format": "pt"}, dif_metadata=False)
-    return sum(t.nbytes for t in tensors.values())
 
 
 def make(out: Path, tokenizer: Path) -> None:
     t_cfg = Flux2TransformerConfig.from_dict(TRANSFORMER)
     q_cfg = Qwen3Config.from_dict(TEXT_ENCODER)
     v_cfg = Flux2VaeConfig.from_dict(VAE)
-    transformer = params_of(build_transformer(t_cfg, batch=1, n_img=4, n_txt=4))
-    text = params_of(build_text_encoder(q_cfg, batch=1, seq_len=4, taps=(q_cfg.num_hidden_layers,)))
-    vae = params_of(
+    transformer = param_shapes(build_transformer(t_cfg, batch=1, n_img=4, n_txt=4))
+    text = param_shapes(build_text_encoder(q_cfg, batch=1, seq_len=4, taps=(q_cfg.num_hidden_layers,)))
+    vae = param_shapes(
         build_vae_decoder(v_cfg, batch=1, latent_h=16, latent_w=16, from_packed=True),
         build_vae_encoder(v_cfg, batch=1, height=128, width=128),
     )
-    if out.exists():
-        shutil.rmtree(out)
-    out.mkdir(parents=True)
-    (out / "model_index.json").write_text(json.dumps(MODEL_INDEX, indent=2) + "\n")
-    sizes = {
-        "transformer": write_component(
-            out / "transformer", "config.json", TRANSFORMER, "diffusion_pytorch_model.safetensors", transformer
-        ),
-        "text_encoder": write_component(out / "text_encoder", "config.json", TEXT_ENCODER, "model.safetensors", text),
-        "vae": write_component(out / "vae", "config.json", VAE, "diffusion_pytorch_model.safetensors", vae),
-    }
-    (out / "scheduler").mkdir()
-    (out / "scheduler" / "scheduler_config.json").write_text(json.dumps(SCHEDULER, indent=2) + "\n")
-    tok = out / "tokenizer"
-    tok.mkdir()
-    for name in ("vocab.json", "merges.txt"):
-        shutil.copyfile(tokenizer / name, tok / name)
-    config = json.loads((tokenizer / "tokenizer_config.json").read_text())
-    config["chat_template"] = CHAT_TEMPLATE
-    config["model_max_length"] = 131072
-    (tok / "tokenizer_config.json").write_text(json.dumps(config, indent=2, ensure_ascii=False) + "\n")
-    total = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
-    print(f"wrote {out}: {total / 1e6:.2f} MB ({', '.join(f'{k} {v / 1e6:.2f} MB' for k, v in sizes.items())})")
+    if "bn.running_mean" in vae:  # a torch save of the BatchNorm also holds its step counter
+        vae["bn.num_batches_tracked"] = ()
+    components = {"transformer": (TRANSFORMER, transformer), "text_encoder": (TEXT_ENCODER, text), "vae": (VAE, vae)}
+    tokenizer_config = {"chat_template": CHAT_TEMPLATE, "model_max_length": 131072}
+    print(
+        write_diffusers_folder(
+            out,
+            MODEL_INDEX,
+            components,
+            tensor_for,
+            scheduler=SCHEDULER,
+            tokenizer=tokenizer,
+            tokenizer_files=("vocab.json", "merges.txt"),
+            tokenizer_config=tokenizer_config,
+        )
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("out", nargs="?", type=Path, default=DEFAULT_OUT)
-    parser.add_argument("--tokenizer", type=Path, default=DEFAULT_TOKENIZER)
-    args = parser.parse_args(argv)
-    if not (args.tokenizer / "vocab.json").is_file():
-        print(f"no Qwen tokenizer files in {args.tokenizer} (pass --tokenizer DIR)", file=sys.stderr)
-        return 2
-    make(args.out, args.tokenizer)
-    return 0
+    description = (__doc__ or "").splitlines()[0]
+    return script_main(
+        argv, description=description, default_out=DEFAULT_OUT, default_tokenizer=DEFAULT_TOKENIZER, make=make
+    )
 
 
 if __name__ == "__main__":

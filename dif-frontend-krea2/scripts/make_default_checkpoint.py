@@ -13,18 +13,13 @@ fusion blocks, GQA, the real latent statistics, so every code path of the real m
 
 from __future__ import annotations
 
-import argparse
 import json
-import shutil
-import sys
-import zlib
 from pathlib import Path
 
 import ml_dtypes
 import numpy as np
 
-from dif.ir.program import Program
-from dif.serialize.diftensor import save_tensors
+from dif.testing.random_checkpoint import name_rng, param_shapes, random_weight, script_main, write_diffusers_folder
 from dif_frontend_krea2.config import (
     DEFAULT_TAPS,
     Krea2TransformerConfig,
@@ -103,7 +98,7 @@ VAE_EXTRA = {"base_dim": 8, "num_res_blocks": 1, "sample_size": 256}  # sample_s
 
 def tensor_for(name: str, shape: tuple[int, ...]) -> np.ndarray:
     """A reproducible random tensor whose scale suits its role; stored bf16, norm weights fp32."""
-    rng = np.random.Generator(np.random.PCG64(zlib.crc32(name.encode())))
+    rng = name_rng(name)
     leaf = name.rsplit(".", 1)[-1]
     if leaf == "gamma" or (name.startswith("language_model.") and "norm" in name):
         return (1.0 + 0.1 * rng.standard_normal(shape)).astype(np.float32).astype(STORE)
@@ -111,19 +106,9 @@ def tensor_for(name: str, shape: tuple[int, ...]) -> np.ndarray:
         return (0.1 * rng.standard_normal(shape)).astype(np.float32)
     if leaf == "bias" or "scale_shift_table" in name:
         arr = 0.1 * rng.standard_normal(shape)
-    elif name.endswith("embed_tokens.weight"):
-        arr = rng.standard_normal(shape)
     else:
-        fan_in = int(np.prod(shape[1:])) if len(shape) > 1 else shape[0]
-        arr = rng.standard_normal(shape) / np.sqrt(fan_in)
+        arr = random_weight(rng, name, shape)
     return arr.astype(np.float32).astype(STORE)
-
-
-def params_of(*programs: Program) -> dict[str, tuple[int, ...]]:
-    out: dict[str, tuple[int, ...]] = {}
-    for program in programs:
-        out.update({p.name: p.type.shape for p in program.params})
-    return out
 
 
 def vae_on_disk(shapes: dict[str, tuple[int, ...]], cfg: QwenImageVaeConfig) -> dict[str, tuple[int, ...]]:
@@ -145,14 +130,6 @@ def vae_on_disk(shapes: dict[str, tuple[int, ...]], cfg: QwenImageVaeConfig) -> 
     return out
 
 
-def write_component(folder: Path, config_name: str, config: dict, file_name: str, shapes: dict) -> int:
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / config_name).write_text(json.dumps(config, indent=2) + "\n")
-    tensors = {name: tensor_for(name, shape) for name, shape in sorted(shapes.items())}
-    save_tensors(folder / file_name, tensors, {"format": "pt"}, dif_metadata=False)
-    return sum(t.nbytes for t in tensors.values())
-
-
 def make(out: Path, tokenizer: Path) -> None:
     text_config = json.loads((SHARED_CONFIGS / "text_encoder" / "config.json").read_text())
     text_config["text_config"] = TEXT_TEXT_CONFIG
@@ -164,40 +141,17 @@ def make(out: Path, tokenizer: Path) -> None:
     t_cfg = Krea2TransformerConfig.from_dict(TRANSFORMER)
     q_cfg = QwenVLTextConfig.from_dict(text_config)
     v_cfg = QwenImageVaeConfig.from_dict(vae_config)
-    transformer = params_of(build_transformer(t_cfg, image_len=4, text_len=4))
-    text = params_of(build_text_encoder(q_cfg, seq_len=4, taps=(q_cfg.num_hidden_layers,)))
-    vae = vae_on_disk(params_of(build_vae_decoder(v_cfg, latent_h=2, latent_w=2)), v_cfg)
-    if out.exists():
-        shutil.rmtree(out)
-    out.mkdir(parents=True)
-    (out / "model_index.json").write_text(json.dumps(MODEL_INDEX, indent=2) + "\n")
-    sizes = {
-        "transformer": write_component(
-            out / "transformer", "config.json", TRANSFORMER, "diffusion_pytorch_model.safetensors", transformer
-        ),
-        "text_encoder": write_component(out / "text_encoder", "config.json", text_config, "model.safetensors", text),
-        "vae": write_component(out / "vae", "config.json", vae_config, "diffusion_pytorch_model.safetensors", vae),
-    }
-    (out / "scheduler").mkdir()
-    (out / "scheduler" / "scheduler_config.json").write_text(json.dumps(scheduler, indent=2) + "\n")
-    tok = out / "tokenizer"
-    tok.mkdir()
-    for name in ("vocab.json", "merges.txt", "tokenizer_config.json"):
-        shutil.copyfile(tokenizer / name, tok / name)
-    total = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
-    print(f"wrote {out}: {total / 1e6:.2f} MB ({', '.join(f'{k} {v / 1e6:.2f} MB' for k, v in sizes.items())})")
+    transformer = param_shapes(build_transformer(t_cfg, image_len=4, text_len=4))
+    text = param_shapes(build_text_encoder(q_cfg, seq_len=4, taps=(q_cfg.num_hidden_layers,)))
+    vae = vae_on_disk(param_shapes(build_vae_decoder(v_cfg, latent_h=2, latent_w=2)), v_cfg)
+    components = {"transformer": (TRANSFORMER, transformer), "text_encoder": (text_config, text),
+                  "vae": (vae_config, vae)}
+    print(write_diffusers_folder(out, MODEL_INDEX, components, tensor_for, scheduler=scheduler, tokenizer=tokenizer))
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("out", nargs="?", type=Path, default=DEFAULT_OUT)
-    parser.add_argument("--tokenizer", type=Path, default=DEFAULT_TOKENIZER)
-    args = parser.parse_args(argv)
-    if not (args.tokenizer / "vocab.json").is_file():
-        print(f"no Qwen tokenizer files in {args.tokenizer} (pass --tokenizer DIR)", file=sys.stderr)
-        return 2
-    make(args.out, args.tokenizer)
-    return 0
+    return script_main(argv, description=(__doc__ or "").splitlines()[0], default_out=DEFAULT_OUT,
+                       default_tokenizer=DEFAULT_TOKENIZER, make=make)
 
 
 if __name__ == "__main__":

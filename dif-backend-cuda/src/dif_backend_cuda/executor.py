@@ -16,29 +16,16 @@ from typing import Any
 import numpy as np
 from attrs import define, field
 
-from dif.dtypes import dtype_of
-from dif.errors import BackendError, DifError, PlanBindingError, WeightError
+from dif.backend_checks import check_inputs, check_plan_binding, check_weights
+from dif.errors import BackendError
 from dif.ir.program import Program, Value
 from dif.ir.types import TensorType
-from dif.plan.plan import Plan, align_up, check_plan
+from dif.plan.plan import Plan, align_up
 from dif_backend_cuda.lower import DevTensor, Launch, LowerCtx, lower_node
 
+BACKEND = "cuda"
 H2D, D2H = 1, 2
 STAGE_BYTES = 64 << 20
-
-
-def _describe(arr: Any) -> str:
-    try:
-        return f"{dtype_of(arr).value}{list(arr.shape)}"
-    except (DifError, AttributeError, TypeError):
-        return f"{getattr(arr, 'dtype', type(arr).__name__)}{list(getattr(arr, 'shape', ()))}"
-
-
-def _matches(arr: Any, t: TensorType) -> bool:
-    try:
-        return tuple(arr.shape) == t.shape and dtype_of(arr) == t.dtype
-    except (DifError, AttributeError, TypeError):
-        return False
 
 
 def _pack(values: Iterable[Value]) -> tuple[dict[str, int], int]:
@@ -117,25 +104,10 @@ class CudaExecutable:
         import cupyx
 
         t0 = time.perf_counter()
-        from dif.plan.planner import fingerprint
-
-        got = fingerprint(program)
-        if got != plan.program_fingerprint:
-            raise PlanBindingError(
-                f"backend 'cuda': plan was made for program {plan.program_fingerprint}, not '{program.name}' ({got})",
-                hint="re-plan this program",
-            )
-        check_plan(plan, program)
-        for p in program.params:
-            if p.name not in weights:
-                raise WeightError(
-                    f"backend 'cuda': parameter '{p.name}' ({p.type}) is missing from the weights",
-                    hint="check the frontend's weight-name mapping for this checkpoint",
-                )
-            if not _matches(weights[p.name], p.type):
-                raise WeightError(
-                    f"backend 'cuda': parameter '{p.name}' expected {p.type}, got {_describe(weights[p.name])}"
-                )
+        check_plan_binding(program, plan, BACKEND)
+        # `upload` below takes the caller's objects, not the arrays this returns: perf/dif_device_bridge.py
+        # hands in device tensors that only look like arrays (shape, dtype) and copies them device to device
+        check_weights(program, weights, BACKEND)
         stream = backend.stream
         memory = {"arena": _device_alloc(plan.arena_bytes, "plan arena")}
         w_off, w_total = _pack(program.params)
@@ -234,12 +206,8 @@ class CudaExecutable:
         """Execute once; `inputs` by program input name, outputs as fresh host arrays by name."""
         import cupy
 
-        for v in self.program.inputs:
-            if v.name not in inputs:
-                raise DifError(f"backend 'cuda': input '{v.name}' ({v.type}) was not provided")
-            if not _matches(inputs[v.name], v.type):
-                raise DifError(f"backend 'cuda': input '{v.name}' expected {v.type}, got {_describe(inputs[v.name])}")
-            np.copyto(self.in_host[v.name], np.asarray(inputs[v.name]), casting="no")
+        for name, arr in check_inputs(self.program, inputs, BACKEND).items():
+            np.copyto(self.in_host[name], arr, casting="no")
         stream = self.backend.stream
         rt = cupy.cuda.runtime
         if self.program.inputs:

@@ -220,7 +220,7 @@ def _cudnn_step(
     handle = ctx.backend.cudnn() if not reason else None
     if handle is None and not reason:
         reason = f"cuDNN unavailable: {ctx.backend._cudnn_error}"
-    if not reason:
+    if handle is not None and not reason:
         try:
             step = CudnnSdpa(handle, q.dtype, b, sq, skv, hq, hkv, d, q.ptr, k.ptr, v.ptr, o.ptr, scale, causal)
         except Exception as exc:

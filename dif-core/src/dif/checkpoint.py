@@ -10,12 +10,31 @@ from __future__ import annotations
 import json
 from collections import Counter
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from dif.dtypes import DType
+from dif.errors import ConfigError
 from dif.weights.source import TensorSource
 
+if TYPE_CHECKING:
+    from dif.layers.causal_lm import DecoderConfig
+
 RUN_DTYPES = {"BF16": DType.BF16, "F16": DType.F16, "F32": DType.F32}
+
+
+def read_json_object(path: str | Path, *, hint: str | None = None) -> dict[str, Any]:
+    """The JSON object in `path` (a config.json, model_index.json, ...); `ConfigError` naming the file
+    when it is missing, unreadable, not JSON or not an object."""
+    p = Path(path)
+    try:
+        data = json.loads(p.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"{p}: file not found", hint=hint) from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ConfigError(f"{p}: not readable JSON ({exc})") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{p}: expected a JSON object, got {type(data).__name__}")
+    return data
 
 
 def storage_dtype(source: TensorSource, *, by: Literal["majority", "first"] = "majority") -> DType:
@@ -44,6 +63,16 @@ def source_summary(source: TensorSource) -> dict[str, Any]:
     infos = [source.info(n) for n in source.names()]
     dtypes = sorted({i.dtype for i in infos})
     return {"tensors": len(infos), "bytes": sum(i.nbytes for i in infos), "dtypes": dtypes, "from": source.label}
+
+
+def decoder_summary(cfg: DecoderConfig) -> dict[str, Any]:
+    """{"layers", "hidden", "heads", "kv_heads"} of a decoder text encoder, for an `info` command."""
+    return {
+        "layers": cfg.num_hidden_layers,
+        "hidden": cfg.hidden_size,
+        "heads": cfg.num_attention_heads,
+        "kv_heads": cfg.num_key_value_heads,
+    }
 
 
 def component_line(name: str, description: dict[str, Any]) -> str:

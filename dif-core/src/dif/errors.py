@@ -64,6 +64,10 @@ class CheckpointError(DifError):
     """A checkpoint folder or file cannot be read or is not of a recognised layout."""
 
 
+class ConfigError(CheckpointError):
+    """A config.json / model_index.json is missing, malformed or describes an unsupported model."""
+
+
 class BackendError(DifError):
     """A backend cannot run something (unavailable, op not implemented, device failure)."""
 

@@ -7,12 +7,14 @@ through `register_commands`. Nothing here imports a model: `detect` must only lo
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 from attrs import field, frozen
 
+from dif import hookimpl
 from dif._convert import strs
 from dif.errors import CheckpointError, UsageError
 
@@ -124,3 +126,23 @@ def detect_frontend(path: str | Path, frontends: Mapping[str, FrontendInfo]) -> 
         names = ", ".join(m.name for m in matches)
         raise CheckpointError(f"{path}: several frontends claim this checkpoint ({names})", hint="name the family")
     return matches[0]
+
+
+def frontend_hooks(info: FrontendInfo, commands: str) -> tuple[Callable[..., None], Callable[..., None]]:
+    """The two hookimpls of a frontend's plugin module: `register_frontends` registers `info`, and
+    `register_commands` adds the click group `commands` names ("module:attribute", imported only
+    when the `dif` command asks for its commands). In the plugin module:
+
+        register_frontends, register_commands = frontend_hooks(INFO, "my_frontend.cli:group")
+    """
+
+    @hookimpl
+    def register_frontends(register: Callable[[FrontendInfo], None]) -> None:
+        register(info)
+
+    @hookimpl
+    def register_commands(cli: Any) -> None:
+        module, _, attribute = commands.partition(":")
+        cli.add_command(getattr(importlib.import_module(module), attribute))
+
+    return register_frontends, register_commands

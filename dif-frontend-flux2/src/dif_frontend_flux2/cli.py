@@ -10,15 +10,14 @@ document). Files are written atomically. Heavy modules load inside the commands.
 
 from __future__ import annotations
 
-import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import click
 
+from dif.cli_support import DTYPE_CHOICES
 from dif_frontend_flux2 import DEFAULT_CHECKPOINT, __version__
-
-DTYPES = ("auto", "f32", "bf16", "f16")
 
 
 def _check_multiple_of_16(ctx: click.Context, param: click.Parameter, value: int | None) -> int | None:
@@ -94,76 +93,43 @@ def flux2() -> None:
 )
 @click.option("--save-latents", type=click.Path(dir_okay=False, path_type=Path), help="Also save final latents.")
 @click.option("--backend", help="dif backend (default: DIF_BACKEND or the best available; 'interp' = reference).")
-@click.option("--dtype", type=click.Choice(DTYPES), default="auto", show_default=True, help="Run precision.")
+@click.option("--dtype", type=click.Choice(DTYPE_CHOICES), default="auto", show_default=True, help="Run precision.")
 @click.option(
     "-o", "--output", type=click.Path(dir_okay=False, path_type=Path), help="PNG path (default: flux2-SEED.png)."
 )
 @click.option("--json", "as_json", is_flag=True, help="Print one dif-telemetry/1 JSON document on stdout.")
 def generate(
-    prompt: str,
-    negative_prompt: str,
     model: Path | None,
     base: Path | None,
     transformer_file: Path | None,
     vae_file: Path | None,
     variant: str | None,
-    steps: int | None,
-    guidance: float | None,
-    seed: int | None,
-    width: int | None,
-    height: int | None,
-    init_noise: Path | None,
-    save_latents: Path | None,
-    backend: str | None,
-    dtype: str,
-    output: Path | None,
-    as_json: bool,
+    **options: Any,
 ) -> None:
     """Generate one image from a prompt and write it as PNG (A1111 `parameters` + `dif` JSON chunks)."""
-    from dif.checkpoint import native_size, storage_dtype
-    from dif.dtypes import DType
-    from dif.noise import load_noise_file, random_seed
-    from dif.progress import ProgressBar
-    from dif.report import save_image_run, summary_lines
+    from dif.cli_support import ImageOptions, generate_image
     from dif_frontend_flux2.pipeline import Flux2Pipeline, GenerationRequest
 
-    started = time.perf_counter()
-    seed = random_seed() if seed is None else seed
-    output = output or Path(f"flux2-{seed}.png")
-    for path in (output, save_latents):
-        if path is not None and not path.resolve().parent.is_dir():
-            raise click.BadParameter(f"folder {path.resolve().parent} does not exist", param_hint=str(path))
+    opts = ImageOptions.parse("flux2", options)
+    if (missing := opts.missing_folder()) is not None:
+        raise click.BadParameter(f"folder {missing.resolve().parent} does not exist", param_hint=str(missing))
     checkpoint = _open(model, base, transformer_file, vae_file, variant)
-    size = native_size(checkpoint.root)
-    run_dtype = storage_dtype(checkpoint.transformer, by="first") if dtype == "auto" else DType(dtype)
-    noise = load_noise_file(init_noise) if init_noise is not None else None
-    request = GenerationRequest(
-        prompt, negative_prompt, steps, guidance, seed, width or size, height or size, init_noise=noise
+
+    def describe(s: Mapping[str, Any]) -> str:
+        return f"{s['model']} ({s['layout']}, {'distilled' if s['distilled'] else 'base'})"
+
+    tool = click.get_current_context().command_path
+    text = generate_image(
+        opts,
+        checkpoint,
+        Flux2Pipeline,
+        GenerationRequest,
+        version=__version__,
+        tool=tool,
+        describe=describe,
+        auto_dtype="first",
     )
-    with ProgressBar(quiet=as_json) as bar:
-        pipe = Flux2Pipeline(checkpoint, dtype=run_dtype, backend=backend, on_step=bar.step)
-        for warning in pipe.resolve(request)[3]:
-            click.echo(f"warning: {warning}", err=True)
-        result = pipe.generate(request)
-    summary, timings = save_image_run(
-        result, output, latents=save_latents, frontend="flux2", version=__version__, started=started
-    )
-    s = result.settings
-    if as_json:
-        _emit_json("flux2.generate", "dif flux2 generate", summary, timings)
-        return
-    model_text = f"{s['model']} ({s['layout']}, {'distilled' if s['distilled'] else 'base'})"
-    for line in summary_lines(summary, model=model_text):
-        click.echo(line)
-
-
-def _emit_json(kind: str, default_tool: str, data: dict[str, Any], timings: dict[str, float] | None = None) -> None:
-    from dif.runstats import stage_events
-    from dif.telemetry import build_document, dumps
-
-    ctx = click.get_current_context(silent=True)
-    tool = ctx.command_path if ctx is not None else default_tool
-    click.echo(dumps(build_document(kind, tool=tool, data=data, events=stage_events(timings or {}))))
+    click.echo(text)
 
 
 @flux2.command("info")
@@ -172,7 +138,8 @@ def _emit_json(kind: str, default_tool: str, data: dict[str, Any], timings: dict
 @click.option("--json", "as_json", is_flag=True, help="Print one dif-telemetry/1 JSON document on stdout.")
 def info(model: Path | None, variant: str | None, as_json: bool) -> None:
     """Describe a FLUX.2 [klein] checkpoint: layout, configs, tensors, defaults (default: embedded model)."""
-    from dif.checkpoint import component_line, native_size, source_summary, storage_dtype
+    from dif.checkpoint import decoder_summary, native_size, source_summary, storage_dtype
+    from dif.cli_support import info_text
     from dif_frontend_flux2.pipeline import BASE_GUIDANCE, BASE_STEPS, DISTILLED_STEPS
 
     ck = _open(model, None, None, None, variant)
@@ -197,25 +164,19 @@ def info(model: Path | None, variant: str | None, as_json: bool) -> None:
             "text_dim": t.joint_attention_dim,
             **source_summary(ck.transformer),
         },
-        "text_encoder": {
-            "layers": q.num_hidden_layers,
-            "hidden": q.hidden_size,
-            "heads": q.num_attention_heads,
-            "kv_heads": q.num_key_value_heads,
-            "vocab": q.vocab_size,
-            **source_summary(ck.text_encoder),
-        },
+        "text_encoder": {**decoder_summary(q), "vocab": q.vocab_size, **source_summary(ck.text_encoder)},
         "vae": {"channels": list(v.block_out_channels), "latent_channels": v.latent_channels, **source_summary(ck.vae)},
         "tokenizer": str(ck.tokenizer_dir) if ck.tokenizer_dir.is_dir() else None,
     }
-    if as_json:
-        _emit_json("flux2.info", "dif flux2 info", data)
-        return
-    click.echo(f"{data['name']}: FLUX.2 [klein] {'distilled' if ck.is_distilled else 'base'}, {ck.layout} layout")
-    click.echo(f"  path {data['path']}")
-    for part in ("transformer", "text_encoder", "vae"):
-        click.echo(component_line(part, data[part]))
     dflt = data["defaults"]
     guidance = "no CFG" if dflt["guidance"] is None else f"guidance {dflt['guidance']}"
-    click.echo(f"  defaults: {dflt['steps']} steps, {guidance}, {dflt['size']}x{dflt['size']}, {dflt['dtype']}")
-    click.echo(f"  tokenizer: {data['tokenizer'] or 'missing'}")
+    click.echo(
+        info_text(
+            data,
+            kind="flux2.info",
+            tool=click.get_current_context().command_path,
+            as_json=as_json,
+            title=f"{data['name']}: FLUX.2 [klein] {'distilled' if ck.is_distilled else 'base'}, {ck.layout} layout",
+            defaults=f"{dflt['steps']} steps, {guidance}, {dflt['size']}x{dflt['size']}, {dflt['dtype']}",
+        )
+    )

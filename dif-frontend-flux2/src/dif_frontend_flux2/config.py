@@ -7,35 +7,21 @@ Every field is validated here so builders can trust their config.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Self, TypeVar
 
 from attrs import fields, frozen
 
-from dif.errors import CheckpointError
+from dif.checkpoint import read_json_object
+from dif.errors import ConfigError
+from dif.layers.causal_lm import BaseDecoderConfig
 
 T = TypeVar("T")
 
 
-class ConfigError(CheckpointError):
-    """A config.json / model_index.json is missing, malformed or describes an unsupported model."""
-
-
 def _read_json(path: str | Path) -> dict[str, Any]:
-    p = Path(path)
-    try:
-        data = json.loads(p.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ConfigError(
-            f"{p}: file not found", hint="point at a diffusers folder (model_index.json + components)"
-        ) from None
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"{p}: not valid JSON ({exc})") from None
-    if not isinstance(data, dict):
-        raise ConfigError(f"{p}: expected a JSON object, got {type(data).__name__}")
-    return data
+    return read_json_object(path, hint="point at a diffusers folder (model_index.json + components)")
 
 
 def _pos_int(what: str, name: str, value: Any) -> int:
@@ -180,19 +166,10 @@ class Flux2TransformerConfig:
 
 
 @frozen
-class Qwen3Config:
+class Qwen3Config(BaseDecoderConfig):
     """Qwen3 decoder config (transformers text_encoder/config.json); only what the stack needs."""
 
-    vocab_size: int
-    hidden_size: int
-    intermediate_size: int
-    num_hidden_layers: int
-    num_attention_heads: int
-    num_key_value_heads: int
-    head_dim: int
-    rms_norm_eps: float = 1e-6
     rope_theta: float = 1_000_000.0
-    attention_bias: bool = False
     tie_word_embeddings: bool = False
 
     @classmethod

@@ -22,11 +22,12 @@ from attrs import define, field, frozen
 
 from dif.dtypes import DType
 from dif.errors import CheckpointError, UsageError
+from dif.image_pipeline import ImageRequest, TextToImagePipeline
 from dif.ir.program import Program
 from dif.media import to_uint8
 from dif.noise import initial_latents
-from dif.report import ImageRun, image_settings
-from dif.runstats import StageTimer, peak_rss_bytes
+from dif.report import ImageRun
+from dif.runstats import StageTimer
 from dif.runtime import ProgramCache, Runner
 from dif.sched import FlowMatchSchedule, cfg_combine, euler_step, flow_match_schedule
 from dif.weights import TensorSource, bind_weights
@@ -133,24 +134,17 @@ def pack_noise(noise: np.ndarray) -> np.ndarray:
 
 
 @frozen
-class GenerationRequest:
-    """One text-to-image job; None settings take the checkpoint's defaults (see `resolve`)."""
-
-    prompt: str
-    negative_prompt: str = ""
-    steps: int | None = None  # None: 4 distilled, 50 base
-    guidance: float | None = None  # None: 1 (off) distilled, 4.0 base
-    seed: int = 0
-    width: int = 1024
-    height: int = 1024
-    init_noise: np.ndarray | None = None  # (B, 128, H/16, W/16) or packed (B, N, 128)
+class GenerationRequest(ImageRequest):
+    """One FLUX.2 text-to-image job. None settings take the checkpoint's defaults (see `resolve`):
+    steps 4 distilled, 50 base; guidance 1 (off) distilled, 4.0 base. `init_noise`: (B, 128, H/16,
+    W/16) or packed (B, N, 128)."""
 
 
 GenerationResult = ImageRun  # the image plus what is needed to report and reproduce it
 
 
 @define
-class Flux2Pipeline:
+class Flux2Pipeline(TextToImagePipeline):
     """Runs one checkpoint at one dtype on one backend; programs are cached per shape."""
 
     checkpoint: Flux2Checkpoint
@@ -176,16 +170,6 @@ class Flux2Pipeline:
             return program, bind_weights(program, source, ignore=ignore)
 
         return self._programs.get(key, build_and_bind)
-
-    @property
-    def backend_name(self) -> str:
-        """The backend that runs the programs ("interp" = the reference interpreter)."""
-        return self._programs.backend_name
-
-    @property
-    def plan_peak_bytes(self) -> int:
-        """The largest prepared plan's arena peak + parameter bytes (0 under "interp")."""
-        return self._programs.plan_peak_bytes
 
     def prepare_all(self, width: int, height: int) -> None:
         """Build, bind and prepare the three programs for this size now (the CLI's load stage)."""
@@ -316,37 +300,17 @@ class Flux2Pipeline:
             schedule = klein_schedule(h * w, steps, load_scheduler_settings(self.checkpoint.root))
             noise = self.initial_noise(req, h, w)  # cheap checks first, then the expensive load
             self.prepare_all(req.width, req.height)
-        with timer.stage("encode"):
-            text = self.encode(req.prompt)
-            negative = self.encode(req.negative_prompt) if use_cfg else None
-        with timer.stage("denoise"):
-            latents = self.denoise(noise, text, negative, schedule, guidance, h, w)
-        with timer.stage("decode"):
-            pixels = self.decode(latents, h, w)
-        settings = image_settings(
-            prompt=req.prompt,
-            negative_prompt=req.negative_prompt,
-            steps=steps,
+        return self.run_stages(
+            req,
+            timer,
+            noise=noise,
+            schedule=schedule,
             guidance=guidance,
             cfg=use_cfg,
-            seed=req.seed,
-            init_noise=req.init_noise is not None,
-            width=req.width,
-            height=req.height,
-            dtype=self.dtype.value,
-            mu=schedule.mu,
+            size=(req.width, req.height),
+            grid=(h, w),
+            warnings=warnings,
             model=self.checkpoint.name,
-            backend=self.backend_name,
             distilled=self.checkpoint.is_distilled,
             layout=self.checkpoint.layout,
-        )
-        return GenerationResult(
-            pixels,
-            latents,
-            noise,
-            settings,
-            timer.timings,
-            tuple(warnings),
-            peak_rss_bytes(),
-            self.plan_peak_bytes,
         )

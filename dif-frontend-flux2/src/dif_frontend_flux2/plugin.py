@@ -7,12 +7,10 @@ when used, so `dif --help` stays fast.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import dif
-from dif.frontend import FrontendInfo, SettingSpec
+from dif.frontend import FrontendInfo, SettingSpec, frontend_hooks
 from dif_frontend_flux2 import __version__
 
 
@@ -50,13 +48,4 @@ INFO = FrontendInfo(
 )
 
 
-@dif.hookimpl
-def register_frontends(register: Callable[[FrontendInfo], None]) -> None:
-    register(INFO)
-
-
-@dif.hookimpl
-def register_commands(cli: Any) -> None:
-    from dif_frontend_flux2.cli import flux2
-
-    cli.add_command(flux2)
+register_frontends, register_commands = frontend_hooks(INFO, "dif_frontend_flux2.cli:flux2")

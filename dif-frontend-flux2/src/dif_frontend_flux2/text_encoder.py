@@ -14,7 +14,7 @@ import numpy as np
 from dif.dtypes import DType
 from dif.ir.builder import ProgramBuilder
 from dif.ir.program import Program
-from dif.layers.causal_lm import DecoderLayerSpec, decoder_rope_tables, tapped_hidden_states
+from dif.layers.causal_lm import DecoderLayerSpec, decoder_rope_tables, tapped_text_encoder
 from dif_frontend_flux2.config import Qwen3Config
 
 MODULE = "text_encoder"
@@ -48,18 +48,11 @@ def build_text_encoder(
     Output (meta["outputs"] = "features"): (B, L, len(taps) * hidden_size), channel blocks in tap
     order; pad rows are computed like every other row.
     """
-    taps = tuple(taps)
-    dt = DType(dtype)
     b = ProgramBuilder("qwen3_text_encoder")
-    b.meta.update({"family": "flux2", "component": "text_encoder", "dtype": dt.value, "taps": ",".join(map(str, taps))})
-    ids = b.input("input_ids", (batch, seq_len), DType.I64)
-    mask = b.input("attention_mask", (batch, seq_len), DType.BOOL)
-    cos = b.input("rope_cos", (seq_len, cfg.head_dim), dt)
-    sin = b.input("rope_sin", (seq_len, cfg.head_dim), dt)
-    with b.scope(module=MODULE):
-        picked = tapped_hidden_states(
-            b, cfg, DecoderLayerSpec.qwen3(cfg), PREFIX, ids, taps, key_mask=mask, cos=cos, sin=sin, dtype=dt
-        )
+    spec = DecoderLayerSpec.qwen3(cfg)
+    picked = tapped_text_encoder(
+        b, cfg, spec, PREFIX, taps, batch=batch, seq_len=seq_len, dtype=DType(dtype), family="flux2", module=MODULE
+    )
     with b.scope(module=MODULE, block="taps", section="stack"):
         out = picked[0] if len(picked) == 1 else b.emit("concat", *picked, axis=-1)
     b.output(out)

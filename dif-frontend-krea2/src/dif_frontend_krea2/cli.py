@@ -12,15 +12,13 @@ modules load inside the commands.
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any
 
 import click
 
+from dif.cli_support import DTYPE_CHOICES
 from dif_frontend_krea2 import DEFAULT_CHECKPOINT, __version__
-
-DTYPES = ("auto", "f32", "bf16", "f16")
 
 
 def _open(model: Path | None, variant: str | None) -> Any:
@@ -59,72 +57,24 @@ def krea2() -> None:
 )
 @click.option("--save-latents", type=click.Path(dir_okay=False, path_type=Path), help="Also save final latents.")
 @click.option("--backend", help="dif backend (default: DIF_BACKEND or the best available; 'interp' = reference).")
-@click.option("--dtype", type=click.Choice(DTYPES), default="auto", show_default=True, help="Run precision.")
+@click.option("--dtype", type=click.Choice(DTYPE_CHOICES), default="auto", show_default=True, help="Run precision.")
 @click.option(
     "-o", "--output", type=click.Path(dir_okay=False, path_type=Path), help="PNG path (default: krea2-SEED.png)."
 )
 @click.option("--json", "as_json", is_flag=True, help="Print one dif-telemetry/1 JSON document on stdout.")
-def generate(
-    prompt: str,
-    negative_prompt: str,
-    model: Path | None,
-    variant: str | None,
-    steps: int | None,
-    guidance: float | None,
-    seed: int | None,
-    width: int | None,
-    height: int | None,
-    init_noise: Path | None,
-    save_latents: Path | None,
-    backend: str | None,
-    dtype: str,
-    output: Path | None,
-    as_json: bool,
-) -> None:
+def generate(model: Path | None, variant: str | None, **options: Any) -> None:
     """Generate one image from a prompt and write it as PNG (A1111 `parameters` + `dif` JSON chunks)."""
-    from dif.checkpoint import native_size, storage_dtype
-    from dif.dtypes import DType
-    from dif.noise import load_noise_file, random_seed
-    from dif.progress import ProgressBar
-    from dif.report import save_image_run, summary_lines
+    from dif.cli_support import ImageOptions, generate_image
     from dif_frontend_krea2.pipeline import GenerationRequest, Krea2Pipeline, round_size
 
-    started = time.perf_counter()
-    seed = random_seed() if seed is None else seed
-    output = output or Path(f"krea2-{seed}.png")
-    for path in (output, save_latents):
-        if path is not None and not path.resolve().parent.is_dir():
-            raise click.BadParameter(f"folder {path.resolve().parent} does not exist", param_hint=str(path))
+    opts = ImageOptions.parse("krea2", options)
+    if (missing := opts.missing_folder()) is not None:
+        raise click.BadParameter(f"folder {missing.resolve().parent} does not exist", param_hint=str(missing))
     checkpoint = _open(model, variant)
-    size = native_size(checkpoint.root)
-    run_dtype = storage_dtype(checkpoint.transformer) if dtype == "auto" else DType(dtype)
-    noise = load_noise_file(init_noise) if init_noise is not None else None
-    request = GenerationRequest(
-        prompt, negative_prompt, steps, guidance, seed, width or size, height or size, init_noise=noise
-    )
-    with ProgressBar(quiet=as_json) as bar:
-        pipe = Krea2Pipeline(checkpoint, dtype=run_dtype, backend=backend, on_step=bar.step)
-        for warning in round_size(request.width, request.height)[2] + pipe.resolve(request)[3]:
-            click.echo(f"warning: {warning}", err=True)
-        result = pipe.generate(request)
-    summary, timings = save_image_run(
-        result, output, latents=save_latents, frontend="krea2", version=__version__, started=started
-    )
-    s = result.settings
-    if as_json:
-        _emit_json("krea2.generate", "dif krea2 generate", summary, timings)
-        return
-    for line in summary_lines(summary, model=f"{s['model']} ({s['variant']})"):
-        click.echo(line)
-
-
-def _emit_json(kind: str, default_tool: str, data: dict[str, Any], timings: dict[str, float] | None = None) -> None:
-    from dif.runstats import stage_events
-    from dif.telemetry import build_document, dumps
-
-    ctx = click.get_current_context(silent=True)
-    tool = ctx.command_path if ctx is not None else default_tool
-    click.echo(dumps(build_document(kind, tool=tool, data=data, events=stage_events(timings or {}))))
+    click.echo(generate_image(opts, checkpoint, Krea2Pipeline, GenerationRequest, version=__version__,
+                              tool=click.get_current_context().command_path,
+                              describe=lambda s: f"{s['model']} ({s['variant']})",
+                              size_warnings=lambda request: round_size(request.width, request.height)[2]))
 
 
 @krea2.command("info")
@@ -133,7 +83,8 @@ def _emit_json(kind: str, default_tool: str, data: dict[str, Any], timings: dict
 @click.option("--json", "as_json", is_flag=True, help="Print one dif-telemetry/1 JSON document on stdout.")
 def info(model: Path | None, variant: str | None, as_json: bool) -> None:
     """Describe a Krea 2 checkpoint: variant, configs, tensors, defaults (default: embedded model)."""
-    from dif.checkpoint import component_line, native_size, source_summary, storage_dtype
+    from dif.checkpoint import decoder_summary, native_size, source_summary, storage_dtype
+    from dif.cli_support import info_text
     from dif_frontend_krea2.config import TURBO_MU
     from dif_frontend_krea2.pipeline import default_steps_guidance
 
@@ -163,10 +114,7 @@ def info(model: Path | None, variant: str | None, as_json: bool) -> None:
             **source_summary(ck.transformer),
         },
         "text_encoder": {
-            "layers": q.num_hidden_layers,
-            "hidden": q.hidden_size,
-            "heads": q.num_attention_heads,
-            "kv_heads": q.num_key_value_heads,
+            **decoder_summary(q),
             "taps": list(cfgs.pipeline.text_encoder_select_layers),
             "prefix": ck.text_prefix or "(none)",
             **source_summary(ck.text_encoder),
@@ -174,17 +122,9 @@ def info(model: Path | None, variant: str | None, as_json: bool) -> None:
         "vae": {"base_dim": v.base_dim, "dim_mult": list(v.dim_mult), "z_dim": v.z_dim, **source_summary(ck.vae)},
         "tokenizer": str(ck.tokenizer_dir) if ck.tokenizer_dir.is_dir() else None,
     }
-    if as_json:
-        _emit_json("krea2.info", "dif krea2 info", data)
-        return
-    kind = "Turbo (distilled)" if ck.is_distilled else "Raw"
-    click.echo(f"{data['name']}: Krea 2 {kind}")
-    click.echo(f"  path {data['path']}")
-    for part in ("transformer", "text_encoder", "vae"):
-        click.echo(component_line(part, data[part]))
     dflt = data["defaults"]
     cfg = "no CFG" if not dflt["guidance"] else f"guidance {dflt['guidance']}"
-    click.echo(
-        f"  defaults: {dflt['steps']} steps, {cfg}, {dflt['shift']}, {dflt['size']}x{dflt['size']}, {dflt['dtype']}"
-    )
-    click.echo(f"  tokenizer: {data['tokenizer'] or 'missing'}")
+    click.echo(info_text(data, kind="krea2.info", tool=click.get_current_context().command_path, as_json=as_json,
+                         title=f"{data['name']}: Krea 2 {'Turbo (distilled)' if ck.is_distilled else 'Raw'}",
+                         defaults=f"{dflt['steps']} steps, {cfg}, {dflt['shift']}, {dflt['size']}x{dflt['size']}, "
+                                  f"{dflt['dtype']}"))

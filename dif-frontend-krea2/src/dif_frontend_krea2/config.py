@@ -8,34 +8,22 @@ Defaults equal the diffusers / transformers class defaults, so a sparse config m
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from attrs import field, fields, frozen
 
-from dif.errors import CheckpointError
+from dif.checkpoint import read_json_object
+from dif.errors import ConfigError
+from dif.layers.causal_lm import BaseDecoderConfig
 
 DEFAULT_TAPS = (2, 5, 8, 11, 14, 17, 20, 23, 26, 29, 32, 35)
 
 
-class ConfigError(CheckpointError):
-    """A config.json / model_index.json is missing, malformed or describes an unsupported model."""
-
-
 def read_json(path: str | Path) -> dict[str, Any]:
     """A JSON object from `path`; `ConfigError` naming the file otherwise."""
-    p = Path(path)
-    try:
-        data = json.loads(p.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ConfigError(f"{p}: file not found", hint="point at a Krea 2 diffusers folder") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ConfigError(f"{p}: not readable JSON ({exc})") from None
-    if not isinstance(data, dict):
-        raise ConfigError(f"{p}: expected a JSON object, got {type(data).__name__}")
-    return data
+    return read_json_object(path, hint="point at a Krea 2 diffusers folder")
 
 
 def _positive(what: str, name: str, value: Any, kind: type = int) -> Any:
@@ -146,19 +134,10 @@ class Krea2TransformerConfig:
 
 
 @frozen
-class QwenVLTextConfig:
+class QwenVLTextConfig(BaseDecoderConfig):
     """The text stack of a Qwen3-VL model (transformers text_encoder/config.json, `text_config`)."""
 
-    vocab_size: int
-    hidden_size: int
-    intermediate_size: int
-    num_hidden_layers: int
-    num_attention_heads: int
-    num_key_value_heads: int
-    head_dim: int
-    rms_norm_eps: float = 1e-6
     rope_theta: float = 5_000_000.0
-    attention_bias: bool = False
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> QwenVLTextConfig:

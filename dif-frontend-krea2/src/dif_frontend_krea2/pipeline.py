@@ -22,11 +22,12 @@ from attrs import define, field, frozen
 
 from dif.dtypes import DType
 from dif.errors import UsageError
+from dif.image_pipeline import ImageRequest, TextToImagePipeline
 from dif.ir.program import Program
 from dif.media import to_uint8
 from dif.noise import initial_latents
-from dif.report import ImageRun, image_settings
-from dif.runstats import StageTimer, peak_rss_bytes
+from dif.report import ImageRun
+from dif.runstats import StageTimer
 from dif.runtime import ProgramCache, Runner
 from dif.sched import FlowMatchSchedule, cfg_combine, euler_step, flow_match_schedule
 from dif.text import TextTokenizer
@@ -109,15 +110,10 @@ def denormalize(latents: np.ndarray, mean: tuple[float, ...], std: tuple[float, 
 
 
 @frozen
-class GenerationRequest:
-    prompt: str
-    negative_prompt: str = ""
-    steps: int | None = None  # None: 8 Turbo, 28 Raw
-    guidance: float | None = None  # None: 0 (off) Turbo, 4.5 Raw; CFG runs whenever > 0
-    seed: int = 0
-    width: int = 1024
-    height: int = 1024
-    init_noise: np.ndarray | None = None  # (1, 16, H/8, W/8) or packed (1, N, 64)
+class GenerationRequest(ImageRequest):
+    """One Krea 2 text-to-image job. None settings take the checkpoint's defaults (see `resolve`):
+    steps 8 Turbo, 28 Raw; guidance 0 (off) Turbo, 4.5 Raw, CFG running whenever > 0. `init_noise`:
+    (1, 16, H/8, W/8) or packed (1, N, 64)."""
 
 
 GenerationResult = ImageRun  # the image plus what is needed to report and reproduce it
@@ -133,7 +129,7 @@ class EncodedPrompt:
 
 
 @define
-class Krea2Pipeline:
+class Krea2Pipeline(TextToImagePipeline):
     """Runs one checkpoint at one dtype on one backend; programs are cached per shape."""
 
     checkpoint: Krea2Checkpoint
@@ -153,21 +149,6 @@ class Krea2Pipeline:
         return self.checkpoint.configs
 
     # -- programs ------------------------------------------------------------------------------
-    @property
-    def backend_name(self) -> str:
-        """The backend that runs the programs ("interp" = the reference interpreter)."""
-        return self._programs.backend_name
-
-    @property
-    def plan_peak_bytes(self) -> int:
-        """The largest prepared plan's arena peak + parameter bytes (0 under "interp")."""
-        return self._programs.plan_peak_bytes
-
-    @property
-    def load_seconds(self) -> float:
-        """Time spent building, binding and preparing programs so far."""
-        return self._programs.load_seconds
-
     def _text_encoder_runner(self, seq_len: int, drop_prefix: int) -> Runner:
         cfg, taps = self.configs.text_encoder, self.configs.pipeline.text_encoder_select_layers
 
@@ -313,29 +294,6 @@ class Krea2Pipeline:
             self.prepare_all(width, height)
             noise = self.initial_noise(req, gh, gw)
             schedule = krea2_schedule(self.configs, gh * gw, steps)
-        with timer.stage("encode"):
-            cond = self.encode(req.prompt)
-            uncond = self.encode(req.negative_prompt) if use_cfg else None
-        with timer.stage("denoise"):
-            latents = self.denoise(noise, cond, uncond, schedule, guidance, gh, gw)
-        with timer.stage("decode"):
-            pixels = self.decode(latents, gh, gw)
-        settings = image_settings(
-            prompt=req.prompt,
-            negative_prompt=req.negative_prompt,
-            steps=steps,
-            guidance=guidance,
-            cfg=use_cfg,
-            seed=req.seed,
-            init_noise=req.init_noise is not None,
-            width=width,
-            height=height,
-            dtype=self.dtype.value,
-            mu=schedule.mu,
-            model=self.checkpoint.name,
-            backend=self.backend_name,
-            variant=self.checkpoint.variant,
-            distilled=self.checkpoint.is_distilled,
-        )
-        return GenerationResult(pixels, latents, noise, settings, timer.timings, tuple(warnings), peak_rss_bytes(),
-                                self.plan_peak_bytes)
+        return self.run_stages(req, timer, noise=noise, schedule=schedule, guidance=guidance, cfg=use_cfg,
+                                size=(width, height), grid=(gh, gw), warnings=warnings, model=self.checkpoint.name,
+                                variant=self.checkpoint.variant, distilled=self.checkpoint.is_distilled)

@@ -17,7 +17,7 @@ from dif.dtypes import DType
 from dif.errors import DifError
 from dif.ir.builder import ProgramBuilder
 from dif.ir.program import Program
-from dif.layers.causal_lm import DecoderLayerSpec, decoder_rope_tables, tapped_hidden_states
+from dif.layers.causal_lm import DecoderLayerSpec, decoder_rope_tables, tapped_text_encoder
 from dif_frontend_krea2 import __version__
 from dif_frontend_krea2.config import DEFAULT_TAPS, QwenVLTextConfig
 
@@ -55,20 +55,13 @@ def build_text_encoder(
                       the usual case: Krea 2 prompts differ in length)
     Output (meta["outputs"] = "text_hidden_states"): (B, S - drop_prefix, len(taps), hidden_size).
     """
-    taps = tuple(int(t) for t in taps)
     if not 0 <= drop_prefix < seq_len:
         raise DifError(f"cannot drop {drop_prefix} prefix rows of a {seq_len}-token sequence")
-    dt = DType(dtype)
     b = ProgramBuilder("krea2_text_encoder", frontend_revision=REVISION)
-    b.meta.update({"family": "krea2", "component": "text_encoder", "dtype": dt.value, "taps": ",".join(map(str, taps))})
-    ids = b.input("input_ids", (batch, seq_len), DType.I64)
-    mask = b.input("attention_mask", (batch, seq_len), DType.BOOL)
-    cos = b.input("rope_cos", (seq_len, cfg.head_dim), dt)
-    sin = b.input("rope_sin", (seq_len, cfg.head_dim), dt)
-    with b.scope(module=MODULE):
-        hidden = tapped_hidden_states(
-            b, cfg, DecoderLayerSpec.qwen3(cfg), PREFIX, ids, taps, key_mask=mask, cos=cos, sin=sin, dtype=dt
-        )
+    spec = DecoderLayerSpec.qwen3(cfg)
+    hidden = tapped_text_encoder(
+        b, cfg, spec, PREFIX, taps, batch=batch, seq_len=seq_len, dtype=DType(dtype), family="krea2", module=MODULE
+    )
     with b.scope(module=MODULE, block="taps", section="stack"):
         rows = [b.emit("reshape", h, shape=(batch, seq_len, 1, cfg.hidden_size)) for h in hidden]
         out = rows[0] if len(rows) == 1 else b.emit("concat", *rows, axis=2)

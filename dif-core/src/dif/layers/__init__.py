@@ -20,11 +20,13 @@ from dif.layers.basic import (
     split_heads,
 )
 from dif.layers.causal_lm import (
+    BaseDecoderConfig,
     DecoderConfig,
     DecoderLayerSpec,
     decoder_layer,
     decoder_rope_tables,
     tapped_hidden_states,
+    tapped_text_encoder,
 )
 from dif.layers.conv_blocks import attention_block_2d, downsample_2d, norm_act_conv, resnet_block_2d, upsample_2d
 from dif.layers.ffn import glu_ffn_fused, glu_ffn_split
@@ -38,6 +40,7 @@ from dif.layers.modulation import (
 from dif.layers.tables import grid_ids, rope_half_tables, rope_pairs_tables, sinusoidal_embedding
 
 __all__ = [
+    "BaseDecoderConfig",
     "DecoderConfig",
     "DecoderLayerSpec",
     "activation",
@@ -73,6 +76,7 @@ __all__ = [
     "split_heads",
     "split_tokens",
     "tapped_hidden_states",
+    "tapped_text_encoder",
     "timestep_mlp",
     "upsample_2d",
 ]

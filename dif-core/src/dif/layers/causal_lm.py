@@ -52,6 +52,23 @@ class DecoderConfig(Protocol):
 
 
 @frozen
+class BaseDecoderConfig:
+    """The `DecoderConfig` fields as a frozen attrs class, for a frontend's text-encoder config to
+    extend (it parses and validates its own config.json and sets its model's defaults)."""
+
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    head_dim: int
+    rms_norm_eps: float = 1e-6
+    rope_theta: float = 10_000.0
+    attention_bias: bool = False
+
+
+@frozen
 class DecoderLayerSpec:
     """Sizes and numerics of one decoder layer.
 
@@ -188,3 +205,33 @@ def tapped_hidden_states(
                 b, h, f"{prefix}.norm", eps=spec.eps, round_before_weight=spec.round_before_weight
             )
     return [hidden[t] for t in taps]
+
+
+def tapped_text_encoder(
+    b: ProgramBuilder,
+    cfg: DecoderConfig,
+    spec: DecoderLayerSpec,
+    prefix: str,
+    taps: Sequence[int],
+    *,
+    batch: int,
+    seq_len: int,
+    dtype: DType,
+    family: str,
+    module: str = "text_encoder",
+) -> list[Var]:
+    """The inputs and the decoder stack of a text-encoder program that reads `tapped_hidden_states`
+    (one [B, L, hidden] per tap; the caller arranges and outputs them). Declares
+      input_ids       (B, L) i64
+      attention_mask  (B, L) bool, True on real tokens; attention is causal AND key-valid
+      rope_cos, rope_sin  (L, head_dim) in `dtype`, from `decoder_rope_tables`
+    records meta family / component / dtype / taps, and builds the stack in scope module=`module`."""
+    taps = tuple(int(t) for t in taps)
+    meta = {"family": family, "component": module, "dtype": dtype.value, "taps": ",".join(map(str, taps))}
+    b.meta.update(meta)
+    ids = b.input("input_ids", (batch, seq_len), DType.I64)
+    mask = b.input("attention_mask", (batch, seq_len), DType.BOOL)
+    cos = b.input("rope_cos", (seq_len, cfg.head_dim), dtype)
+    sin = b.input("rope_sin", (seq_len, cfg.head_dim), dtype)
+    with b.scope(module=module):
+        return tapped_hidden_states(b, cfg, spec, prefix, ids, taps, key_mask=mask, cos=cos, sin=sin, dtype=dtype)

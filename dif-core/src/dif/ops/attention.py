@@ -99,9 +99,9 @@ def sdpa(
     return np.swapaxes(np.matmul(e, vf), 1, 2)
 
 
-def _rope_infer(x: TensorType, cos: TensorType, sin: TensorType, *, mode: str) -> TensorType:
-    need_float(x, cos, sin)
-    need_rank(x, 4, what="x [B, S, H, D]")
+def check_rope_tables(x: TensorType, cos: TensorType, sin: TensorType) -> None:
+    """The part of the type rule that rope and the fused rms_norm_rope share: cos and sin both
+    [S, R], S the sequence length of x [B, S, H, D], R even and at most the head dim."""
     if cos.shape != sin.shape or cos.rank != 2:
         raise fail(f"cos and sin must both be [S, R], got {cos} and {sin}")
     s, r = cos.shape
@@ -109,16 +109,29 @@ def _rope_infer(x: TensorType, cos: TensorType, sin: TensorType, *, mode: str) -
         raise fail(f"table has {s} positions but x has sequence length {x.shape[1]}")
     if r > x.shape[3] or r % 2:
         raise fail(f"rotary width {r} must be even and <= head dim {x.shape[3]}")
+
+
+def _rope_infer(x: TensorType, cos: TensorType, sin: TensorType, *, mode: str) -> TensorType:
+    need_float(x, cos, sin)
+    need_rank(x, 4, what="x [B, S, H, D]")
+    check_rope_tables(x, cos, sin)
     return x
+
+
+def rope_case_tables(rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Tables for the conformance cases of rope and rms_norm_rope (x [*, 5, *, 16]): one draw of
+    (5, 8) angles laid out as (cos, sin) for mode "pairs" then for mode "half", each [5, 16] f32."""
+    ang = rng.uniform(-3, 3, (5, 8))
+    cos_p, sin_p = (np.repeat(f(ang), 2, axis=1).astype(np.float32) for f in (np.cos, np.sin))
+    cos_h, sin_h = (np.concatenate([f(ang), f(ang)], axis=1).astype(np.float32) for f in (np.cos, np.sin))
+    return cos_p, sin_p, cos_h, sin_h
 
 
 def _rope_cases(rng: np.random.Generator, dtype: DType) -> list[Case]:
     if not dtype.is_float or dtype in (DType.F8E4M3, DType.F8E5M2):
         return []
     x = randn(rng, (2, 5, 3, 16), dtype)
-    ang = rng.uniform(-3, 3, (5, 8))
-    cos_p, sin_p = (np.repeat(f(ang), 2, axis=1).astype(np.float32) for f in (np.cos, np.sin))
-    cos_h, sin_h = (np.concatenate([f(ang), f(ang)], axis=1).astype(np.float32) for f in (np.cos, np.sin))
+    cos_p, sin_p, cos_h, sin_h = rope_case_tables(rng)
     return [
         Case("pairs-full", (x, cos_p, sin_p), {"mode": "pairs"}),
         Case("half-full", (x, cos_h, sin_h), {"mode": "half"}),

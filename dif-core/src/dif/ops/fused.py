@@ -15,8 +15,8 @@ import numpy as np
 from dif.dtypes import DType
 from dif.ir.types import TensorType
 from dif.ops._rules import broadcast_shape, fail, float_cases, fp, need_float, need_rank, randn
-from dif.ops.attention import rope
-from dif.ops.norm import layer_norm, modulate, rms_norm
+from dif.ops.attention import check_rope_tables, rope, rope_case_tables
+from dif.ops.norm import layer_norm, modulate, modulate_infer, rms_norm
 from dif.ops.registry import AttrSpec, Case, defop
 
 FUSED_OPS = ("gated_residual", "norm_modulate", "rms_norm_rope")
@@ -38,13 +38,7 @@ def _one(value: np.ndarray | tuple[np.ndarray, ...]) -> np.ndarray:
 
 
 def _norm_modulate_infer(x: TensorType, scale: TensorType, shift: TensorType, *, kind: str, eps: float) -> TensorType:
-    need_float(x)
-    for t in (scale, shift):
-        if t.dtype != x.dtype:
-            raise fail(f"scale/shift must be {x.dtype.value}, got {t}")
-    if broadcast_shape(x.shape, scale.shape, shift.shape) != x.shape:
-        raise fail(f"scale {scale} and shift {shift} must broadcast to x {x}")
-    return x
+    return modulate_infer(x, scale, shift)  # the norm keeps x's type, so modulate's rule is the whole rule
 
 
 def _norm_modulate_cases(rng: np.random.Generator, dtype: DType) -> list[Case]:
@@ -134,13 +128,7 @@ def _rms_norm_rope_infer(
     need_rank(x, 4, what="x [B, S, H, D]")
     if w.shape != (x.shape[-1],):
         raise fail(f"weight must be [{x.shape[-1]}], got {w}")
-    if cos.shape != sin.shape or cos.rank != 2:
-        raise fail(f"cos and sin must both be [S, R], got {cos} and {sin}")
-    s, r = cos.shape
-    if s != x.shape[1]:
-        raise fail(f"table has {s} positions but x has sequence length {x.shape[1]}")
-    if r > x.shape[3] or r % 2:
-        raise fail(f"rotary width {r} must be even and <= head dim {x.shape[3]}")
+    check_rope_tables(x, cos, sin)
     return x
 
 
@@ -149,9 +137,7 @@ def _rms_norm_rope_cases(rng: np.random.Generator, dtype: DType) -> list[Case]:
         return []
     x = randn(rng, (2, 5, 3, 16), dtype)
     w = (1 + randn(rng, (16,), DType.F32, 0.1)).astype(dtype.np)
-    ang = rng.uniform(-3, 3, (5, 8))
-    cos_p, sin_p = (np.repeat(f(ang), 2, axis=1).astype(np.float32) for f in (np.cos, np.sin))
-    cos_h, sin_h = (np.concatenate([f(ang), f(ang)], axis=1).astype(np.float32) for f in (np.cos, np.sin))
+    cos_p, sin_p, cos_h, sin_h = rope_case_tables(rng)
     return [
         Case("pairs-full", (x, w, cos_p, sin_p), {"mode": "pairs"}),
         Case("pairs-partial-qwen", (x, w, cos_p[:, :8], sin_p[:, :8]), {"mode": "pairs", "round_before_weight": True}),

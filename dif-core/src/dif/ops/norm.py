@@ -166,7 +166,8 @@ def softmax(x: np.ndarray, *, axis: int) -> np.ndarray:
     return e / e.sum(axis=axis, keepdims=True)
 
 
-def _mod_infer(x: TensorType, scale: TensorType, shift: TensorType) -> TensorType:
+def modulate_infer(x: TensorType, scale: TensorType, shift: TensorType) -> TensorType:
+    """modulate's type rule (also norm_modulate's): x float, scale and shift of x's dtype broadcasting to x."""
     need_float(x)
     for t in (scale, shift):
         if t.dtype != x.dtype:
@@ -179,7 +180,7 @@ def _mod_infer(x: TensorType, scale: TensorType, shift: TensorType) -> TensorTyp
 @defop(
     "modulate",
     operands=("x", "scale", "shift"),
-    infer=_mod_infer,
+    infer=modulate_infer,
     cases=lambda rng, dt: float_cases(rng, dt, [[(2, 5, 16), (2, 1, 16), (2, 1, 16)], [(3, 8), (8,), (8,)]]),
     category="norm",
 )

@@ -1,0 +1,138 @@
+"""The click-free part of the image frontends' commands (`dif flux2 generate`, `dif krea2 info`, ...).
+
+Where it sits: between a frontend's cli.py, which declares the click options (dif-core does not
+import click: tests/test_repo_contracts.py), and its pipeline. `generate_image` runs a whole
+`generate` command for any `dif.image_pipeline.TextToImagePipeline`; what is model-specific (the
+checkpoint, the pipeline and request classes, the storage-dtype rule, size warnings, how the
+summary names the model) comes from the frontend. Warnings go to stderr as they arise; the
+functions return what the command prints on stdout (`--json`: one dif-telemetry/1 document).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal, Protocol
+
+from attrs import field, frozen
+
+if TYPE_CHECKING:  # cli.py modules import this at `dif --help` time: keep it light
+    from dif.image_pipeline import ImageRequest, TextToImagePipeline
+    from dif.weights.source import TensorSource
+
+DTYPE_CHOICES = ("auto", "f32", "bf16", "f16")
+"""`--dtype` values; "auto" runs in the checkpoint's storage dtype (`dif.checkpoint.storage_dtype`)."""
+
+
+@frozen
+class ImageOptions:
+    """The options every image frontend's `generate` command takes, as click parsed them (names as
+    its parameters), for the frontend `frontend`. `started` is when the command began."""
+
+    frontend: str
+    prompt: str
+    negative_prompt: str
+    steps: int | None
+    guidance: float | None
+    seed: int
+    width: int | None
+    height: int | None
+    init_noise: Path | None
+    save_latents: Path | None
+    backend: str | None
+    dtype: str
+    output: Path
+    as_json: bool
+    started: float = field(factory=time.perf_counter)
+
+    @classmethod
+    def parse(cls, frontend: str, options: Mapping[str, Any]) -> ImageOptions:
+        """`options` with the defaults filled in: a fresh random seed, output FRONTEND-SEED.png."""
+        from dif.noise import random_seed
+
+        seed = random_seed() if options["seed"] is None else options["seed"]
+        output = options["output"] or Path(f"{frontend}-{seed}.png")
+        return cls(frontend=frontend, **{**options, "seed": seed, "output": output})
+
+    def missing_folder(self) -> Path | None:
+        """The first file to write (output, then --save-latents) whose folder does not exist."""
+        for path in (self.output, self.save_latents):
+            if path is not None and not path.resolve().parent.is_dir():
+                return path
+        return None
+
+
+class ImageCheckpoint(Protocol):
+    """What `generate_image` reads of a frontend's opened checkpoint."""
+
+    @property
+    def root(self) -> Path: ...
+    @property
+    def transformer(self) -> TensorSource: ...
+
+
+def telemetry_text(kind: str, tool: str, data: Mapping[str, Any], timings: Mapping[str, float] | None = None) -> str:
+    """The dif-telemetry/1 document a `--json` command prints: `data`, and `timings` (seconds per
+    stage) as `stage.NAME` events; `tool` is the command path (e.g. "dif flux2 generate")."""
+    from dif.runstats import stage_events
+    from dif.telemetry import build_document, dumps
+
+    return dumps(build_document(kind, tool=tool, data=data, events=stage_events(timings or {})))
+
+
+def generate_image(
+    opts: ImageOptions,
+    checkpoint: ImageCheckpoint,
+    pipeline: Callable[..., TextToImagePipeline],
+    request: type[ImageRequest],
+    *,
+    version: str,
+    tool: str,
+    describe: Callable[[Mapping[str, Any]], str],
+    auto_dtype: Literal["majority", "first"] = "majority",
+    size_warnings: Callable[[ImageRequest], list[str]] | None = None,
+) -> str:
+    """One `generate` command on an opened `checkpoint`: the `request` (the frontend's `ImageRequest`,
+    size default `dif.checkpoint.native_size`), the `pipeline(checkpoint, dtype=, backend=, on_step=)`
+    with a progress bar, its warnings on stderr (`size_warnings(request)` first), then the PNG and
+    latents that `dif.report.save_image_run` writes. Returns what the command prints: the summary
+    document (`--json`) or its lines, naming the model `describe(settings)`."""
+    from dif.checkpoint import native_size, storage_dtype
+    from dif.dtypes import DType
+    from dif.noise import load_noise_file
+    from dif.progress import ProgressBar
+    from dif.report import save_image_run, summary_lines
+
+    size = native_size(checkpoint.root)
+    run_dtype = storage_dtype(checkpoint.transformer, by=auto_dtype) if opts.dtype == "auto" else DType(opts.dtype)
+    noise = load_noise_file(opts.init_noise) if opts.init_noise is not None else None
+    width, height = opts.width or size, opts.height or size
+    req = request(
+        opts.prompt, opts.negative_prompt, opts.steps, opts.guidance, opts.seed, width, height, init_noise=noise
+    )
+    with ProgressBar(quiet=opts.as_json) as bar:
+        pipe = pipeline(checkpoint, dtype=run_dtype, backend=opts.backend, on_step=bar.step)
+        for warning in (size_warnings(req) if size_warnings is not None else []) + pipe.resolve(req)[3]:
+            print(f"warning: {warning}", file=sys.stderr, flush=True)
+        result = pipe.generate(req)
+    summary, timings = save_image_run(
+        result, opts.output, latents=opts.save_latents, frontend=opts.frontend, version=version, started=opts.started
+    )
+    if opts.as_json:
+        return telemetry_text(f"{opts.frontend}.generate", tool, summary, timings)
+    return "\n".join(summary_lines(summary, model=describe(result.settings)))
+
+
+def info_text(data: Mapping[str, Any], *, kind: str, tool: str, as_json: bool, title: str, defaults: str) -> str:
+    """What an `info` command prints: `data` as a dif-telemetry/1 document (`--json`), or `title`,
+    the path, a `component_line` each for transformer / text_encoder / vae, `defaults` and the
+    tokenizer folder."""
+    from dif.checkpoint import component_line
+
+    if as_json:
+        return telemetry_text(kind, tool, data)
+    parts = (component_line(part, data[part]) for part in ("transformer", "text_encoder", "vae"))
+    tokenizer = data["tokenizer"] or "missing"
+    return "\n".join([title, f"  path {data['path']}", *parts, f"  defaults: {defaults}", f"  tokenizer: {tokenizer}"])

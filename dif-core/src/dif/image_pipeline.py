@@ -1,0 +1,137 @@
+"""What every text-to-image pipeline shares around its model: the request, the timed encode ->
+denoise -> decode stages after its "load" stage, and the `dif.report.ImageRun` they end in.
+
+Where it sits: a frontend's pipeline (FLUX.2's, Krea 2's) subclasses `TextToImagePipeline` and
+implements `encode` / `denoise` / `decode`, the model-specific work. Its `generate` resolves the
+request (size, steps, guidance, CFG), draws the noise, makes the schedule and prepares its programs
+in its "load" stage, then hands over to `run_stages`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from attrs import frozen
+
+from dif.dtypes import DType
+from dif.report import ImageRun, image_settings
+from dif.runstats import StageTimer, peak_rss_bytes
+from dif.runtime import ProgramCache
+from dif.sched import FlowMatchSchedule
+
+
+@frozen
+class ImageRequest:
+    """One text-to-image job; None settings take the checkpoint's defaults (the pipeline's `resolve`).
+    `init_noise` replaces the seeded noise (shapes: the pipeline's `initial_noise`)."""
+
+    prompt: str
+    negative_prompt: str = ""
+    steps: int | None = None
+    guidance: float | None = None
+    seed: int = 0
+    width: int = 1024
+    height: int = 1024
+    init_noise: np.ndarray | None = None
+
+
+class TextToImagePipeline:
+    """Base of a frontend's pipeline (an attrs class with a `dtype` field and its programs in a
+    `dif.runtime.ProgramCache` field `_programs`). `grid_h`, `grid_w` count latent tokens."""
+
+    dtype: DType
+    _programs: ProgramCache
+
+    @property
+    def backend_name(self) -> str:
+        """The backend that runs the programs ("interp" = the reference interpreter)."""
+        return self._programs.backend_name
+
+    @property
+    def plan_peak_bytes(self) -> int:
+        """The largest prepared plan's arena peak + parameter bytes (0 under "interp")."""
+        return self._programs.plan_peak_bytes
+
+    @property
+    def load_seconds(self) -> float:
+        """Time spent building, binding and preparing programs so far."""
+        return self._programs.load_seconds
+
+    def resolve(self, req: Any, /) -> tuple[int, float, bool, list[str]]:
+        """(steps, guidance, use_cfg, warnings) of the frontend's `ImageRequest` `req` under the
+        checkpoint's defaults and rules."""
+        raise NotImplementedError
+
+    def generate(self, req: Any, /) -> ImageRun:
+        """The whole run for the frontend's `ImageRequest` `req` (its "load" stage, then `run_stages`)."""
+        raise NotImplementedError
+
+    def encode(self, prompt: str, /) -> Any:
+        """The text conditioning of `prompt`, in whatever form `denoise` takes it."""
+        raise NotImplementedError
+
+    def denoise(
+        self,
+        noise: np.ndarray,
+        cond: Any,
+        uncond: Any,
+        schedule: FlowMatchSchedule,
+        guidance: float,
+        grid_h: int,
+        grid_w: int,
+        /,
+    ) -> np.ndarray:
+        """Packed latents after `schedule` from packed `noise`; CFG with `guidance` when `uncond` is given."""
+        raise NotImplementedError
+
+    def decode(self, latents: np.ndarray, grid_h: int, grid_w: int, /) -> np.ndarray:
+        """(H, W, 3) uint8 pixels from packed latents."""
+        raise NotImplementedError
+
+    def run_stages(
+        self,
+        req: ImageRequest,
+        timer: StageTimer,
+        *,
+        noise: np.ndarray,
+        schedule: FlowMatchSchedule,
+        guidance: float,
+        cfg: bool,
+        size: tuple[int, int],
+        grid: tuple[int, int],
+        warnings: Sequence[str],
+        model: str,
+        **extra: Any,
+    ) -> ImageRun:
+        """Stages "encode" (the prompt, and the negative prompt when `cfg`), "denoise" and "decode" on
+        `timer`, then the run: settings by `dif.report.image_settings` (`size` = (width, height) in
+        pixels, steps and mu from `schedule`, `extra` = the frontend's own keys, in order), the
+        timings, `warnings`, peak memory. `noise` is the packed initial latents in the run dtype."""
+        with timer.stage("encode"):
+            cond = self.encode(req.prompt)
+            uncond = self.encode(req.negative_prompt) if cfg else None
+        with timer.stage("denoise"):
+            latents = self.denoise(noise, cond, uncond, schedule, guidance, *grid)
+        with timer.stage("decode"):
+            pixels = self.decode(latents, *grid)
+        settings = image_settings(
+            prompt=req.prompt,
+            negative_prompt=req.negative_prompt,
+            steps=schedule.num_steps,
+            guidance=guidance,
+            cfg=cfg,
+            seed=req.seed,
+            init_noise=req.init_noise is not None,
+            width=size[0],
+            height=size[1],
+            dtype=self.dtype.value,
+            mu=schedule.mu,
+            model=model,
+            backend=self.backend_name,
+            **extra,
+        )
+        return ImageRun(
+            pixels, latents, noise, settings, timer.timings, tuple(warnings), peak_rss_bytes(), self.plan_peak_bytes
+        )
