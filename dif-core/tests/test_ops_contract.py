@@ -54,3 +54,11 @@ def test_every_op_is_documented() -> None:
     text = DOCS.read_text()
     missing = [op.name for op in OPS_LIST if f"`{op.name}`" not in text]
     assert not missing, f"docs/ir.md lacks entries for {missing}; run `python docs/gen_ir_md.py`"
+
+
+def test_an_attribute_of_unknown_kind_is_refused_when_declared() -> None:
+    from dif.errors import PluginError
+    from dif.ops.registry import AttrSpec
+
+    with pytest.raises(PluginError, match="unknown kind 'intt'"):
+        AttrSpec("n", "intt")

@@ -75,3 +75,15 @@ def test_matches_transformers_tokenizer(tmp_path: Path) -> None:
     assert (tmp_path / "tokenizer.json").is_file()
     from_json = TextTokenizer.from_folder(tmp_path)
     np.testing.assert_array_equal(from_json.encode_batch(texts, 64)[0], ids)
+
+
+def test_malformed_added_tokens_are_a_checkpoint_error(tmp_path: Path) -> None:
+    for name in ("vocab.json", "merges.txt", "tokenizer_config.json"):
+        shutil.copy(QWEN / name, tmp_path / name)
+    config = json.loads((tmp_path / "tokenizer_config.json").read_text())
+    first = next(iter(config["added_tokens_decoder"]))
+    del config["added_tokens_decoder"][first]["content"]
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps(config))
+    with pytest.raises(CheckpointError, match=f"malformed added_tokens_decoder entry '{first}'"):
+        TextTokenizer.from_folder(tmp_path)
+

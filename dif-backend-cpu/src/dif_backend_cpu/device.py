@@ -13,6 +13,7 @@ import ml_dtypes
 import numpy as np
 
 from dif.dtypes import DType
+from dif.host import available_memory_bytes, total_memory_bytes
 from dif.ir.program import Program
 from dif.ops.registry import OPS, OpTable
 from dif.passes.context import ALL_OPS_CAPABILITY
@@ -21,36 +22,6 @@ from dif.target import RuntimeBudget, TargetProfile
 from dif_backend_cpu.executor import ArenaExecutable
 
 NAME = "cpu"
-_MEMINFO = Path("/proc/meminfo")
-
-
-def _meminfo(key: str) -> int | None:
-    """A /proc/meminfo field in bytes (Linux), or None where that file is absent or lacks it."""
-    try:
-        text = _MEMINFO.read_text()
-    except OSError:
-        return None
-    for line in text.splitlines():
-        name, _, rest = line.partition(":")
-        if name == key:
-            fields = rest.split()
-            return int(fields[0]) * (1024 if fields[1:] == ["kB"] else 1)
-    return None
-
-
-def _sysconf_bytes(pages: str) -> int:
-    try:
-        return int(os.sysconf(pages)) * int(os.sysconf("SC_PAGE_SIZE"))
-    except (ValueError, OSError, AttributeError):
-        return 0
-
-
-def total_memory_bytes() -> int:
-    return _meminfo("MemTotal") or _sysconf_bytes("SC_PHYS_PAGES")
-
-
-def available_memory_bytes() -> int:
-    return _meminfo("MemAvailable") or _sysconf_bytes("SC_AVPHYS_PAGES")
 
 
 def cpu_model() -> str:

@@ -17,6 +17,7 @@ from attrs import define, field
 
 from dif.backend_checks import check_inputs, check_plan_binding, check_weights
 from dif.errors import DifError, NotImplementedOnBackend
+from dif.interp import cast_results
 from dif.ir.program import Node, Program, Value
 from dif.ops.registry import OpTable
 from dif.plan.plan import Plan
@@ -83,12 +84,9 @@ class ArenaExecutable:
                 continue
             node = nodes[node_id]
             operands = [env[o] if o in env else _read_only(self.views[o]) for o in node.operands]
-            outs = self.kernels[node_id](operands, node.attrs)
-            if len(outs) != len(node.results):
-                raise DifError(f"node {node_id} ({node.op}) produced {len(outs)} results, expected {len(node.results)}")
+            outs = cast_results(node, self.kernels[node_id](operands, node.attrs))
             for value, out in zip(node.results, outs, strict=True):
-                stored = np.asarray(out).astype(value.type.dtype.np, copy=False).reshape(value.type.shape)
-                np.copyto(self.views[value.name], stored, casting="no")
+                np.copyto(self.views[value.name], out, casting="no")
         return {
             name: np.array(env[name] if name in env else self.views[name], copy=True) for name in self.program.outputs
         }

@@ -7,7 +7,6 @@ functions only, so listing backends never needs it.
 from __future__ import annotations
 
 import ctypes.util
-import os
 from collections.abc import Mapping
 from functools import cache
 from pathlib import Path
@@ -18,6 +17,7 @@ from attrs import frozen
 from dif.backend import Availability
 from dif.dtypes import DType
 from dif.errors import BackendUnavailableError
+from dif.host import available_memory_bytes
 from dif.ir.program import Program
 from dif.plan.plan import ALIAS_CAPABILITY, Plan
 from dif.target import RuntimeBudget, TargetProfile
@@ -257,19 +257,6 @@ def profile_of(info: DeviceInfo) -> TargetProfile:
     )
 
 
-def _host_available() -> int:
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    try:
-        return int(os.sysconf("SC_AVPHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
-    except (ValueError, OSError, AttributeError):
-        return 0
-
-
 def free_memory(device: Any, info: DeviceInfo, used_bytes: int) -> int:
     """Free device memory: AMD reports it (cl_amd_device_attribute_query); CPU devices share host
     memory (MemAvailable); otherwise global memory minus what this backend holds."""
@@ -280,7 +267,7 @@ def free_memory(device: Any, info: DeviceInfo, used_bytes: int) -> int:
         except Exception:
             pass
     if info.kind == "cpu":
-        return min(_host_available(), info.global_mem_bytes)
+        return min(available_memory_bytes(), info.global_mem_bytes)
     return max(info.global_mem_bytes - used_bytes, 0)
 
 
@@ -345,7 +332,7 @@ class OpenCLBackend:
     def budget(self) -> RuntimeBudget:
         return RuntimeBudget(
             free_memory_bytes=free_memory(self.device, self.info, self.pool.live_bytes),
-            host_memory_bytes=_host_available(),
+            host_memory_bytes=available_memory_bytes(),
             workspace_bytes=self.options.scratch_cap_bytes,
         )
 

@@ -27,8 +27,8 @@ from attrs import define, field
 
 from dif.backend_checks import check_inputs, check_plan_binding, check_weights
 from dif.errors import DifError
+from dif.interp import evaluate_node
 from dif.ir.program import Node, Program
-from dif.ops.registry import OPS
 from dif.plan.plan import Buffer, Plan, align_up
 from dif_backend_opencl.lower import LowerCtx, Ref, Slot, Step, Upload, lower_node
 
@@ -71,10 +71,9 @@ def split_host_nodes(program: Program, plan: Plan, max_bytes: int) -> tuple[list
 
 
 def evaluate(node: Node, env: dict[str, np.ndarray]) -> None:
-    """Run one node with the op table's numpy reference, stored in its result types (as `interpret`)."""
-    outs = OPS.get(node.op).run_reference([env[o] for o in node.operands], node.attrs)
-    for value, arr in zip(node.results, outs, strict=True):
-        env[value.name] = np.asarray(arr).astype(value.type.dtype.np, copy=False).reshape(value.type.shape)
+    """Run one node on the host with the op table's numpy reference (`dif.interp.evaluate_node`)."""
+    outs = evaluate_node(node, [env[o] for o in node.operands])
+    env.update((value.name, arr) for value, arr in zip(node.results, outs, strict=True))
 
 
 @define
@@ -263,7 +262,6 @@ class _Builder:
         for node in self.device:
             if node.id in aliased:
                 continue
-            ctx.begin(node.id)
             for name in first_use.get(node.id, ()):
                 ctx.steps.append(Upload(node.id, self.refs[name], _bytes_of(self.weights[name])))
             lower_node(ctx, node, [self.refs[o] for o in node.operands], [self.refs[r.name] for r in node.results])

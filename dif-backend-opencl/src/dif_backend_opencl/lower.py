@@ -36,7 +36,6 @@ DT_CODE: dict[DType, int] = {
     DType.BOOL: 7,
 }
 FLOATS = frozenset({DType.F32, DType.F16, DType.BF16})
-INTS = frozenset({DType.I32, DType.I64, DType.I8, DType.U8, DType.BOOL})
 
 
 @frozen

@@ -26,9 +26,6 @@ class EnvVar:
         """The value, or the default when unset. An empty string is a value, not "unset"."""
         return os.environ.get(self.name, self.default)
 
-    def is_set(self) -> bool:
-        return self.name in os.environ
-
     def get_list(self) -> list[str] | None:
         """Comma-separated names; `None` when unset, `[]` for an empty string."""
         value = self.get()

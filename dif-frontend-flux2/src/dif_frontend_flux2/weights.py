@@ -85,7 +85,12 @@ def safetensors_kind(path: Path) -> str | None:
         tensors, _, _ = read_header(path)
     except Exception:
         return None
-    names = {_strip(n) for n in tensors}
+    return _kind_of(tensors)
+
+
+def _kind_of(tensor_names: Iterable[str]) -> str | None:
+    """`safetensors_kind` of a file holding these tensor names."""
+    names = {_strip(n) for n in tensor_names}
     if BFL_TRANSFORMER_MARKER in names:
         return "bfl-transformer"
     if "single_stream_modulation.linear.weight" in names:
@@ -167,7 +172,7 @@ def open_single_file(path: str | Path, component: str) -> TensorSource:
     """A transformer or VAE single file in either naming, presented under diffusers names."""
     path = Path(path)
     base = open_file(path)
-    kind = safetensors_kind(path)
+    kind = _kind_of(base.names())  # the header is already read: no second pass over the file
     if kind == f"bfl-{component}":
         rules = bfl_transformer_rules(base.names()) if component == "transformer" else bfl_vae_rules(base.names())
         mapped = MappedSource(base, rules)

@@ -291,9 +291,9 @@ class Krea2Pipeline(TextToImagePipeline):
         warnings += more
         timer = StageTimer(self.on_stage)
         with timer.stage("load"):
-            self.prepare_all(width, height)
-            noise = self.initial_noise(req, gh, gw)
+            noise = self.initial_noise(req, gh, gw)  # cheap checks first, then the expensive load
             schedule = krea2_schedule(self.configs, gh * gw, steps)
+            self.prepare_all(width, height)
         return self.run_stages(req, timer, noise=noise, schedule=schedule, guidance=guidance, cfg=use_cfg,
                                 size=(width, height), grid=(gh, gw), warnings=warnings, model=self.checkpoint.name,
                                 variant=self.checkpoint.variant, distilled=self.checkpoint.is_distilled)

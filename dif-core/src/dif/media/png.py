@@ -106,11 +106,7 @@ def write_png(
     path = Path(path)
     if not path.parent.is_dir():
         raise DifError(f"cannot write {path}: folder {path.parent} does not exist")
-    data = encode_png(pixels, parameters=parameters, metadata=metadata)
-    try:
-        write_atomic(path, data)
-    except OSError as exc:
-        raise DifError(f"cannot write {path}: {exc.strerror}") from None
+    write_atomic(path, encode_png(pixels, parameters=parameters, metadata=metadata))
     return path
 
 

@@ -21,7 +21,21 @@ from dif.ir.types import TensorType
 
 REQUIRED: Any = type("Required", (), {"__repr__": lambda self: "REQUIRED"})()
 
-ATTR_KINDS = ("int", "float", "bool", "str", "ints", "floats", "dtype")
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+_KIND_CHECKS: dict[str, Callable[[Any], bool]] = {
+    "int": _is_int,
+    "float": lambda v: isinstance(v, int | float) and not isinstance(v, bool),
+    "bool": lambda v: isinstance(v, bool),
+    "str": lambda v: isinstance(v, str),
+    "ints": lambda v: isinstance(v, tuple | list) and all(_is_int(i) for i in v),
+    "floats": lambda v: isinstance(v, tuple | list) and all(isinstance(i, int | float) for i in v),
+    "dtype": lambda v: isinstance(v, str) and v in DType._value2member_map_,
+}
+ATTR_KINDS = tuple(_KIND_CHECKS)
 
 InferFn = Callable[..., TensorType | tuple[TensorType, ...]]
 ReferenceFn = Callable[..., np.ndarray | tuple[np.ndarray, ...]]
@@ -36,21 +50,14 @@ class AttrSpec:
     choices: tuple[Any, ...] | None = None
     doc: str = ""
 
+    def __attrs_post_init__(self) -> None:
+        if self.kind not in _KIND_CHECKS:
+            raise PluginError(f"attribute '{self.name}': unknown kind '{self.kind}' (kinds: {', '.join(ATTR_KINDS)})")
+
     def check(self, op: str, value: Any) -> Any:
-        ok = {
-            "int": lambda v: isinstance(v, int) and not isinstance(v, bool),
-            "float": lambda v: isinstance(v, int | float) and not isinstance(v, bool),
-            "bool": lambda v: isinstance(v, bool),
-            "str": lambda v: isinstance(v, str),
-            "dtype": lambda v: isinstance(v, str) and v in DType._value2member_map_,
-            "ints": lambda v: (
-                isinstance(v, tuple | list) and all(isinstance(i, int) and not isinstance(i, bool) for i in v)
-            ),
-            "floats": lambda v: isinstance(v, tuple | list) and all(isinstance(i, int | float) for i in v),
-        }[self.kind]
         if value is None and self.default is None:
             return None
-        if not ok(value):
+        if not _KIND_CHECKS[self.kind](value):
             raise AttrError(f"op '{op}': attribute '{self.name}' must be {self.kind}, got {value!r}")
         if self.choices is not None and value not in self.choices:
             raise AttrError(f"op '{op}': attribute '{self.name}'={value!r} is not one of {self.choices}")

@@ -32,8 +32,8 @@ CORE_PASSES: dict[str, PassFn] = {
     "fuse_norm_modulate": fuse_norm_modulate,
     "fuse_gated_residual": fuse_gated_residual,
 }
-DEFAULT_PASSES: tuple[str, ...] = ("fuse_norm_rope", "fuse_norm_modulate", "fuse_gated_residual")
-"""The core pipeline, in order. The fusions touch disjoint op pairs, so the order only fixes the log."""
+DEFAULT_PASSES: tuple[str, ...] = tuple(CORE_PASSES)
+"""The core pipeline, in `CORE_PASSES` order. The fusions touch disjoint op pairs, so the order only fixes the log."""
 
 NONE = "none"
 DEFAULT = "default"

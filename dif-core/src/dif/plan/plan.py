@@ -73,17 +73,9 @@ class Buffer:
     last_use: int
     alias_of: str | None = None
 
-    def overlaps_in_time(self, other: Buffer) -> bool:
-        return self.first_use <= other.last_use and other.first_use <= self.last_use
-
     @property
     def is_alias(self) -> bool:
         return self.alias_of is not None
-
-    def overlaps_in_space(self, other: Buffer) -> bool:
-        if self.size == 0 or other.size == 0:
-            return False
-        return self.offset < other.offset + other.size and other.offset < self.offset + self.size
 
 
 @frozen

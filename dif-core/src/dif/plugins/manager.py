@@ -298,18 +298,8 @@ def plugin_ops(table: OpTable | None = None, *, strict: bool = False) -> dict[st
 
     ops = _collect("register_ops", "op", OpDef, strict=strict)
     target = OPS if table is None else table
-    for name, opdef in ops.items():
-        if target is OPS and name in _state.ops_done:
-            continue
-        try:
-            target.register(opdef)
-        except PluginError as exc:
-            error = _problem(_owner("register_ops", name), str(exc))
-            if strict:
-                raise error from None
-            continue
-        if target is OPS:
-            _state.ops_done.add(name)
+    done = _state.ops_done if target is OPS else set()
+    _install("register_ops", {n: o for n, o in ops.items() if n not in done}, target.register, strict, done)
     return ops
 
 
@@ -318,15 +308,25 @@ def physical_formats(registry: FormatRegistry | None = None, *, strict: bool = F
     from dif.formats import FORMATS, PhysicalFormat
 
     formats = _collect("register_physical_formats", "physical format", PhysicalFormat, strict=strict)
-    target = FORMATS if registry is None else registry
-    for name, fmt in formats.items():
+    _install("register_physical_formats", formats, (FORMATS if registry is None else registry).register, strict)
+    return formats
+
+
+def _install(
+    hook: str, items: dict[str, Any], register: Callable[[Any], None], strict: bool, done: set[str] | None = None
+) -> None:
+    """`register` each collected item into its table; a clash is recorded against the plugin that
+    registered the item (raised when `strict`). Names registered are added to `done`."""
+    for name, item in items.items():
         try:
-            target.register(fmt)
+            register(item)
         except PluginError as exc:
-            error = _problem(_owner("register_physical_formats", name), str(exc))
+            error = _problem(_owner(hook, name), str(exc))
             if strict:
                 raise error from None
-    return formats
+            continue
+        if done is not None:
+            done.add(name)
 
 
 def _owner(hook: str, name: str) -> str:

@@ -34,20 +34,20 @@ def linear_sigmas(num_steps: int) -> np.ndarray:
 def time_shift_exponential(sigmas: np.ndarray, mu: float, exponent: float = 1.0) -> np.ndarray:
     """sigma' = e^mu / (e^mu + (1/sigma - 1)^exponent), computed in float32 like diffusers
     (numpy float32 arrays with Python scalars: each scalar is rounded to float32 first)."""
-    s = np.asarray(sigmas, dtype=F32)
-    e = F32(math.exp(mu))
-    with np.errstate(divide="ignore"):
-        odds = (F32(1.0) / s - F32(1.0)) ** F32(exponent)
-    return (e / (e + odds)).astype(F32)
+    return _time_shift(sigmas, F32(math.exp(mu)), exponent)
 
 
 def time_shift_linear(sigmas: np.ndarray, mu: float, exponent: float = 1.0) -> np.ndarray:
     """sigma' = mu / (mu + (1/sigma - 1)^exponent), float32."""
+    return _time_shift(sigmas, F32(mu), exponent)
+
+
+def _time_shift(sigmas: np.ndarray, k: np.float32, exponent: float) -> np.ndarray:
+    """sigma' = k / (k + (1/sigma - 1)^exponent) in float32 (sigma 0 gives 0)."""
     s = np.asarray(sigmas, dtype=F32)
-    m = F32(mu)
     with np.errstate(divide="ignore"):
         odds = (F32(1.0) / s - F32(1.0)) ** F32(exponent)
-    return (m / (m + odds)).astype(F32)
+    return (k / (k + odds)).astype(F32)
 
 
 def shift_static(sigmas: np.ndarray, shift: float) -> np.ndarray:

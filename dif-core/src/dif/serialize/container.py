@@ -12,9 +12,12 @@ from __future__ import annotations
 import hashlib
 import os
 import struct
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import BinaryIO
 
-from dif.errors import ChecksumError, FormatError, VersionError
+from dif.errors import ChecksumError, DifError, FormatError, VersionError
 
 _HEADER = struct.Struct("<8sIIQ32s")
 MAX_SECTIONS = 64
@@ -79,16 +82,27 @@ def unpack(data: bytes, magic: bytes, versions: tuple[int, ...], what: str) -> t
     return version, sections
 
 
-def write_atomic(path: str | Path, data: bytes) -> None:
-    """Write via a temp file in the same folder then rename: readers never see half a file."""
+@contextmanager
+def open_atomic(path: str | Path) -> Iterator[BinaryIO]:
+    """A binary file that appears at `path` complete or not at all: written as a temp file in the
+    same folder, renamed over `path` when the block ends without error, removed otherwise. An
+    `OSError` (no such folder, disk full, permissions) becomes a `DifError` naming `path`."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         with open(tmp, "wb") as f:
-            f.write(data)
+            yield f
         tmp.replace(path)
+    except OSError as exc:
+        raise DifError(f"{path}: cannot write: {exc.strerror or exc}") from None
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def write_atomic(path: str | Path, data: bytes) -> None:
+    """Write `data` via `open_atomic`: readers never see half a file."""
+    with open_atomic(path) as f:
+        f.write(data)
 
 
 def read_bytes(path: str | Path, what: str) -> bytes:

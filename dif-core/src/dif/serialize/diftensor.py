@@ -25,6 +25,7 @@ import ml_dtypes
 import numpy as np
 
 from dif.errors import DifError, FormatError, VersionError
+from dif.serialize.container import open_atomic
 
 FORMAT_KEY, FORMAT = "dif.format", "diftensor"
 VERSION_KEY, VERSION = "dif.version", "1"
@@ -251,17 +252,9 @@ def save_tensors(
         offset += arr.nbytes
     raw = json.dumps(header, separators=(",", ":"), ensure_ascii=True).encode()
     raw += b" " * (-(len(raw) + 8) % 8)
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        with open(tmp, "wb") as f:
-            f.write(struct.pack("<Q", len(raw)) + raw)
-            for name in order:
-                arr = prepared[name][0]
-                if arr.nbytes:
-                    f.write(arr.reshape(-1).view(np.uint8).data)
-        tmp.replace(path)
-    except OSError as exc:
-        raise DifError(f"{path}: cannot write: {exc.strerror}") from None
-    finally:
-        tmp.unlink(missing_ok=True)
+    with open_atomic(path) as f:
+        f.write(struct.pack("<Q", len(raw)) + raw)
+        for name in order:
+            arr = prepared[name][0]
+            if arr.nbytes:
+                f.write(arr.reshape(-1).view(np.uint8).data)

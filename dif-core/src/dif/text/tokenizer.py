@@ -12,7 +12,6 @@ truncate to the first `max_length` tokens, pad on the right with the pad token, 
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -59,10 +58,13 @@ class TextTokenizer:
         """Load from a tokenizer folder (tokenizer.json preferred over vocab.json + merges.txt)."""
         from tokenizers import Tokenizer
 
+        from dif.checkpoint import read_json_object
+
         folder = Path(folder)
         if not folder.is_dir():
             raise CheckpointError(f"{folder}: tokenizer folder does not exist")
-        config = _read_json(folder / "tokenizer_config.json") if (folder / "tokenizer_config.json").is_file() else {}
+        config_file = folder / "tokenizer_config.json"
+        config = read_json_object(config_file) if config_file.is_file() else {}
         if (folder / "tokenizer.json").is_file():
             try:
                 backend = Tokenizer.from_file(str(folder / "tokenizer.json"))
@@ -110,16 +112,6 @@ class TextTokenizer:
         return int(self.backend.get_vocab_size(with_added_tokens=True))
 
 
-def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise CheckpointError(f"{path}: cannot read tokenizer settings ({exc})") from None
-    if not isinstance(data, dict):
-        raise CheckpointError(f"{path}: expected a JSON object")
-    return data
-
-
 def _byte_level_bpe(folder: Path, config: dict[str, Any]) -> Any:
     """A Qwen2-style byte-level BPE from vocab.json + merges.txt, then the added tokens of
     tokenizer_config.json in id order (each must land on the id the config gives it)."""
@@ -139,7 +131,7 @@ def _byte_level_bpe(folder: Path, config: dict[str, Any]) -> Any:
         ]
     )
     backend.decoder = decoders.ByteLevel()
-    added = config.get("added_tokens_decoder") or {}
+    added = _added_tokens(folder, config)
     for key in sorted(added, key=int):
         spec = added[key]
         token = AddedToken(
@@ -166,3 +158,20 @@ def _byte_level_bpe(folder: Path, config: dict[str, Any]) -> Any:
         if text is not None and backend.token_to_id(text) is None:
             backend.add_special_tokens([AddedToken(text, special=True, normalized=False)])
     return backend
+
+
+def _added_tokens(folder: Path, config: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """`added_tokens_decoder` of tokenizer_config.json, checked: integer ids, each with a string `content`."""
+    added = config.get("added_tokens_decoder") or {}
+    bad = [
+        key
+        for key, spec in (added.items() if isinstance(added, dict) else [("added_tokens_decoder", None)])
+        if not str(key).isdigit() or not isinstance(spec, dict) or not isinstance(spec.get("content"), str)
+    ]
+    if bad:
+        raise CheckpointError(
+            f"{folder / 'tokenizer_config.json'}: malformed added_tokens_decoder entry {bad[0]!r}",
+            hint="each entry must be '<id>': {\"content\": \"<token>\", ...}",
+        )
+    return added
+

@@ -65,9 +65,6 @@ class BoundWeights(Mapping[str, np.ndarray]):
     def __len__(self) -> int:
         return len(self._names)
 
-    def tensor_of(self, param: str) -> str:
-        return self._names[param]
-
     def materialize(self) -> dict[str, np.ndarray]:
         """Every parameter read (and converted) now; returns a plain dict."""
         return {p: self[p] for p in self._names}
