@@ -8,7 +8,6 @@ on a machine without a GPU costs nothing and fails nothing.
 from __future__ import annotations
 
 import importlib.metadata
-import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -16,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from dif.backend import Availability
 from dif.dtypes import DType
 from dif.errors import BackendUnavailableError
+from dif.host import total_memory_bytes
 from dif.ops.registry import OPS, OpTable
 from dif.target import RuntimeBudget, TargetProfile
 from dif_backend_cuda.lower_fused import FUSED_OPS
@@ -136,19 +136,6 @@ def probe_profile(device: int = 0) -> TargetProfile:
     )
 
 
-def _host_memory_bytes() -> int:
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemTotal:"):
-                return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    try:
-        return int(os.sysconf("SC_PHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
-    except (ValueError, OSError, AttributeError):
-        return 0
-
-
 def probe_budget(device: int = 0) -> RuntimeBudget:
     """Free device memory now; the workspace is what this backend keeps outside the plan's arena."""
     import cupy
@@ -157,7 +144,7 @@ def probe_budget(device: int = 0) -> RuntimeBudget:
         free, _total = cupy.cuda.runtime.memGetInfo()
     return RuntimeBudget(
         free_memory_bytes=int(free),
-        host_memory_bytes=_host_memory_bytes(),
+        host_memory_bytes=total_memory_bytes(),
         pinned_staging_bytes=STAGING_BYTES,
         workspace_bytes=LT_WORKSPACE_BYTES + RESERVE_BYTES,
     )
