@@ -11,9 +11,18 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Self, TypeVar
 
-from attrs import fields, frozen
+from attrs import frozen
 
 from dif.checkpoint import read_json_object
+from dif.config_fields import (
+    check_class_name,
+    flag,
+    int_tuple,
+    known_fields,
+    non_negative_int,
+    positive_float,
+    positive_int,
+)
 from dif.errors import ConfigError
 from dif.layers.causal_lm import BaseDecoderConfig
 
@@ -22,40 +31,6 @@ T = TypeVar("T")
 
 def _read_json(path: str | Path) -> dict[str, Any]:
     return read_json_object(path, hint="point at a diffusers folder (model_index.json + components)")
-
-
-def _pos_int(what: str, name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ConfigError(f"{what}: '{name}' must be a positive integer, got {value!r}")
-    return value
-
-
-def _pos_float(what: str, name: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
-        raise ConfigError(f"{what}: '{name}' must be a positive number, got {value!r}")
-    return float(value)
-
-
-def _int_tuple(what: str, name: str, value: Any) -> tuple[int, ...]:
-    if not isinstance(value, list | tuple) or not value:
-        raise ConfigError(f"{what}: '{name}' must be a non-empty list of integers, got {value!r}")
-    return tuple(_pos_int(what, f"{name}[{i}]", v) for i, v in enumerate(value))
-
-
-def _from_known(
-    cls: type[T], what: str, data: Mapping[str, Any], ignored: frozenset[str], strict: bool
-) -> dict[str, Any]:
-    """The subset of `data` naming fields of `cls`; with `strict`, other keys (not `_*`, not in
-    `ignored`) are errors, since an unknown key may change the architecture."""
-    names = {f.name for f in fields(cls)}  # type: ignore[arg-type]
-    if strict:
-        unknown = sorted(k for k in data if k not in names and k not in ignored and not k.startswith("_"))
-        if unknown:
-            raise ConfigError(
-                f"{what}: unknown config keys {', '.join(unknown)}",
-                hint="this diffusers version may have added options dif does not implement yet",
-            )
-    return {k: v for k, v in data.items() if k in names}
 
 
 def _load(cls: type[T], path: str | Path) -> T:
@@ -108,10 +83,8 @@ class Flux2TransformerConfig:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Flux2TransformerConfig:
         what = "Flux2 transformer config"
-        cls_name = data.get("_class_name", "Flux2Transformer2DModel")
-        if cls_name != "Flux2Transformer2DModel":
-            raise ConfigError(f"{what}: _class_name is {cls_name!r}, expected 'Flux2Transformer2DModel'")
-        kw = _from_known(cls, what, data, frozenset(), strict=True)
+        check_class_name(what, data, "Flux2Transformer2DModel")
+        kw = known_fields(cls, what, data)
         missing = [
             n
             for n in (
@@ -134,21 +107,20 @@ class Flux2TransformerConfig:
             "patch_size",
         ):
             if n in kw:
-                kw[n] = _pos_int(what, n, kw[n])
+                kw[n] = positive_int(what, n, kw[n])
         for n in ("num_layers", "num_single_layers"):
-            if isinstance(kw[n], bool) or not isinstance(kw[n], int) or kw[n] < 0:
-                raise ConfigError(f"{what}: '{n}' must be a non-negative integer, got {kw[n]!r}")
+            kw[n] = non_negative_int(what, n, kw[n])
         if kw.get("out_channels") is not None:
-            kw["out_channels"] = _pos_int(what, "out_channels", kw["out_channels"])
+            kw["out_channels"] = positive_int(what, "out_channels", kw["out_channels"])
         if kw.get("patch_size", 1) != 1:
             raise ConfigError(f"{what}: patch_size {kw['patch_size']} is not supported (FLUX.2 uses 1)")
         for n in ("mlp_ratio", "rope_theta", "eps"):
             if n in kw:
-                kw[n] = _pos_float(what, n, kw[n])
+                kw[n] = positive_float(what, n, kw[n])
         if "axes_dims_rope" in kw:
-            kw["axes_dims_rope"] = _int_tuple(what, "axes_dims_rope", kw["axes_dims_rope"])
-        if "guidance_embeds" in kw and not isinstance(kw["guidance_embeds"], bool):
-            raise ConfigError(f"{what}: 'guidance_embeds' must be true/false, got {kw['guidance_embeds']!r}")
+            kw["axes_dims_rope"] = int_tuple(what, "axes_dims_rope", kw["axes_dims_rope"])
+        if "guidance_embeds" in kw:
+            kw["guidance_embeds"] = flag(what, "guidance_embeds", kw["guidance_embeds"])
         cfg = cls(**kw)
         if any(d % 2 for d in cfg.axes_dims_rope) or sum(cfg.axes_dims_rope) > cfg.attention_head_dim:
             raise ConfigError(
@@ -191,12 +163,12 @@ class Qwen3Config(BaseDecoderConfig):
         types = data.get("layer_types")
         if types is not None and any(t != "full_attention" for t in types):
             raise ConfigError(f"{what}: only full_attention layers are supported, got {sorted(set(types))}")
-        kw = _from_known(cls, what, data, frozenset(), strict=False)
+        kw = known_fields(cls, what, data, strict=False)
         kw.pop("rope_theta", None)
         kw["rope_theta"] = _qwen_rope_theta(what, data)
         if kw.get("head_dim") is None:  # older configs: hidden_size / heads
-            heads = _pos_int(what, "num_attention_heads", data.get("num_attention_heads"))
-            kw["head_dim"] = _pos_int(what, "hidden_size", data.get("hidden_size")) // heads
+            heads = positive_int(what, "num_attention_heads", data.get("num_attention_heads"))
+            kw["head_dim"] = positive_int(what, "hidden_size", data.get("hidden_size")) // heads
         required = (
             "vocab_size",
             "hidden_size",
@@ -209,12 +181,12 @@ class Qwen3Config(BaseDecoderConfig):
         if missing:
             raise ConfigError(f"{what}: missing keys {', '.join(missing)}")
         for n in (*required, "head_dim"):
-            kw[n] = _pos_int(what, n, kw[n])
+            kw[n] = positive_int(what, n, kw[n])
         if "rms_norm_eps" in kw:
-            kw["rms_norm_eps"] = _pos_float(what, "rms_norm_eps", kw["rms_norm_eps"])
+            kw["rms_norm_eps"] = positive_float(what, "rms_norm_eps", kw["rms_norm_eps"])
         for n in ("attention_bias", "tie_word_embeddings"):
-            if n in kw and not isinstance(kw[n], bool):
-                raise ConfigError(f"{what}: '{n}' must be true/false, got {kw[n]!r}")
+            if n in kw:
+                kw[n] = flag(what, n, kw[n])
         cfg = cls(**kw)
         if cfg.num_attention_heads % cfg.num_key_value_heads:
             raise ConfigError(
@@ -240,7 +212,7 @@ def _qwen_rope_theta(what: str, data: Mapping[str, Any]) -> float:
     theta = data.get("rope_theta")
     if theta is None and isinstance(params, Mapping):
         theta = params.get("rope_theta")
-    return _pos_float(what, "rope_theta", 1_000_000.0 if theta is None else theta)
+    return positive_float(what, "rope_theta", 1_000_000.0 if theta is None else theta)
 
 
 # -- VAE -----------------------------------------------------------------------------------------
@@ -289,20 +261,18 @@ class Flux2VaeConfig:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Flux2VaeConfig:
         what = "Flux2 VAE config"
-        cls_name = data.get("_class_name", "AutoencoderKLFlux2")
-        if cls_name != "AutoencoderKLFlux2":
-            raise ConfigError(f"{what}: _class_name is {cls_name!r}, expected 'AutoencoderKLFlux2'")
-        kw = _from_known(cls, what, data, _VAE_IGNORED, strict=True)
+        check_class_name(what, data, "AutoencoderKLFlux2")
+        kw = known_fields(cls, what, data, ignored=_VAE_IGNORED)
         for n in ("block_out_channels", "decoder_block_out_channels"):
             if kw.get(n) is not None:
-                kw[n] = _int_tuple(what, n, kw[n])
+                kw[n] = int_tuple(what, n, kw[n])
         for n in ("in_channels", "out_channels", "latent_channels", "layers_per_block", "norm_num_groups"):
             if n in kw:
-                kw[n] = _pos_int(what, n, kw[n])
+                kw[n] = positive_int(what, n, kw[n])
         if "batch_norm_eps" in kw:
-            kw["batch_norm_eps"] = _pos_float(what, "batch_norm_eps", kw["batch_norm_eps"])
+            kw["batch_norm_eps"] = positive_float(what, "batch_norm_eps", kw["batch_norm_eps"])
         if "patch_size" in kw:
-            ps = _int_tuple(what, "patch_size", kw["patch_size"])
+            ps = int_tuple(what, "patch_size", kw["patch_size"])
             if ps != (2, 2):
                 raise ConfigError(f"{what}: patch_size {list(ps)} is not supported (FLUX.2 uses [2, 2])")
             kw["patch_size"] = ps
@@ -310,8 +280,8 @@ class Flux2VaeConfig:
             if n in kw:
                 kw[n] = tuple(kw[n])
         for n in ("use_quant_conv", "use_post_quant_conv", "mid_block_add_attention"):
-            if n in kw and not isinstance(kw[n], bool):
-                raise ConfigError(f"{what}: '{n}' must be true/false, got {kw[n]!r}")
+            if n in kw:
+                kw[n] = flag(what, n, kw[n])
         cfg = cls(**kw)
         if cfg.act_fn != "silu":
             raise ConfigError(f"{what}: act_fn {cfg.act_fn!r} is not supported (only 'silu')")
@@ -356,9 +326,7 @@ class Flux2PipelineInfo:
         name = data.get("_class_name")
         if name != "Flux2KleinPipeline":
             raise ConfigError(f"{what}: _class_name is {name!r}, expected 'Flux2KleinPipeline'")
-        distilled = data.get("is_distilled", False)
-        if not isinstance(distilled, bool):
-            raise ConfigError(f"{what}: 'is_distilled' must be true/false, got {distilled!r}")
+        distilled = flag(what, "is_distilled", data.get("is_distilled", False))
         comps: dict[str, tuple[str, str]] = {}
         for key, value in data.items():
             if key.startswith("_") or key == "is_distilled":

@@ -12,9 +12,18 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from attrs import field, fields, frozen
+from attrs import field, frozen
 
 from dif.checkpoint import read_json_object
+from dif.config_fields import (
+    check_class_name,
+    flag,
+    int_tuple,
+    known_fields,
+    non_negative_int,
+    positive_float,
+    positive_int,
+)
 from dif.errors import ConfigError
 from dif.layers.causal_lm import BaseDecoderConfig
 
@@ -26,36 +35,8 @@ def read_json(path: str | Path) -> dict[str, Any]:
     return read_json_object(path, hint="point at a Krea 2 diffusers folder")
 
 
-def _positive(what: str, name: str, value: Any, kind: type = int) -> Any:
-    ok = not isinstance(value, bool) and isinstance(value, int | float if kind is float else int) and value > 0
-    if not ok:
-        raise ConfigError(f"{what}: '{name}' must be a positive {kind.__name__}, got {value!r}")
-    return kind(value)
-
-
-def _flag(what: str, name: str, value: Any) -> bool:
-    if not isinstance(value, bool):
-        raise ConfigError(f"{what}: '{name}' must be true/false, got {value!r}")
-    return value
-
-
-def _known(cls: type, what: str, data: Mapping[str, Any], *, ignored: frozenset[str] = frozenset()) -> dict[str, Any]:
-    """Keys of `data` naming fields of `cls`; any other key (not `_*`, not ignored) is an error,
-    because an option dif does not implement may change the architecture."""
-    names = {f.name for f in fields(cls)}
-    unknown = sorted(k for k in data if k not in names and k not in ignored and not k.startswith("_"))
-    if unknown:
-        raise ConfigError(f"{what}: unknown config keys {', '.join(unknown)}", hint="dif does not implement them")
-    return {k: v for k, v in data.items() if k in names}
-
-
-def _check_class(what: str, data: Mapping[str, Any], expected: str) -> None:
-    name = data.get("_class_name", expected)
-    if name != expected:
-        raise ConfigError(f"{what}: _class_name is {name!r}, expected {expected!r}")
-
-
 def _ints(value: Any) -> tuple[int, ...]:
+    """attrs converter: a typed `tuple` (plain `tuple` leaves mypy's attrs plugin without an element type)."""
     return tuple(value)
 
 
@@ -95,19 +76,17 @@ class Krea2TransformerConfig:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Krea2TransformerConfig:
         what = "Krea 2 transformer config"
-        _check_class(what, data, "Krea2Transformer2DModel")
-        kw = _known(cls, what, data)
+        check_class_name(what, data, "Krea2Transformer2DModel")
+        kw = known_fields(cls, what, data)
         for name, value in kw.items():
             if name in ("rope_theta", "norm_eps"):
-                kw[name] = _positive(what, name, value, float)
+                kw[name] = positive_float(what, name, value)
             elif name == "axes_dims_rope":
-                if not isinstance(value, list | tuple) or not value:
-                    raise ConfigError(f"{what}: 'axes_dims_rope' must be a list of integers, got {value!r}")
-                kw[name] = tuple(_positive(what, f"axes_dims_rope[{i}]", v) for i, v in enumerate(value))
-            elif name not in ("num_layerwise_text_blocks", "num_refiner_text_blocks", "num_layers"):
-                kw[name] = _positive(what, name, value)
-            elif isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise ConfigError(f"{what}: '{name}' must be a non-negative integer, got {value!r}")
+                kw[name] = int_tuple(what, name, value)
+            elif name in ("num_layerwise_text_blocks", "num_refiner_text_blocks", "num_layers"):
+                kw[name] = non_negative_int(what, name, value)
+            else:
+                kw[name] = positive_int(what, name, value)
         cfg = cls(**kw)
         if sum(cfg.axes_dims_rope) != cfg.attention_head_dim or any(d % 2 for d in cfg.axes_dims_rope):
             raise ConfigError(
@@ -160,12 +139,12 @@ class QwenVLTextConfig(BaseDecoderConfig):
                      "num_key_value_heads"):
             if name not in data:
                 raise ConfigError(f"{what}: missing key '{name}'")
-            kw[name] = _positive(what, name, data[name])
+            kw[name] = positive_int(what, name, data[name])
         head_dim = data.get("head_dim") or kw["hidden_size"] // kw["num_attention_heads"]
-        kw["head_dim"] = _positive(what, "head_dim", head_dim)
+        kw["head_dim"] = positive_int(what, "head_dim", head_dim)
         if "rms_norm_eps" in data:
-            kw["rms_norm_eps"] = _positive(what, "rms_norm_eps", data["rms_norm_eps"], float)
-        kw["attention_bias"] = _flag(what, "attention_bias", data.get("attention_bias", False))
+            kw["rms_norm_eps"] = positive_float(what, "rms_norm_eps", data["rms_norm_eps"])
+        kw["attention_bias"] = flag(what, "attention_bias", data.get("attention_bias", False))
         kw["rope_theta"] = _rope_theta(what, data)
         cfg = cls(**kw)
         if cfg.num_attention_heads % cfg.num_key_value_heads or cfg.head_dim % 2:
@@ -186,7 +165,7 @@ def _rope_theta(what: str, data: Mapping[str, Any]) -> float:
     if kind != "default":
         raise ConfigError(f"{what}: rope type {kind!r} is not supported (only 'default')")
     theta = data.get("rope_theta", params.get("rope_theta", 5_000_000.0))
-    return float(_positive(what, "rope_theta", theta, float))
+    return positive_float(what, "rope_theta", theta)
 
 
 # -- VAE -----------------------------------------------------------------------------------------
@@ -215,15 +194,18 @@ class QwenImageVaeConfig:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> QwenImageVaeConfig:
         what = "Qwen-Image VAE config"
-        _check_class(what, data, "AutoencoderKLQwenImage")
-        kw = _known(cls, what, data, ignored=frozenset({"sample_size"}))  # a default image size, not architecture
+        check_class_name(what, data, "AutoencoderKLQwenImage")
+        # sample_size is a default image size, not architecture
+        kw = known_fields(cls, what, data, ignored=frozenset({"sample_size"}))
         for name in ("base_dim", "z_dim", "num_res_blocks", "input_channels"):
             if name in kw:
-                kw[name] = _positive(what, name, kw[name])
+                kw[name] = positive_int(what, name, kw[name])
         if "dim_mult" in kw:
-            kw["dim_mult"] = tuple(_positive(what, "dim_mult", v) for v in kw["dim_mult"])
+            kw["dim_mult"] = int_tuple(what, "dim_mult", kw["dim_mult"])
         if "temperal_downsample" in kw:
-            kw["temperal_downsample"] = tuple(_flag(what, "temperal_downsample", v) for v in kw["temperal_downsample"])
+            kw["temperal_downsample"] = tuple(
+                flag(what, f"temperal_downsample[{i}]", v) for i, v in enumerate(kw["temperal_downsample"])
+            )
         if "latents_mean" not in kw or "latents_std" not in kw:
             raise ConfigError(f"{what}: 'latents_mean' and 'latents_std' are required (the pipeline denormalizes)")
         cfg = cls(**kw)
@@ -258,15 +240,15 @@ class SchedulerConfig:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> SchedulerConfig:
         what = "scheduler config"
-        _check_class(what, data, "FlowMatchEulerDiscreteScheduler")
+        check_class_name(what, data, "FlowMatchEulerDiscreteScheduler")
         for name in _SCHED_UNSUPPORTED:
             if data.get(name):
                 raise ConfigError(f"{what}: '{name}' is not supported")
         if data.get("shift_terminal") is not None:
             raise ConfigError(f"{what}: 'shift_terminal' is not supported")
-        kw = _known(cls, what, data, ignored=frozenset((*_SCHED_UNSUPPORTED, "shift_terminal")))
+        kw = known_fields(cls, what, data, ignored=frozenset((*_SCHED_UNSUPPORTED, "shift_terminal")))
         if "use_dynamic_shifting" in kw:
-            _flag(what, "use_dynamic_shifting", kw["use_dynamic_shifting"])
+            flag(what, "use_dynamic_shifting", kw["use_dynamic_shifting"])
         if kw.get("time_shift_type", "exponential") not in ("exponential", "linear"):
             raise ConfigError(f"{what}: time_shift_type {kw['time_shift_type']!r} is not 'exponential' or 'linear'")
         for name in ("shift", "base_shift", "max_shift"):
@@ -315,18 +297,14 @@ class Krea2PipelineInfo:
                 raise ConfigError(f"{what}: component '{key}' is missing")
             if entry[1] != expected:
                 raise ConfigError(f"{what}: component '{key}' is {entry[1]!r}, expected {expected!r}")
-        distilled = _flag(what, "is_distilled", data.get("is_distilled", False))
-        patch = _positive(what, "patch_size", data.get("patch_size", 2))
+        distilled = flag(what, "is_distilled", data.get("is_distilled", False))
+        patch = positive_int(what, "patch_size", data.get("patch_size", 2))
         if patch != 2:
             raise ConfigError(f"{what}: patch_size {patch} is not supported (Krea 2 packs 2x2 patches)")
         taps = data.get("text_encoder_select_layers")
         if taps is None:
             taps = DEFAULT_TAPS
-        if not isinstance(taps, list | tuple) or not taps or any(
-            isinstance(t, bool) or not isinstance(t, int) or t < 0 for t in taps
-        ):
-            raise ConfigError(f"{what}: 'text_encoder_select_layers' must be a list of layer indices, got {taps!r}")
-        return cls(distilled, patch, tuple(taps))
+        return cls(distilled, patch, int_tuple(what, "text_encoder_select_layers", taps, allow_zero=True))
 
 
 @frozen

@@ -1,0 +1,85 @@
+"""Field validators for a checkpoint's config.json, shared by the frontends' `config.py`.
+
+A frontend reads a JSON object (`dif.checkpoint.read_json_object`), then checks each field it uses
+with these helpers before any builder sees it. Every failure is a `dif.errors.ConfigError` whose
+message starts with `what` (the file or the config's name) and names the field and offending value.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from attrs import fields
+
+from dif.errors import ConfigError
+
+UNKNOWN_KEYS_HINT = "this diffusers version may have added options dif does not implement yet"
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def positive_int(what: str, name: str, value: Any) -> int:
+    """`value` if it is an integer > 0 (JSON true/false are not integers here)."""
+    if not _is_int(value) or value <= 0:
+        raise ConfigError(f"{what}: '{name}' must be a positive integer, got {value!r}")
+    return int(value)
+
+
+def non_negative_int(what: str, name: str, value: Any) -> int:
+    """`value` if it is an integer >= 0 (a layer count, a layer index)."""
+    if not _is_int(value) or value < 0:
+        raise ConfigError(f"{what}: '{name}' must be a non-negative integer, got {value!r}")
+    return int(value)
+
+
+def positive_float(what: str, name: str, value: Any) -> float:
+    """`value` as a float if it is a number > 0 (integers accepted, booleans not)."""
+    if not (_is_int(value) or isinstance(value, float)) or value <= 0:
+        raise ConfigError(f"{what}: '{name}' must be a positive number, got {value!r}")
+    return float(value)
+
+
+def flag(what: str, name: str, value: Any) -> bool:
+    """`value` if it is a JSON boolean."""
+    if not isinstance(value, bool):
+        raise ConfigError(f"{what}: '{name}' must be true/false, got {value!r}")
+    return value
+
+
+def int_tuple(what: str, name: str, value: Any, *, allow_zero: bool = False) -> tuple[int, ...]:
+    """A non-empty JSON list of positive integers (non-negative with `allow_zero`) as a tuple;
+    a bad entry is named `name[i]`."""
+    if not isinstance(value, list | tuple) or not value:
+        raise ConfigError(f"{what}: '{name}' must be a non-empty list of integers, got {value!r}")
+    check = non_negative_int if allow_zero else positive_int
+    return tuple(check(what, f"{name}[{i}]", v) for i, v in enumerate(value))
+
+
+def check_class_name(what: str, data: Mapping[str, Any], expected: str) -> None:
+    """`_class_name`, when present, must be `expected` (absent means the caller's default class)."""
+    name = data.get("_class_name", expected)
+    if name != expected:
+        raise ConfigError(f"{what}: _class_name is {name!r}, expected {expected!r}")
+
+
+def known_fields(
+    cls: type,
+    what: str,
+    data: Mapping[str, Any],
+    *,
+    ignored: frozenset[str] = frozenset(),
+    strict: bool = True,
+    hint: str = UNKNOWN_KEYS_HINT,
+) -> dict[str, Any]:
+    """The entries of `data` naming fields of the attrs class `cls`. With `strict`, any other key
+    (not `_*`, not in `ignored`) is an error, since an option dif does not implement may change the
+    architecture."""
+    names = {f.name for f in fields(cls)}
+    if strict:
+        unknown = sorted(k for k in data if k not in names and k not in ignored and not k.startswith("_"))
+        if unknown:
+            raise ConfigError(f"{what}: unknown config keys {', '.join(unknown)}", hint=hint)
+    return {k: v for k, v in data.items() if k in names}
