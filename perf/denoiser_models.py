@@ -53,7 +53,9 @@ TINY: dict[str, dict[str, Any]] = {
         "axes_dims_rope": [4, 6, 6], "rope_theta": 1000.0, "norm_eps": 1e-5,
     },
 }  # fmt: skip
-TINY["klein-9b"] = TINY["klein-4b"]
+# more blocks than the 4B miniature, so a --vram-budget plan can stream some of them (streaming one block
+# costs two staging slots of its size: it pays off only once several blocks go)
+TINY["klein-9b"] = {**TINY["klein-4b"], "num_layers": 2, "num_single_layers": 6}
 ALIASES = {"4b": "klein-4b", "9b": "klein-9b"}
 FLOW_TIME = 0.9  # t in [0, 1]; FLUX.2 takes it as t, its scheduler timestep is 1000 t
 KREA2_VALID_TEXT = 333  # of 512 text tokens; the rest are padding, masked as keys everywhere
@@ -123,18 +125,34 @@ def make_model(cls: Any, config: dict[str, Any], device: Any, seed: int) -> Any:
         model = cls.from_config(config)
     model = model.to(torch.bfloat16).eval()
     keep = list(getattr(model, "_keep_in_fp32_modules", None) or [])
-    gen = torch.Generator(device=device).manual_seed(seed + 1)
     with torch.no_grad():
         for name, p in model.named_parameters():
             if any(k in name.split(".") for k in keep):
                 p.data = p.data.float()
-            flat = p.data.reshape(-1)
-            if flat.numel() > 1 and bool((flat == flat[0]).all()):
-                noise = torch.randn(p.shape, generator=gen, device=device, dtype=torch.float32) * 0.1
-                p.data.add_(noise.to(p.dtype))
+    perturb_constants(model, device, seed + 1)
     if str(device).startswith("cuda"):
         torch.cuda.empty_cache()
     return model
+
+
+def perturb_constants(model: Any, device: Any, seed: int, *, buffers: bool = False) -> None:
+    """Add seeded N(0, 0.1^2) noise to every floating tensor of `model` whose elements are all equal (norm
+    weights of ones, zero biases and tables): a constant weight would hide a wrongly bound or ignored
+    tensor. `buffers`: persistent floating buffers too (a VAE's BatchNorm running mean / variance; a
+    variance of ones stays positive); non-persistent buffers (RoPE frequencies) are never touched."""
+    import torch
+
+    gen = torch.Generator(device=device).manual_seed(seed)
+    tensors = [p.data for _, p in model.named_parameters()]
+    if buffers:
+        persistent = set(model.state_dict())
+        tensors += [b for n, b in model.named_buffers() if n in persistent and b.is_floating_point()]
+    with torch.no_grad():
+        for t in tensors:
+            flat = t.reshape(-1)
+            if flat.numel() > 1 and bool((flat == flat[0]).all()):
+                noise = torch.randn(t.shape, generator=gen, device=device, dtype=torch.float32) * 0.1
+                t.add_(noise.to(t.dtype))
 
 
 def flux2_case(name: str, device: Any, tiny: bool, seed: int = 0) -> Case:

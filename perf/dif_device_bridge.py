@@ -6,7 +6,8 @@ Benchmark support only. On CUDA the weights go device to device: `DeviceWeight` 
 tensor (shape and numpy dtype, which is all the backend checks), and inside `bridge()` the CUDA
 executor's host upload copies such entries with cudaMemcpy device-to-device instead (host arrays
 still take the normal path). This saves the host round trip of a 25 GB state dict; the values dif
-receives are the same.
+receives are the same. Weights the plan streams must live in the executor's pinned host buffer:
+those come down device to host, once, at prepare.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import numpy as np
 from dif.errors import WeightError
 from dif.ir.program import Program
 
-D2D = 3  # cudaMemcpyDeviceToDevice
+D2H, D2D = 2, 3  # cudaMemcpyDeviceToHost, cudaMemcpyDeviceToDevice
 
 
 class DeviceWeight:
@@ -159,7 +160,8 @@ class Device:
 
     @contextlib.contextmanager
     def bridge(self) -> Iterator[None]:
-        """While active, the CUDA executor copies `DeviceWeight` entries device to device."""
+        """While active, the CUDA executor copies `DeviceWeight` entries device to device (resident)
+        or device to its pinned host buffer (streamed)."""
         if self.kind != "cuda":
             yield
             return
@@ -168,6 +170,7 @@ class Device:
         from dif_backend_cuda import executor
 
         original = executor.upload
+        original_fill = executor.fill_pinned
 
         def upload(dst_ptr: int, arrays: list[tuple[int, Any]], stream: Any) -> float:
             t0 = time.perf_counter()
@@ -179,12 +182,19 @@ class Device:
             spent = time.perf_counter() - t0
             return spent + (original(dst_ptr, host, stream) if host else 0.0)
 
+        def fill_pinned(pinned: np.ndarray, arrays: list[tuple[int, Any]]) -> None:
+            base = pinned.ctypes.data
+            for off, a in arrays:
+                if isinstance(a, DeviceWeight) and a.nbytes:
+                    cupy.cuda.runtime.memcpy(base + off, a.ptr, a.nbytes, D2H)  # synchronous
+            original_fill(pinned, [(off, a) for off, a in arrays if not isinstance(a, DeviceWeight)])
+
         self.sync()  # the torch kernels that wrote the weights have finished
-        executor.upload = upload
+        executor.upload, executor.fill_pinned = upload, fill_pinned
         try:
             yield
         finally:
-            executor.upload = original
+            executor.upload, executor.fill_pinned = original, original_fill
 
     def free_bytes(self) -> int:
         if self.kind != "cuda":
@@ -215,7 +225,8 @@ class Device:
             "steps": len(exe.steps),
             "graph": exe.graph is not None,
             "graph_error": exe.graph_error,
-            "timings_s": {k: round(v, 2) for k, v in exe.timings.items()},
+            "timings_s": {k: round(v, 2) for k, v in exe.timings.items() if k.endswith("_s")},
+            "weights": {k: int(v) for k, v in exe.timings.items() if not k.endswith("_s")},
             "paths": dict(Counter(exe.choices.values())),
         }
 

@@ -40,11 +40,13 @@ def test_flux2_transformer_fuses_and_stays_bit_identical_on_cpu(dtype: str) -> N
     backend = cpu.CpuBackend()
     optimized, decisions = optimize(program, target=backend.profile())
     before, after = program.op_histogram(), optimized.op_histogram()
-    # one double-stream and one single-stream block: 6 adaLN norms, 5 gated residuals, and the
-    # single block's q/k norm + rope (the double block concatenates text and image before rope)
-    assert (after["norm_modulate"], after["gated_residual"], after["rms_norm_rope"]) == (6, 5, 2)
-    assert "layer_norm" not in after and "modulate" not in after and after["rope"] == before["rope"] - 2
-    assert len(optimized.nodes) == len(program.nodes) - 13
+    # one double-stream and one single-stream block: 6 adaLN norms, 5 gated residuals, and every q/k
+    # norm + rope: the single block's 2, and the double block's 4 once rope_before_concat has moved its
+    # two ropes (over text|image concats) onto the four parts, slicing the tables once (4 slices)
+    assert (after["norm_modulate"], after["gated_residual"], after["rms_norm_rope"]) == (6, 5, 6)
+    assert "layer_norm" not in after and "modulate" not in after and "rope" not in after and before["rope"] == 4
+    assert after["slice"] == before.get("slice", 0) + 4 and after["concat"] == before["concat"]
+    assert len(optimized.nodes) == len(program.nodes) - 11
     assert {d.pass_name for d in decisions} == set(DEFAULT_PASSES) and all(d.verdict == "applied" for d in decisions)
 
     inputs, weights = bindings(program)

@@ -89,7 +89,7 @@ class _FakeBackend:
     def __init__(self, sigs: dict[str, dict[str, list[str]]]) -> None:
         self.kernels = _FakeKernels(sigs)
         self.props = {"sm_count": 132, "major": 9, "minor": 0, "smem_optin": 232448}
-        self.options = {"gemm": "nvrtc", "sdpa": "flash", "graph": True}
+        self.options = {"gemm": "nvrtc", "sdpa": "flash", "graph": True, "gemm_tune": False}
         self._lt_error = self._cudnn_error = "not on this machine"
 
     def lt(self) -> None:
@@ -166,3 +166,43 @@ def test_widen_moves_aligned_contiguous_runs_as_wider_words() -> None:
     assert widen([3, 6], [6, 1], [12, 1], 16, 0, 0) == ([3, 3], [3, 1], [6, 1], 32)  # concat half of a row
     assert widen([4, 8], [8, 1], [8, 1], 16, 0, 2)[3] == 16  # destination only 2-byte aligned
     assert widen([4, 8], [1, 4], [8, 1], 16, 0, 0)[3] == 16  # transposed source: not contiguous
+
+
+def test_planned_views_lower_to_matching_kernels_without_copies(sigs: dict[str, dict[str, list[str]]]) -> None:
+    """A single-stream block planned for this backend's capabilities: q/k/v/mlp are pitched rows of the
+    projection and attention/GLU write pitched rows of the concat, so split and concat lower to nothing,
+    and every kernel still gets the arguments its signature declares."""
+    from dif.passes import optimize
+    from dif.plan.planner import plan_program
+    from dif.plan.views import CONCAT_CAPABILITY, SPLIT_CAPABILITY, view_capability
+    from dif.target import RuntimeBudget, TargetProfile
+    from dif_backend_cuda.lower import PITCHED_ROWS, arena_tensor
+    from dif_backend_cuda.lower_fused import FUSED_OPS
+
+    from .programs import single_block
+
+    caps = ("alias:reshape", SPLIT_CAPABILITY, CONCAT_CAPABILITY, *(f"op:{op}" for op in FUSED_OPS))
+    caps += tuple(view_capability(op, axes) for op, axes in PITCHED_ROWS.items())
+    target = TargetProfile(backend="cuda", device="fake", memory_bytes=1 << 34, capabilities=caps)
+    program, _ = optimize(single_block("bf16"), target=target)
+    plan = plan_program(program, target, RuntimeBudget(free_memory_bytes=1 << 34))
+    assert sum(1 for buf in plan.buffers if buf.pitch_bytes) >= 6
+    base = 1 << 32
+    tensors = {v.name: DevTensor(base + (i << 24), v.type.shape, v.type.dtype) for i, v in enumerate(
+        (*program.inputs, *program.params))}  # fmt: skip
+    tensors.update(
+        (r.name, arena_tensor(base << 4, plan.buffer_by_name[r.name], r.type)) for n in program for r in n.results
+    )
+    ctx = LowerCtx(_FakeBackend(sigs), OPS)
+    kernels = []
+    for node in program.nodes:
+        steps = lower_node(ctx, node, [tensors[o] for o in node.operands], [tensors[r.name] for r in node.results])
+        if node.op in ("split", "concat", "reshape"):
+            assert steps == [], f"{node.op} node {node.id} should be in place"
+        for step in steps:
+            assert isinstance(step, Launch)
+            assert len(step.fn.params) == len(step.args), f"{step.name} takes {step.fn.params}, got {step.args}"
+            for p, a in zip(step.fn.params, step.args, strict=True):
+                assert _width(p) == _arg_width(a), f"{step.name} param '{p}' given {a!r}"
+            kernels.append(step.name)
+    assert "rms_norm_rope_vec_bf16_bf16_f32" in kernels and "glu_vec_silu_bf16" in kernels

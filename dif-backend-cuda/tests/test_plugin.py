@@ -54,6 +54,9 @@ def test_tensor_core_formats_follow_compute_capability() -> None:
     from dif_backend_cuda.device import tensor_core_formats
 
     assert "bf16" not in tensor_core_formats(7, 5)
-    assert {"f16", "bf16", "i8"} <= set(tensor_core_formats(8, 0))
-    assert "f8e4m3" not in tensor_core_formats(8, 6)
-    assert {"f8e4m3", "f8e5m2", "bf16"} <= set(tensor_core_formats(9, 0))
+    assert {"fp16", "bf16", "int8"} <= set(tensor_core_formats(8, 0))
+    assert "fp8-e4m3" not in tensor_core_formats(8, 6)
+    assert {"fp8-e4m3", "fp8-e5m2", "bf16"} <= set(tensor_core_formats(9, 0))
+    from dif.formats import TENSOR_CORE_FORMATS
+
+    assert set(tensor_core_formats(10, 0)) <= set(TENSOR_CORE_FORMATS)  # the names the format registry knows

@@ -73,10 +73,10 @@ def test_runtime_prepare_optimizes_for_the_backend(ocl, monkeypatch: pytest.Monk
     monkeypatch.delenv("DIF_PASSES", raising=False)
     exe, plan = prepare(program, weights, ocl)
     whats = [d.what for d in plan.decisions]
-    assert whats[0].startswith("passes: fuse_norm_rope, fuse_norm_modulate, fuse_gated_residual")
+    assert whats[0].startswith("passes: rope_before_concat, fuse_norm_rope, fuse_norm_modulate, fuse_gated_residual")
     modulate = next(n for n in program.nodes if n.op == "modulate").results[0].name
     assert f"fuse_norm_modulate: applied 1 at {modulate}" in whats
-    assert any(w.startswith("aliasing: ") and "share" in w for w in whats)
+    assert any(w.startswith("views: ") and "reshape placed inside" in w for w in whats)
     assert len(plan.schedule) == len(program.nodes) - 4
     got = exe.run(inputs)
     monkeypatch.setenv("DIF_PASSES", "none")

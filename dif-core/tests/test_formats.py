@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import pytest
 
 from dif.errors import PluginError, UsageError
@@ -26,10 +29,12 @@ FP8_GPU = TargetProfile(
     tensor_core_formats=("bf16", "fp16", "fp8-e4m3", "fp8-e5m2", "int8"),
 )
 
+CORE_FORMATS = ("fp32", "bf16", "fp16", "fp8-e4m3", "fp8-e5m2", "int8", "int4-group", "nvfp4")
+
 
 def test_core_formats_are_registered():
     names = [f.name for f in FORMATS]
-    for name in ("fp32", "bf16", "fp16", "fp8-e4m3", "fp8-e5m2", "int8", "int4-group", "nvfp4"):
+    for name in CORE_FORMATS:
         assert name in names
     assert FORMATS.get("int4-group").group_size == 128
     assert FORMATS.get("int8").scale == "per-channel"
@@ -78,7 +83,8 @@ def test_capability_requirement():
 
 def test_verdicts_and_searchable():
     rows = {v.format: v for v in formats_table(FP8_GPU)}
-    assert rows["fp8-e4m3"].searchable
+    assert rows["fp8-e4m3"].legal and rows["fp8-e4m3"].usage is Usage.HOOK_ONLY  # fp8 units, no fp8 code
+    assert not rows["fp8-e4m3"].searchable
     assert not rows["fp8-e5m2"].searchable  # legal but hook only
     assert rows["fp8-e5m2"].legal
     assert not rows["nvfp4"].legal
@@ -118,3 +124,47 @@ def test_usage_depends_on_what_the_backend_implements():
         name="int6", description="d", storage_dtype="u8", bits=6, usage="execution policy", usage_reason="r"
     )
     assert plugin_policy.implemented_by == "format:int6"  # execution policies default to needing a backend
+
+
+def test_fp8_is_a_search_candidate_only_where_a_backend_implements_it():
+    """fp8 matrix units alone do not make fp8-e4m3 searchable: it needs a scaled-cast pass and an fp8
+    GEMM, so it stays hook only until a backend lists 'format:fp8-e4m3' among its capabilities."""
+    fp8 = FORMATS.get("fp8-e4m3")
+    assert fp8.usage is Usage.SEARCH_CANDIDATE and fp8.implemented_by == "format:fp8-e4m3"
+    usage, why = usage_on(fp8, FP8_GPU)
+    assert usage is Usage.HOOK_ONLY
+    assert "backend 'fake' has no implementation" in why and "'format:fp8-e4m3'" in why
+    assert "search candidate" in why  # says what it becomes where implemented
+    implements = TargetProfile(
+        backend="fake",
+        device="whatever",
+        dtypes=FP8_GPU.dtypes,
+        tensor_core_formats=FP8_GPU.tensor_core_formats,
+        capabilities=("format:fp8-e4m3",),
+    )
+    verdict = assess(fp8, implements)
+    assert verdict.usage is Usage.SEARCH_CANDIDATE and verdict.searchable
+
+
+def test_only_formats_needing_no_backend_code_are_searchable_without_a_declaration():
+    """No core search candidate that needs backend code may skip `implemented_by`: the plain casts
+    (fp32, bf16, fp16) are the only ones every backend listing the dtype can run as-is."""
+    undeclared = {f.name for f in FORMATS if f.usage is not Usage.HOOK_ONLY and not f.implemented_by}
+    assert undeclared <= {"fp32", "bf16", "fp16"}
+    searchable = {v.format for v in formats_table(FP8_GPU) if v.searchable}
+    assert searchable == {"fp32", "bf16", "fp16"}
+    cpu = {v.format for v in formats_table(CPU_LIKE) if v.searchable}
+    assert cpu == {"fp32", "bf16", "fp16"}
+
+
+def test_docs_list_every_core_format_with_its_usage_and_implementer():
+    """docs/formats.md's physical-format table matches the registry: usage and `implemented_by`."""
+    text = (Path(__file__).resolve().parents[2] / "docs" / "formats.md").read_text()
+    rows = {m[0]: m[1:] for m in re.findall(r"^\| `([a-z0-9-]+)` \| ([a-z ]+) \| ([^|]+) \|", text, re.M)}
+    for name in CORE_FORMATS:
+        fmt = FORMATS.get(name)
+        assert name in rows, f"docs/formats.md has no row for physical format {name}"
+        usage, implemented_by = rows[name]
+        assert usage == fmt.usage.value, f"docs/formats.md: {name} usage"
+        expected = f"`{fmt.implemented_by}`" if fmt.implemented_by else "—"
+        assert implemented_by.strip().startswith(expected), f"docs/formats.md: {name} implemented_by"

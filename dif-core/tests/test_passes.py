@@ -275,20 +275,25 @@ def test_default_pipeline_fuses_everything_and_keeps_results(dtype: str) -> None
     assert len(out.nodes) == len(program.nodes) - 6
     assert out.op_histogram() == {"gated_residual": 2, "linear": 2, "norm_modulate": 2, "reshape": 4,
                                   "rms_norm_rope": 2}  # fmt: skip
-    assert [d.pass_name for d in decisions] == [p for p in DEFAULT_PASSES for _ in range(2)]
+    fusions = [p for p in DEFAULT_PASSES if p.startswith("fuse_")]  # mini_dit has no concat before a rope
+    assert [d.pass_name for d in decisions] == [p for p in fusions for _ in range(2)]
     assert all(d.verdict == APPLIED for d in decisions)
     assert {p.name for p in out.params} == {p.name for p in program.params}
     assert out.outputs == program.outputs and out.inputs == program.inputs
     assert_same_results(program, out)
 
 
+FUSIONS = "fuse_norm_rope, fuse_norm_modulate, fuse_gated_residual"
+
+
 def test_summary_lists_the_pipeline_verdicts_and_places() -> None:
     program = mini_dit()
     _, decisions = optimize(program, target=NONE)
     lines = summarize(decisions, DEFAULT_PASSES, source="test")
-    assert lines[0].what == "passes: fuse_norm_rope, fuse_norm_modulate, fuse_gated_residual" and lines[0].why == "test"
-    assert lines[1].what.startswith("fuse_norm_rope: skipped 2 at %")
-    assert lines[1].why == "target 'bare' does not declare op:rms_norm_rope"
+    assert lines[0].what == f"passes: rope_before_concat, {FUSIONS}" and lines[0].why == "test"
+    assert lines[1].what == "rope_before_concat: no candidates"
+    assert lines[2].what.startswith("fuse_norm_rope: skipped 2 at %")
+    assert lines[2].why == "target 'bare' does not declare op:rms_norm_rope"
     _, none = optimize(program, target=ALL, passes=[])
     assert none == [] and summarize([], ["fuse_norm_rope"])[1].what == "fuse_norm_rope: no candidates"
 
@@ -303,7 +308,8 @@ def test_dif_passes_selects_disables_and_rejects(monkeypatch: pytest.MonkeyPatch
         monkeypatch.setenv("DIF_PASSES", "fuse_gated_residual, fuse_norm_rope")
         assert selected_passes() == ("fuse_gated_residual", "fuse_norm_rope")
         monkeypatch.setenv("DIF_PASSES", "fuse_gated_residual,default")
-        assert selected_passes() == ("fuse_gated_residual", "fuse_norm_rope", "fuse_norm_modulate")
+        expanded = ("fuse_gated_residual", "rope_before_concat", "fuse_norm_rope", "fuse_norm_modulate")
+        assert selected_passes() == expanded
         for bad in ("fuse_everything", "none,fuse_norm_rope"):
             monkeypatch.setenv("DIF_PASSES", bad)
             with pytest.raises(UsageError, match="DIF_PASSES"):
@@ -383,8 +389,9 @@ def test_runtime_prepare_optimizes_plans_and_records(monkeypatch: pytest.MonkeyP
     assert len(fused.nodes) == len(program.nodes) - 6 and untouched is program
     assert residual.op_histogram()["gated_residual"] == 2 and "norm_modulate" not in residual.op_histogram()
     at = {op: ", ".join(n.results[0].name for n in program.nodes if n.op == op) for op in ("rope", "modulate", "add")}
-    assert [d.what for d in plan.decisions][:4] == [
-        "passes: fuse_norm_rope, fuse_norm_modulate, fuse_gated_residual",
+    assert [d.what for d in plan.decisions][:5] == [
+        f"passes: rope_before_concat, {FUSIONS}",
+        "rope_before_concat: no candidates",
         f"fuse_norm_rope: applied 2 at {at['rope']}",
         f"fuse_norm_modulate: applied 2 at {at['modulate']}",
         f"fuse_gated_residual: applied 2 at {at['add']}",
@@ -392,4 +399,58 @@ def test_runtime_prepare_optimizes_plans_and_records(monkeypatch: pytest.MonkeyP
     assert plan.program_fingerprint != plain.program_fingerprint and len(plan.schedule) == len(fused.nodes)
     assert plain.decisions[0].what == "passes: none" and "DIF_PASSES='none'" in plain.decisions[0].why
     assert chosen.decisions[0].why == "requested by the caller"
-    assert any(d.what.startswith("aliasing: 4 reshape results") for d in plan.decisions)
+    assert any(d.what.startswith("views: 4 reshape placed inside") for d in plan.decisions)
+
+
+# -- rope_before_concat --------------------------------------------------------------------------
+
+
+def joint_rope(dtype: str = "f32", *, axis: int = 1, extra_user: bool = False, norm_text: bool = True) -> Program:
+    """Text and image queries normed apart, concatenated on the token axis, rotated together (twice: q, k)."""
+    b = ProgramBuilder("joint")
+    cos, sin = b.input("cos", (10, 16), "f32"), b.input("sin", (10, 16), "f32")
+    outs = []
+    for name in ("q", "k"):
+        txt, img = b.input(f"{name}_txt", (1, 4, 2, 16), dtype), b.input(f"{name}_img", (1, 6, 2, 16), dtype)
+        w = b.param(f"norm_{name}.weight", (16,), dtype)
+        parts = [b.emit("rms_norm", txt, w, eps=1e-6) if norm_text else txt, b.emit("rms_norm", img, w, eps=1e-6)]
+        cat = b.emit("concat", *parts, axis=axis)
+        outs.append(b.emit("rope", cat, cos, sin, mode="pairs") if axis == 1 else cat)
+        if extra_user:
+            outs.append(b.emit("neg", cat))
+    b.output(*outs)
+    return b.build()
+
+
+def test_rope_before_concat_lets_every_part_fuse_exactly() -> None:
+    from dif.passes.distribute import rope_before_concat
+
+    program = joint_rope("bf16")
+    moved, decisions = fuse_with(rope_before_concat, program)
+    assert [d.verdict for d in decisions] == ["applied", "applied"]
+    hist = moved.op_histogram()
+    assert hist["rope"] == 4 and hist["concat"] == 2 and hist["slice"] == 4  # cos/sin rows shared by q and k
+    assert_same_results(program, moved)
+    fused, _ = optimize(program, target=ALL)
+    assert fused.op_histogram().get("rope", 0) == 0 and fused.op_histogram()["rms_norm_rope"] == 4
+    assert_same_results(program, fused)
+    rope = next(n for n in moved.nodes if n.op == "rope")
+    assert moved.provenance[rope.id].transforms[-1] == "rope_before_concat"
+
+
+def test_rope_before_concat_skips_what_would_not_fuse() -> None:
+    from dif.passes.distribute import rope_before_concat
+
+    for program, reason in (
+        (joint_rope(extra_user=True), "has 2 users"),
+        (joint_rope(norm_text=True, extra_user=False), "does not declare op:rms_norm_rope"),
+    ):
+        target = ALL if "users" in reason else NONE
+        out, decisions = fuse_with(rope_before_concat, program, target)
+        assert out is program and decisions and all(reason in d.reason for d in decisions), decisions
+    b = ProgramBuilder("plain")
+    x = b.input("x", (1, 4, 2, 16), "f32")
+    cos, sin = b.input("cos", (8, 16), "f32"), b.input("sin", (8, 16), "f32")
+    b.output(b.emit("rope", b.emit("concat", x, b.emit("neg", x), axis=1), cos, sin, mode="pairs"))
+    out, decisions = fuse_with(rope_before_concat, b.build())
+    assert [d.reason for d in decisions] == ["no part is a weighted rms_norm used only here: nothing would fuse"]

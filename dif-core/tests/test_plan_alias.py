@@ -57,9 +57,9 @@ def test_reshape_results_alias_their_root() -> None:
     assert sum(b.size for b in roots) == sum(b.size for b in copied.buffers) - 2 * 1024  # two slots fewer
     assert plan.peak_bytes <= copied.peak_bytes and plan.peak_bytes <= sum(b.size for b in roots)
     whats = [d.what for d in plan.decisions]
-    assert any(w.startswith("aliasing: 2 reshape results share their operand's bytes") for w in whats)
+    assert any(w.startswith("views: 2 reshape placed inside another value's bytes") for w in whats)
     assert all(b.alias_of is None for b in copied.buffers)
-    assert any(d.what.startswith("aliasing: off") and ALIAS_CAPABILITY in d.why for d in copied.decisions)
+    assert any(d.what.startswith("views: off") and ALIAS_CAPABILITY in d.why for d in copied.decisions)
     assert plan_program(program, COPYING, BIG, alias=True).buffers == plan.buffers  # explicit override
 
 
@@ -74,8 +74,8 @@ def test_check_arena_polices_aliases() -> None:
         ({"alias_of": "%9"}, "root must be another buffer"),
         ({"alias_of": "%2"}, "root must be another buffer"),  # %2 is itself an alias
         ({"alias_of": "%1"}, "root must be another buffer"),  # its own root
-        ({"offset": plan.buffer_by_name["%0"].offset + 256}, "not inside the root's slot"),
-        ({"nbytes": 4096, "size": 4096}, "not inside the root's slot"),
+        ({"offset": plan.buffer_by_name["%0"].offset + 256}, "not inside the root's bytes"),
+        ({"nbytes": 4096, "size": 4096}, "not inside the root's bytes"),
     ):
         with pytest.raises(PlanError, match=match):
             check_arena(with_buffer("%1", **changes))
@@ -87,7 +87,7 @@ def test_check_arena_polices_aliases() -> None:
     bogus = evolve(bogus, peak_bytes=int(live_bytes(bogus.buffers, len(plan.schedule)).max()))
     check_arena(bogus)
     # ... but rejected against the program: neg does not keep its operand's bytes
-    with pytest.raises(PlanError, match="aliases '%0' but is made by neg"):
+    with pytest.raises(PlanError, match="is a view of '%0' but neg node 4 does not put it there"):
         check_plan(bogus, program)
 
 

@@ -18,6 +18,7 @@ from dif.ir.program import Program
 from dif.ops.registry import OPS, OpTable
 from dif.passes.context import ALL_OPS_CAPABILITY
 from dif.plan.plan import ALIAS_CAPABILITY, Plan
+from dif.plan.views import ANY_VIEW_CAPABILITY, CONCAT_CAPABILITY, SPLIT_CAPABILITY
 from dif.target import RuntimeBudget, TargetProfile
 from dif_backend_cpu.executor import ArenaExecutable
 
@@ -44,7 +45,15 @@ def host_profile() -> TargetProfile:
         memory_bytes=total_memory_bytes(),
         dtypes=tuple(d.value for d in DType),
         tensor_core_formats=(),
-        capabilities=("arena", ALIAS_CAPABILITY, ALL_OPS_CAPABILITY),  # every op in the table; reshapes alias
+        # every op in the table; every view of dif.plan.views (operands are strided numpy arrays)
+        capabilities=(
+            "arena",
+            ALIAS_CAPABILITY,
+            SPLIT_CAPABILITY,
+            CONCAT_CAPABILITY,
+            ANY_VIEW_CAPABILITY,
+            ALL_OPS_CAPABILITY,
+        ),
         libraries={"numpy": np.__version__, "ml_dtypes": ml_dtypes.__version__},
     )
 

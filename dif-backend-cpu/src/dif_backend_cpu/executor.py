@@ -3,8 +3,9 @@ as typed views into one byte arena at the planned offsets (the last stage of the
 
 Because every intermediate lives where the plan put it, a wrong arena assignment corrupts the
 results here, which is how the CPU backend tests plans as well as ops. Kernels are the op table's
-numpy references; an op the table lacks is `NotImplementedOnBackend`. A node whose result the plan
-aliases to its operand (`Buffer.alias_of`, a reshape) is not run: its view already shows those bytes.
+numpy references; an op the table lacks is `NotImplementedOnBackend`. Values the plan places as views
+(`dif.plan.views`) are strided arrays over their root's bytes: a reshape or split whose results are
+views is not run (they already show those bytes), a concat operand's producer writes into its part.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from dif.interp import cast_results
 from dif.ir.program import Node, Program, Value
 from dif.ops.registry import OpTable
 from dif.plan.plan import Plan
+from dif.plan.views import VIEW_OPS, byte_strides
 
 Kernel = Callable[[list[np.ndarray], Mapping[str, Any]], tuple[np.ndarray, ...]]
 
@@ -93,10 +95,12 @@ class ArenaExecutable:
 
 
 def _aliased(program: Program, plan: Plan) -> frozenset[int]:
-    """Nodes all of whose results alias another buffer (checked by `check_plan`: reshapes of their root)."""
+    """Reshape and split nodes all of whose results are views (`check_plan` checked they are in place)."""
     buffers = plan.buffer_by_name
     return frozenset(
-        n.id for n in program.nodes if n.results and all(buffers[r.name].alias_of is not None for r in n.results)
+        n.id
+        for n in program.nodes
+        if n.op in VIEW_OPS and n.results and all(buffers[r.name].is_alias for r in n.results)
     )
 
 
@@ -109,8 +113,11 @@ def _view(arena: np.ndarray, plan: Plan, value: Value) -> np.ndarray:
     buf = plan.buffer_by_name.get(value.name)
     if buf is None:
         raise DifError(f"plan has no buffer for value '{value.name}' ({value.type})", hint="re-plan this program")
-    nbytes = value.type.nbytes
-    if buf.offset + nbytes > arena.size:
-        raise DifError(f"buffer '{value.name}' [{buf.offset}, {buf.offset + nbytes}) runs past the arena")
-    raw = arena[buf.offset : buf.offset + nbytes]
-    return raw.view(value.type.dtype.np).reshape(value.type.shape)
+    t = value.type
+    if buf.offset + buf.extent > arena.size:
+        raise DifError(f"buffer '{value.name}' [{buf.offset}, {buf.offset + buf.extent}) runs past the arena")
+    raw = arena[buf.offset : buf.offset + buf.extent].view(t.dtype.np)
+    if not buf.pitch_bytes:
+        return raw.reshape(t.shape)
+    strides = byte_strides(t.shape, t.dtype.itemsize, buf.row_bytes, buf.pitch_bytes)
+    return np.lib.stride_tricks.as_strided(raw, t.shape, strides)

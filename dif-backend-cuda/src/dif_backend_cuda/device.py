@@ -14,10 +14,13 @@ from typing import TYPE_CHECKING, Any
 
 from dif.backend import Availability
 from dif.dtypes import DType
-from dif.errors import BackendUnavailableError
+from dif.env import DIF_CUDA_GEMM, DIF_CUDA_SDPA, EnvVar
+from dif.errors import BackendUnavailableError, UsageError
 from dif.host import total_memory_bytes
 from dif.ops.registry import OPS, OpTable
+from dif.plan.views import CONCAT_CAPABILITY, SPLIT_CAPABILITY, view_capability
 from dif.target import RuntimeBudget, TargetProfile
+from dif_backend_cuda.lower import PITCHED_ROWS
 from dif_backend_cuda.lower_fused import FUSED_OPS
 
 if TYPE_CHECKING:
@@ -34,6 +37,27 @@ LT_WORKSPACE_BYTES = 64 << 20
 STAGING_BYTES = 2 * (64 << 20)
 RESERVE_BYTES = 512 << 20
 """Kept free for the CUDA context, library handles and cuDNN workspaces (not planned memory)."""
+
+
+def _choice(option: str, explicit: str | None, var: EnvVar, choices: tuple[str, ...]) -> str:
+    if explicit is None:
+        return var.get_choice(choices) or "auto"
+    if explicit not in choices:
+        raise UsageError(
+            f"cuda backend option {option}={explicit!r} is not valid",
+            hint=f"use one of {', '.join(choices)} (or set {var.name})",
+        )
+    return explicit
+
+
+def resolve_options(gemm: str | None = None, sdpa: str | None = None) -> dict[str, str]:
+    """The kernel paths a `CudaBackend` uses: an explicit argument wins, else DIF_CUDA_GEMM /
+    DIF_CUDA_SDPA, else 'auto'. A bad value is a UsageError naming the argument or variable and the
+    allowed values; it is checked here, when a backend is made, so importing the plugin never fails."""
+    return {
+        "gemm": _choice("gemm", gemm, DIF_CUDA_GEMM, GEMM_CHOICES),
+        "sdpa": _choice("sdpa", sdpa, DIF_CUDA_SDPA, SDPA_CHOICES),
+    }
 
 
 def cuda_availability() -> Availability:
@@ -58,14 +82,14 @@ def tensor_core_formats(major: int, minor: int) -> tuple[str, ...]:
     cc = major * 10 + minor
     out = []
     if cc >= 70:
-        out.append("f16")
+        out.append("fp16")
     if cc >= 75:
-        out.append("i8")
+        out.append("int8")
     if cc >= 80:
         out += ["bf16", "tf32"]
     if cc >= 89:
-        out += ["f8e4m3", "f8e5m2"]
-    return tuple(out)
+        out += ["fp8-e4m3", "fp8-e5m2"]
+    return tuple(out)  # names of dif.formats.TENSOR_CORE_FORMATS
 
 
 def _dist_version(name: str) -> str | None:
@@ -118,7 +142,8 @@ def probe_profile(device: int = 0) -> TargetProfile:
     libs = library_versions()
     dtypes = [d.value for d in DType if p["major"] * 10 + p["minor"] >= 89 or d not in (DType.F8E4M3, DType.F8E5M2)]
     caps = ["arena", "cuda-graphs", "nvrtc", f"smem-optin-{p['smem_optin']}", f"l2-{p['l2_bytes']}"]
-    caps += ["alias:reshape", *(f"op:{op}" for op in FUSED_OPS)]
+    caps += ["alias:reshape", SPLIT_CAPABILITY, CONCAT_CAPABILITY, *(f"op:{op}" for op in FUSED_OPS)]
+    caps += [view_capability(op, axes) for op, axes in PITCHED_ROWS.items()]
     if "nvmath" in libs:
         caps.append("cublaslt")
     if "cudnn_frontend" in libs:
@@ -153,7 +178,10 @@ def probe_budget(device: int = 0) -> RuntimeBudget:
 class CudaBackend:
     """Runs plans on one CUDA device. Kernel choice: `gemm` ('auto' = cuBLASLt when nvmath-python is
     installed, else the NVRTC GEMM), `sdpa` ('auto' = cuDNN for eligible fp16/bf16 attention, else
-    the NVRTC flash kernel), `graph` (capture the program as one CUDA graph and replay it)."""
+    the NVRTC flash kernel), `graph` (capture the program as one CUDA graph and replay it), `gemm_tune`
+    (time cuBLASLt's candidate algorithms and cuDNN's candidate plans once per distinct problem at prepare
+    and keep the fastest). `gemm` and
+    `sdpa` left as None come from DIF_CUDA_GEMM / DIF_CUDA_SDPA (docs/env.md), 'auto' when unset."""
 
     name = NAME
 
@@ -161,14 +189,15 @@ class CudaBackend:
         self,
         device: int = 0,
         *,
-        gemm: str = "auto",
-        sdpa: str = "auto",
+        gemm: str | None = None,
+        sdpa: str | None = None,
         graph: bool = True,
+        gemm_tune: bool = True,
         table: OpTable = OPS,
         cache_root: Path | None = None,
     ) -> None:
-        if gemm not in GEMM_CHOICES or sdpa not in SDPA_CHOICES:
-            raise ValueError(f"gemm must be one of {GEMM_CHOICES} and sdpa one of {SDPA_CHOICES}")
+        # Options before availability: a typo in DIF_CUDA_GEMM is reported even on a machine without a GPU.
+        kernels = resolve_options(gemm, sdpa)
         avail = cuda_availability()
         if not avail.ok:
             raise BackendUnavailableError(f"cuda backend unavailable: {avail.reason}")
@@ -177,7 +206,8 @@ class CudaBackend:
         from dif_backend_cuda.kernels import KernelCache
 
         self.device = device
-        self.options = {"gemm": gemm, "sdpa": sdpa, "graph": graph}
+        # gemm_tune: time cuBLASLt's candidate algorithms per distinct GEMM at prepare (gemm.LtMatmul.tune)
+        self.options: dict[str, Any] = {**kernels, "graph": graph, "gemm_tune": gemm_tune}
         self.table = table
         cupy.cuda.Device(device).use()
         self.props = device_properties(device)
@@ -214,7 +244,7 @@ class CudaBackend:
             try:
                 from dif_backend_cuda.sdpa import CudnnContext
 
-                self._cudnn = CudnnContext(self.stream)
+                self._cudnn = CudnnContext(self.stream, tune=self.options["gemm_tune"])
             except Exception as exc:
                 self._cudnn_error = f"{type(exc).__name__}: {exc}"
         return self._cudnn

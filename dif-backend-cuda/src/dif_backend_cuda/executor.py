@@ -1,10 +1,12 @@
 """The CUDA executor (last stage of the pipeline): a program + plan prepared on one device.
 
 `CudaExecutable.create` checks the plan, makes the plan's arena ONE device allocation, uploads the
-weights into one more (from host or mmap'd arrays, through two pinned staging buffers with async
-copies), gives the program inputs fixed slots, lowers every node to steps over those addresses,
-runs the steps once, and captures them all as one CUDA graph. `run` copies the inputs into their
-slots, replays the graph (or the steps, with graph=False) and reads the outputs back.
+resident weights into one more (from host or mmap'd arrays, through two pinned staging buffers with
+async copies), copies the streamed weights once into one pinned host buffer and gives them two device
+staging slots (`streaming`), gives the program inputs fixed slots, lowers every node to steps over
+those addresses with the streaming copies and waits interleaved, runs the steps once, and captures
+them all as one CUDA graph. `run` copies the inputs into their slots, replays the graph (or the
+steps, with graph=False) and reads the outputs back.
 """
 
 from __future__ import annotations
@@ -21,11 +23,14 @@ from dif.errors import BackendError
 from dif.ir.program import Program, Value
 from dif.ir.types import TensorType
 from dif.plan.plan import Plan, align_up
-from dif_backend_cuda.lower import DevTensor, Launch, LowerCtx, lower_node
+from dif_backend_cuda.lower import DevTensor, Launch, LowerCtx, arena_tensor, lower_node
+from dif_backend_cuda.streaming import StreamOp, StreamSchedule, WeightStreamer, fill_pinned, stream_schedule
 
 BACKEND = "cuda"
 H2D, D2H = 1, 2
 STAGE_BYTES = 64 << 20
+STREAM_STEP = -1
+"""`step_nodes` entry of a weight-streaming step (it belongs to no node)."""
 
 
 def _pack(values: Iterable[Value]) -> tuple[dict[str, int], int]:
@@ -98,6 +103,7 @@ class CudaExecutable:
     graph: Any = None
     graph_error: str = ""
     timings: dict[str, float] = field(factory=dict)
+    streamer: WeightStreamer | None = None  # owns the side stream and events the steps (and graph) use
 
     @classmethod
     def create(cls, backend: Any, program: Program, plan: Plan, weights: Mapping[str, Any]) -> CudaExecutable:
@@ -105,29 +111,41 @@ class CudaExecutable:
 
         t0 = time.perf_counter()
         check_plan_binding(program, plan, BACKEND)
-        # `upload` below takes the caller's objects, not the arrays this returns: perf/dif_device_bridge.py
-        # hands in device tensors that only look like arrays (shape, dtype) and copies them device to device
+        # `upload` and `fill_pinned` below take the caller's objects, not the arrays this returns:
+        # perf/dif_device_bridge.py hands in device tensors that only look like arrays (shape, dtype)
         check_weights(program, weights, BACKEND)
+        streams = stream_schedule(program, plan)  # raises before anything is allocated
         stream = backend.stream
         memory = {"arena": _device_alloc(plan.arena_bytes, "plan arena")}
-        w_off, w_total = _pack(program.params)
-        memory["weights"] = _device_alloc(w_total, "weights")
+        types = program.types
+        resident = [Value(name, types[name]) for name in streams.resident]
+        w_off, w_total = _pack(resident)
+        memory["weights"] = _device_alloc(w_total, "resident weights")
         in_off, in_total = _pack(program.inputs)
         memory["inputs"] = _device_alloc(in_total, "input slots")
         tensors: dict[str, DevTensor] = {}
-        for v in program.params:
+        for v in resident:
             tensors[v.name] = DevTensor(memory["weights"].ptr + w_off[v.name], v.type.shape, v.type.dtype)
         for v in program.inputs:
             tensors[v.name] = DevTensor(memory["inputs"].ptr + in_off[v.name], v.type.shape, v.type.dtype)
         for node in program.nodes:
             for r in node.results:
-                buf = plan.buffer_by_name[r.name]
-                tensors[r.name] = DevTensor(memory["arena"].ptr + buf.offset, r.type.shape, r.type.dtype)
-        timings = {
-            "upload_s": upload(
-                memory["weights"].ptr, [(w_off[p.name], weights[p.name]) for p in program.params], stream
-            )
+                tensors[r.name] = arena_tensor(memory["arena"].ptr, plan.buffer_by_name[r.name], r.type)
+        timings: dict[str, float] = {
+            "upload_s": upload(memory["weights"].ptr, [(w_off[v.name], weights[v.name]) for v in resident], stream)
         }
+        streamer = None
+        if streams.blocks:
+            memory["staging"] = _device_alloc(streams.staging_bytes, "weight staging slots")
+            memory["pinned"] = cupyx.empty_pinned((streams.pinned_bytes,), dtype=np.uint8)
+            placed = streams.placements()
+            for name, (dev_off, _host_off) in placed.items():
+                t = types[name]
+                tensors[name] = DevTensor(memory["staging"].ptr + dev_off, t.shape, t.dtype)
+            t1 = time.perf_counter()
+            fill_pinned(memory["pinned"], [(host_off, weights[name]) for name, (_d, host_off) in placed.items()])
+            timings["pin_s"] = time.perf_counter() - t1
+            streamer = WeightStreamer(streams, memory["staging"].ptr, memory["pinned"].ctypes.data)
         # pinned host mirrors of the input slots and outputs: one H2D copy in, one D2H copy per output
         in_pinned = cupyx.empty_pinned((max(in_total, 1),), dtype=np.uint8)
         in_host = {v.name: _typed(in_pinned, in_off[v.name], v.type) for v in program.inputs}
@@ -141,20 +159,26 @@ class CudaExecutable:
         steps: list[Any] = []
         step_nodes: list[int] = []
         nodes = program.node_by_id
-        for node_id in plan.schedule:
-            node = nodes[node_id]
+        for item in streams.timeline:
+            if isinstance(item, StreamOp):
+                assert streamer is not None
+                steps.append(streamer.step(item))
+                step_nodes.append(STREAM_STEP)
+                continue
+            node = nodes[plan.schedule[item]]
             lowered = lower_node(
                 ctx, node, [tensors[o] for o in node.operands], [tensors[r.name] for r in node.results]
             )
             steps += lowered
-            step_nodes += [node_id] * len(lowered)
+            step_nodes += [node.id] * len(lowered)
         meta = np.concatenate(ctx.meta_chunks) if ctx.meta_chunks else np.zeros(1, np.int64)
         memory["meta"] = _device_alloc(meta.nbytes, "kernel metadata")
         upload(memory["meta"].ptr, [(0, meta)], stream)
         for s in steps:
             if isinstance(s, Launch):
                 s.resolve(memory["meta"].ptr)
-        timings["lower_s"] = time.perf_counter() - t0 - timings["upload_s"]
+        timings["lower_s"] = time.perf_counter() - t0 - timings["upload_s"] - timings.get("pin_s", 0.0)
+        timings.update(_residency_figures(streams, w_total))
         exe = cls(
             program,
             plan,
@@ -167,6 +191,7 @@ class CudaExecutable:
             dict(ctx.choices),
             step_nodes=step_nodes,
             timings=timings,
+            streamer=streamer,
         )
         exe._warm_and_capture()
         timings["prepare_s"] = time.perf_counter() - t0
@@ -227,7 +252,10 @@ class CudaExecutable:
 
         stream = self.backend.stream
         events = [cupy.cuda.Event() for _ in range(len(self.steps) + 1)]
-        ops = [self.program.node_by_id[n].op for n in self.step_nodes]
+        # a streaming step is timed under its kind: "stream-wait" is how long the main stream stalled
+        # for a weight block still on its way
+        nodes = self.program.node_by_id
+        ops = [s.kind if n == STREAM_STEP else nodes[n].op for n, s in zip(self.step_nodes, self.steps, strict=True)]
         out: dict[str, dict[str, float]] = {}
         for op in ops:
             out.setdefault(op, {"ms": 0.0, "steps": 0})["steps"] += 1
@@ -246,7 +274,28 @@ class CudaExecutable:
         for s in self.steps:
             kinds[s.kind] = kinds.get(s.kind, 0) + 1
         graph = "captured" if self.graph is not None else f"eager ({self.graph_error or 'graph disabled'})"
-        return f"cuda executable '{self.program.name}': {len(self.steps)} steps {kinds}, graph {graph}"
+        t = self.timings
+        weights = f"weights resident {int(t.get('resident_bytes', 0))} B"
+        if t.get("streamed_blocks"):
+            weights += (
+                f", streamed {int(t['streamed_bytes'])} B in {int(t['streamed_blocks'])} blocks "
+                f"(pinned {int(t['pinned_bytes'])} B, staging {int(t['staging_bytes'])} B)"
+            )
+        return f"cuda executable '{self.program.name}': {len(self.steps)} steps {kinds}, graph {graph}; {weights}"
+
+
+def _residency_figures(streams: StreamSchedule, resident_bytes: int) -> dict[str, float]:
+    """Byte figures of where the weights went, kept in the executable's `timings` next to the seconds
+    (perf scripts record that dict whole). Streamed bytes are what the parameters hold; the others are
+    allocations (each parameter aligned)."""
+    return {
+        "resident_bytes": resident_bytes,
+        "streamed_bytes": sum(b.param_bytes for b in streams.blocks),
+        "streamed_params": len(streams.streamed),
+        "streamed_blocks": len(streams.blocks),
+        "pinned_bytes": streams.pinned_bytes,
+        "staging_bytes": streams.staging_bytes,
+    }
 
 
 def _typed(buf: np.ndarray, offset: int, t: TensorType) -> np.ndarray:

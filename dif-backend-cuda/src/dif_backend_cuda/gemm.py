@@ -22,8 +22,13 @@ COMPUTE_32F = 68  # cublasComputeType_t CUBLAS_COMPUTE_32F: fp32 accumulation, n
 OP_N, OP_T = 0, 1
 
 
+TUNE_CANDIDATES = 8  # heuristic results timed per distinct problem
+TUNE_REPS = 3
+
+
 class LtContext:
-    """One cuBLASLt handle and workspace shared by every GEMM of a backend (one stream)."""
+    """One cuBLASLt handle and workspace shared by every GEMM of a backend (one stream), and the
+    algorithm chosen for each distinct problem shape (`LtMatmul.tune`)."""
 
     def __init__(self, workspace_bytes: int) -> None:
         import cupy
@@ -34,11 +39,12 @@ class LtContext:
         self.workspace = cupy.cuda.Memory(workspace_bytes)
         self.workspace_bytes = workspace_bytes
         self.version = int(cublasLt.get_version())
+        self.tuned: dict[tuple[Any, ...], int] = {}
 
 
 @frozen
 class GemmProblem:
-    """D[m, n] (column-major, ld ldd) = op(A) @ op(B) (+ bias[m]), `batch` times with element strides."""
+    """D[m, n] (column-major, ld ldd) = alpha * op(A) @ op(B) (+ bias[m]), `batch` times with element strides."""
 
     dtype: DType
     m: int
@@ -57,12 +63,17 @@ class GemmProblem:
     stride_a: int = 0
     stride_b: int = 0
     stride_d: int = 0
+    alpha: float = 1.0
 
 
-def linear_problem(dtype: DType, x: int, w: int, y: int, bias: int, rows: int, k: int, out: int) -> GemmProblem:
-    """y[rows, out] = x[rows, k] @ w[out, k]^T + bias[out] (all row-major)."""
+def linear_problem(
+    dtype: DType, x: int, w: int, y: int, bias: int, rows: int, k: int, out: int, lds: tuple[int, int, int] = (0, 0, 0)
+) -> GemmProblem:
+    """y[rows, out] = x[rows, k] @ w[out, k]^T + bias[out] (all row-major). `lds`: element strides between
+    rows of x, w and y when they are views inside wider buffers (0: contiguous)."""
+    ldx, ldw, ldy = (ld or dim for ld, dim in zip(lds, (k, k, out), strict=True))
     return GemmProblem(
-        dtype, m=out, n=rows, k=k, a=w, lda=k, trans_a=OP_T, b=x, ldb=k, trans_b=OP_N, d=y, ldd=out, bias=bias
+        dtype, m=out, n=rows, k=k, a=w, lda=ldw, trans_a=OP_T, b=x, ldb=ldx, trans_b=OP_N, d=y, ldd=ldy, bias=bias
     )
 
 
@@ -137,7 +148,7 @@ class LtMatmul:
                     getattr(pattr, f"MIN_ALIGNMENT_{name}_BYTES"),
                     _alignment(addr),
                 )
-            self.heuristic = np.zeros(1, dtype=lib.matmul_heuristic_result_dtype)
+            self.heuristic = np.zeros(TUNE_CANDIDATES, dtype=lib.matmul_heuristic_result_dtype)
             count = np.zeros(1, dtype=np.int32)
             lib.matmul_algo_get_heuristic(
                 ctx.handle,
@@ -147,18 +158,55 @@ class LtMatmul:
                 self.ddesc,
                 self.ddesc,
                 pref,
-                1,
+                TUNE_CANDIDATES,
                 self.heuristic.ctypes.data,
                 count.ctypes.data,
             )
         finally:
             lib.matmul_preference_destroy(pref)
-        if int(count[0]) < 1:
+        self.candidates = int(count[0])
+        if self.candidates < 1:
             raise BackendError(f"cuBLASLt found no algorithm for {p}")
-        names = self.heuristic.dtype.names or ()
-        self.algo_ptr = self.heuristic.ctypes.data + (self.heuristic.dtype.fields["algo"][1] if "algo" in names else 0)
-        self.alpha = np.ones(1, dtype=np.float32)
+        self.choice = 0
+        self.alpha = np.full(1, p.alpha, dtype=np.float32)
         self.beta = np.zeros(1, dtype=np.float32)
+
+    @property
+    def algo_ptr(self) -> int:
+        names = self.heuristic.dtype.names or ()
+        field = self.heuristic.dtype.fields["algo"][1] if "algo" in names else 0
+        return int(self.heuristic.ctypes.data + self.choice * self.heuristic.dtype.itemsize + field)
+
+    def tune(self, stream: Any) -> str:
+        """Pick the fastest of the heuristic's candidates by timing each on this problem's own buffers
+        (CUDA events, best of `TUNE_REPS`), once per distinct shape/layout/alignment; returns a summary.
+        Running it writes only the output buffer, which the forward overwrites anyway."""
+        import cupy
+
+        p = self.p
+        key = (*(getattr(p, f) for f in ("dtype", "m", "n", "k", "lda", "ldb", "ldd", "trans_a", "trans_b", "alpha")),
+               p.batch, bool(p.bias), *(_alignment(a) for a in (p.a, p.b, p.d)))  # fmt: skip
+        if key not in self.ctx.tuned:
+            start, end = cupy.cuda.Event(), cupy.cuda.Event()
+            best, best_ms = 0, float("inf")
+            for choice in range(self.candidates):
+                self.choice = choice
+                ms = float("inf")
+                try:
+                    self(stream)  # warm-up; an algorithm that fails here is skipped
+                    for _ in range(TUNE_REPS):
+                        start.record(stream)
+                        self(stream)
+                        end.record(stream)
+                        end.synchronize()
+                        ms = min(ms, cupy.cuda.get_elapsed_time(start, end))
+                except Exception:  # noqa: BLE001 - a candidate cuBLASLt cannot run is simply not chosen
+                    stream.synchronize()
+                if ms < best_ms:
+                    best, best_ms = choice, ms
+            self.ctx.tuned[key] = best
+        self.choice = self.ctx.tuned[key]
+        return f"algorithm {self.choice + 1} of {self.candidates}"
 
     def _set(self, setter: Any, dtype_of: Any, obj: int, attr: Any, value: int) -> None:
         buf = np.array(value, dtype=dtype_of(attr))

@@ -19,7 +19,9 @@ from attrs import frozen
 from dif.dtypes import DType
 from dif.errors import NotImplementedOnBackend
 from dif.ir.program import Node
+from dif.ir.types import TensorType
 from dif.ops.registry import OpTable
+from dif.plan.plan import Buffer
 
 FLOATS = (DType.F32, DType.F16, DType.BF16)
 INTS = (DType.I32, DType.I64)
@@ -30,11 +32,19 @@ ROW_VPT = 8  # row values a thread keeps in registers (ROW_VPT in kernels/norm.c
 
 @frozen
 class DevTensor:
-    """A tensor at a fixed device address (contiguous, row-major)."""
+    """A tensor at a fixed device address, row-major. Contiguous unless `pitch` is set: then its elements
+    come in rows of `row` contiguous elements whose starts are `pitch` elements apart (a view the plan
+    placed inside a wider buffer: one part of a last-axis split or concat, `dif.plan.views`)."""
 
     ptr: int
     shape: tuple[int, ...]
     dtype: DType
+    row: int = 0
+    pitch: int = 0
+
+    @property
+    def pitched(self) -> bool:
+        return self.pitch != 0 and self.pitch != self.row
 
     @property
     def numel(self) -> int:
@@ -47,6 +57,12 @@ class DevTensor:
     def at(self, elements: int) -> int:
         """Address of the element `elements` positions from the start."""
         return self.ptr + elements * self.dtype.itemsize
+
+
+def arena_tensor(arena_ptr: int, buf: Buffer, t: TensorType) -> DevTensor:
+    """The device tensor of a planned value: at its slot or view in the arena."""
+    size = t.dtype.itemsize
+    return DevTensor(arena_ptr + buf.offset, t.shape, t.dtype, buf.row_bytes // size, buf.pitch_bytes // size)
 
 
 @frozen
@@ -205,6 +221,25 @@ def lowering(*ops: str) -> Callable[[Lowering], Lowering]:
     return wrap
 
 
+PITCHED_ROWS = {"linear": 1, "glu": 1, "sdpa": 2, "rms_norm_rope": 2}
+"""Ops whose lowerings address every operand and result as pitched rows spanning this many trailing
+axes (`row_stride`); the backend declares them as `view:<op>:<axes>` (dif.plan.views)."""
+
+
+IN_PLACE = ("reshape", "split", "concat")
+"""Ops whose pitched operands or results can only be views already in place (they lower to nothing)."""
+
+
+def row_stride(node: Node, t: DevTensor, axes: int) -> int:
+    """Elements between consecutive rows of `t`, a row being its last `axes` axes."""
+    row = math.prod(t.shape[len(t.shape) - axes :])
+    if not t.pitched:
+        return row
+    if t.row != row:
+        raise unsupported(node, f"a view with rows of {t.row} elements where {node.op} needs rows of {row}")
+    return t.pitch
+
+
 def lower_node(ctx: LowerCtx, node: Node, ins: list[DevTensor], outs: list[DevTensor]) -> list[Any]:
     """The steps computing `node` from `ins` into `outs` (results skipped when empty)."""
     import dif_backend_cuda.lower_fused  # noqa: F401  (registers the fused ops of dif.passes)
@@ -214,6 +249,8 @@ def lower_node(ctx: LowerCtx, node: Node, ins: list[DevTensor], outs: list[DevTe
     fn = LOWERINGS.get(node.op)
     if fn is None:
         raise unsupported(node, "no CUDA lowering for this op")
+    if node.op not in (*PITCHED_ROWS, *IN_PLACE) and any(t.pitched for t in (*ins, *outs)):
+        raise unsupported(node, "an operand or result is a pitched view, which this lowering does not address")
     if all(o.numel == 0 for o in outs):
         return []
     attrs = ctx.table.get(node.op).check_attrs(node.attrs)
@@ -302,9 +339,14 @@ def _glu(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Ts, outs: Ts) -> Steps:
     dt = need(node, x.dtype, FLOATS)
     h = y.shape[-1]
     rows = y.numel // h
+    xp, yp = row_stride(node, x, 1), row_stride(node, y, 1)
     first = np.int32(1 if attrs["gated_half"] == "first" else 0)
+    args = [ptr(x), ptr(y), i64(rows), i64(h), first, i64(xp), i64(yp)]
+    size = x.dtype.itemsize
+    if h % 8 == 0 and xp % 4 == 0 and yp % 4 == 0 and x.ptr % (4 * size) == 0 and y.ptr % (4 * size) == 0:
+        grid = (-(-h // (8 * THREADS)), max(1, min(rows, 65535)))
+        return [ctx.kernel("elementwise", f"glu_vec_{attrs['act']}_{dt}", grid, (THREADS,), args)]
     grid = (max(1, min(-(-h // (THREADS * ILP)), 64)), max(1, min(rows, 65535)))
-    args = [ptr(x), ptr(y), i64(rows), i64(h), first]
     return [ctx.kernel("elementwise", f"glu_{attrs['act']}_{dt}", grid, (THREADS,), args)]
 
 

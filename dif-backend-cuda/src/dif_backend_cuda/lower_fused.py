@@ -26,11 +26,13 @@ from dif_backend_cuda.lower import (
     lowering,
     need,
     ptr,
+    row_stride,
     row_threads,
     unsupported,
 )
 
 FUSED_OPS = ("norm_modulate", "gated_residual", "rms_norm_rope")
+ROPE_ROWS = 4  # rows per warp of rms_norm_rope_vec (ROPE_ROWS in kernels/fused.cu)
 
 
 def aligned(elements: int, *tensors: DevTensor) -> bool:
@@ -63,8 +65,11 @@ def _norm_modulate(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Ts, outs: Ts) -
     meta = ctx.meta([len(lead), *lead, *ss[:-1], *ts[:-1]])
     if ss[-1] == ts[-1] == 1 and length % 8 == 0 and length <= 8 * 1024 and aligned(4, x, s, t, y):
         args = [ptr(x), ptr(s), ptr(t), ptr(y), meta, i64(length), f32(attrs["eps"]), np.int32(attrs["kind"] == "rms")]
-        block = -(-length // 8 // 32) * 32
-        return [ctx.kernel("fused", f"norm_modulate_vec_{dt}", (rows,), (block,), args)]
+        # 16 values per thread on long rows: half the threads, twice the bytes each in flight (the kernel
+        # is latency-bound: one row per block, two block reductions)
+        vpt, name = (16, "vec16") if length % 16 == 0 and length >= 16 * 128 else (8, "vec")
+        block = -(-length // vpt // 32) * 32
+        return [ctx.kernel("fused", f"norm_modulate_{name}_{dt}", (rows,), (block,), args)]
     args = [
         ptr(x), ptr(s), ptr(t), ptr(y), meta, i64(length), i64(ss[-1]), i64(ts[-1]),
         f32(attrs["eps"]), np.int32(attrs["kind"] == "rms"),
@@ -100,14 +105,20 @@ def _rms_norm_rope(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Ts, outs: Ts) -
     ct = need(node, c.dtype, FLOATS)
     _b, seq, heads, dim = x.shape
     rows = x.numel // dim
+    rot = c.shape[1]
+    xt, yt = row_stride(node, x, 2), row_stride(node, y, 2)
     warps = THREADS // 32
+    grid = (-(-rows // warps),)
+    pairs = attrs["mode"] == "pairs"
+    common = [f32(attrs["eps"]), f32(attrs["offset"]), np.int32(attrs["round_before_weight"]), np.int32(pairs)]
+    fits = dim == 128 and heads % ROPE_ROWS == 0 and rows < 2**31 and xt % 4 == 0 and yt % 4 == 0
+    if fits and (rot % 4 == 0 if pairs else rot == 128) and aligned(4, x, y):
+        args = [ptr(x), ptr(w), ptr(c), ptr(s), ptr(y), i64(rows), i64(seq), i64(heads), i64(rot), *common]
+        vec_grid = (-(-rows // (warps * ROPE_ROWS)),)
+        name = f"rms_norm_rope_vec_{dt}_{wt}_{ct}"
+        return [ctx.kernel("fused", name, vec_grid, (THREADS,), [*args, i64(xt), i64(yt)])]
     shared = warps * dim * 4
     if shared > 48 * 1024:
         raise unsupported(node, f"head dim {dim} needs {shared} B of shared memory per block")
-    args = [
-        ptr(x), ptr(w), ptr(c), ptr(s), ptr(y), i64(rows), i64(seq), i64(heads), i64(dim), i64(c.shape[1]),
-        f32(attrs["eps"]), f32(attrs["offset"]), np.int32(attrs["round_before_weight"]),
-        np.int32(attrs["mode"] == "pairs"),
-    ]  # fmt: skip
-    grid = (-(-rows // warps),)
-    return [ctx.kernel("fused", f"rms_norm_rope_{dt}_{wt}_{ct}", grid, (THREADS,), args, shared)]
+    args = [ptr(x), ptr(w), ptr(c), ptr(s), ptr(y), i64(rows), i64(seq), i64(heads), i64(dim), i64(rot), *common]
+    return [ctx.kernel("fused", f"rms_norm_rope_{dt}_{wt}_{ct}", grid, (THREADS,), [*args, i64(xt), i64(yt)], shared)]

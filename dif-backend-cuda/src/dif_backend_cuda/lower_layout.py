@@ -30,6 +30,7 @@ from dif_backend_cuda.lower import (
     need,
     ptr,
     strided_meta,
+    unsupported,
 )
 
 
@@ -73,10 +74,16 @@ def copy_steps(
     return [ctx.flat("layout", f"strided_copy_u{width}", n, [np.uint64(src), np.uint64(dst), meta, i64(n)])]
 
 
+def _contiguous(node: Node, *tensors: DevTensor) -> None:
+    if any(t.pitched for t in tensors):
+        raise unsupported(node, "a pitched view that is not in place would need a strided copy")
+
+
 @lowering("reshape")
 def _reshape(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Ts, outs: Ts) -> Steps:
     if outs[0].ptr == ins[0].ptr:  # the plan aliased the result onto its operand's bytes
         return []
+    _contiguous(node, ins[0], outs[0])
     return [Copy(outs[0].ptr, ins[0].ptr, outs[0].nbytes)]
 
 
@@ -104,7 +111,10 @@ def _concat(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Ts, outs: Ts) -> Steps
     steps: list[Any] = []
     start = 0
     for t in ins:
-        steps += copy_steps(ctx, t.ptr, y.at(start * ys[axis]), t.shape, contiguous_strides(t.shape), ys, bits(y))
+        dst = y.at(start * ys[axis])
+        if t.ptr != dst:  # else its producer already wrote it in place (a view the plan made)
+            _contiguous(node, t, y)
+            steps += copy_steps(ctx, t.ptr, dst, t.shape, contiguous_strides(t.shape), ys, bits(y))
         start += t.shape[axis]
     return steps
 
@@ -117,7 +127,10 @@ def _split(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Ts, outs: Ts) -> Steps:
     steps: list[Any] = []
     start = 0
     for r in outs:
-        steps += copy_steps(ctx, x.at(start * xs[axis]), r.ptr, r.shape, xs, contiguous_strides(r.shape), bits(r))
+        src = x.at(start * xs[axis])
+        if r.ptr != src:  # else the result is a view of its part of x
+            _contiguous(node, x, r)
+            steps += copy_steps(ctx, src, r.ptr, r.shape, xs, contiguous_strides(r.shape), bits(r))
         start += r.shape[axis]
     return steps
 

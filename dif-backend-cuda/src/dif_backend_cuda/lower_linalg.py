@@ -9,6 +9,7 @@ import math
 from typing import Any
 
 import numpy as np
+from attrs import evolve
 
 from dif.ir.program import Node
 from dif_backend_cuda.lower import (
@@ -20,11 +21,15 @@ from dif_backend_cuda.lower import (
     Ts,
     broadcast_strides,
     collapse,
+    contiguous_strides,
     f32,
     i64,
     lowering,
     need,
     ptr,
+    row_stride,
+    row_threads,
+    strided_meta,
     unsupported,
 )
 
@@ -50,7 +55,8 @@ def _lt_step(ctx: LowerCtx, node: Node, problem: Any) -> Any | None:
             raise unsupported(node, f"cuBLASLt rejected the problem: {exc}") from exc
         ctx.choices[node.id] = f"nvrtc-gemm (cuBLASLt: {type(exc).__name__}: {exc})"
         return None
-    ctx.choices[node.id] = "cublaslt"
+    tuned = step.tune(ctx.backend.stream) if ctx.backend.options["gemm_tune"] else "heuristic's first"
+    ctx.choices[node.id] = f"cublaslt ({tuned})"
     return step
 
 
@@ -67,7 +73,7 @@ def _gemm_kernel(
     m: int,
     n: int,
     k: int,
-    strides: tuple[int, int, int, int],
+    strides: tuple[int, int, int, int, int],
 ) -> Any:
     ctx.choices.setdefault(node.id, "nvrtc-gemm")
     grid = (-(-n // TILE), -(-m // TILE), max(1, min(batch, MAX_GRID_Z)))
@@ -98,11 +104,16 @@ def _linear(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Ts, outs: Ts) -> Steps
         raise unsupported(node, "zero-length contraction")
     from dif_backend_cuda.gemm import linear_problem
 
-    step = _lt_step(ctx, node, linear_problem(x.dtype, x.ptr, w.ptr, y.ptr, bias.ptr if bias else 0, rows, k, out))
+    lds = (row_stride(node, x, 1), row_stride(node, w, 1), row_stride(node, y, 1))
+    problem = linear_problem(x.dtype, x.ptr, w.ptr, y.ptr, bias.ptr if bias else 0, rows, k, out, lds)
+    step = _lt_step(ctx, node, problem)
     if step is not None:
         return [step]
+    ldx, ldw, ldy = lds
     return [
-        _gemm_kernel(ctx, node, dt, x.ptr, w.ptr, ptr(bias).item(), y.ptr, [1, 1, 0, 0], 1, rows, out, k, (k, 1, 1, k))
+        _gemm_kernel(
+            ctx, node, dt, x.ptr, w.ptr, ptr(bias).item(), y.ptr, [1, 1, 0, 0], 1, rows, out, k, (ldx, 1, 1, ldw, ldy)
+        )
     ]
 
 
@@ -125,7 +136,7 @@ def _matmul(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Ts, outs: Ts) -> Steps
         if step is not None:
             return [step]
     meta = [len(cshape), *cshape, *ca, *cb]
-    return [_gemm_kernel(ctx, node, dt, a.ptr, b.ptr, 0, c.ptr, meta, batch, m, n, k, (k, 1, n, 1))]
+    return [_gemm_kernel(ctx, node, dt, a.ptr, b.ptr, 0, c.ptr, meta, batch, m, n, k, (k, 1, n, 1, n))]
 
 
 @lowering("conv2d")
@@ -141,14 +152,49 @@ def _conv2d(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Ts, outs: Ts) -> Steps
     (sh, sw), (pt, _pb, pl, _pr), (dh, dw) = attrs["stride"], attrs["padding"], attrs["dilation"]
     if groups > MAX_GRID_Z:
         raise unsupported(node, f"{groups} groups")
-    ctx.choices[node.id] = "nvrtc-implicit-gemm"
+    step = _cudnn_conv_step(ctx, node, x, w, y, attrs)
+    if step is not None:
+        if bias is None:
+            return [step]
+        # y += bias[channel]: the broadcast add kernel, in place (each element read, then written, once)
+        b4 = DevTensor(bias.ptr, (1, o, 1, 1), bias.dtype)
+        meta = ctx.meta(strided_meta(y.shape, [contiguous_strides(y.shape), broadcast_strides(b4.shape, y.shape)]))
+        add = ctx.flat("elementwise", f"binary_add_{dt}", y.numel, [ptr(y), ptr(b4), ptr(y), meta, i64(y.numel)])
+        return [step, add]
+    ctx.choices.setdefault(node.id, "nvrtc-implicit-gemm")
     grid = (-(-(n * ho * wo) // TILE), -(-(o // groups) // TILE), groups)
     geometry = (n, c, h, wd, o, kh, kw, ho, wo, sh, sw, pt, pl, dh, dw, groups)
     args = [ptr(x), ptr(w), ptr(bias), ptr(y), *(i64(v) for v in geometry)]
     return [ctx.kernel("gemm", f"conv2d_{dt}", grid, (256,), args)]
 
 
-FA_WARPS, FA_TILE, FA_MAX_DV = 4, 32, 256
+def _cudnn_conv_step(ctx: LowerCtx, node: Node, x: DevTensor, w: DevTensor, y: DevTensor, attrs: Attrs) -> Any:
+    """A cuDNN convolution step, or None (reason recorded) when the NVRTC implicit GEMM must run."""
+    if ctx.backend.options["gemm"] == "nvrtc":  # the portable kernels were asked for
+        return None
+    from dif_backend_cuda.conv import CudnnConv, eligible
+
+    reason = eligible(x.dtype, attrs["groups"], attrs["padding"])
+    handle = ctx.backend.cudnn() if not reason else None
+    if handle is None and not reason:
+        reason = f"cuDNN unavailable: {ctx.backend._cudnn_error}"
+    if not reason:
+        pt, _pb, pl, _pr = attrs["padding"]
+        try:
+            step = CudnnConv(
+                handle, x.dtype, x.shape, w.shape, y.shape, x.ptr, w.ptr, y.ptr, (pt, pl), attrs["stride"],
+                attrs["dilation"],
+            )  # fmt: skip
+        except Exception as exc:
+            reason = f"cuDNN rejected it: {type(exc).__name__}: {str(exc)[:200]}"
+        else:
+            ctx.choices[node.id] = f"cudnn-conv ({step.choice})"
+            return step
+    ctx.choices[node.id] = f"nvrtc-implicit-gemm ({reason})"
+    return None
+
+
+FA_WARPS, FA_TILE, FA_MAX_DV, FA_WIDE_DV = 4, 32, 256, 512
 
 
 @lowering("sdpa")
@@ -161,15 +207,20 @@ def _sdpa(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Ts, outs: Ts) -> Steps:
     skv, hkv, dv = k.shape[1], k.shape[2], v.shape[3]
     scale = attrs["scale"] or 1.0 / math.sqrt(d)
     causal = bool(attrs["causal"])
-    step = _cudnn_step(ctx, node, q, k, v, o, mask is not None, scale, causal)
+    strides = [row_stride(node, t, 2) for t in (q, k, v, o)]
+    step = _cudnn_step(ctx, node, q, k, v, o, mask is not None, scale, causal, strides)
     if step is not None:
         return [step]
-    if dv > FA_MAX_DV:
-        raise unsupported(node, f"value head dim {dv} > {FA_MAX_DV} in the flash kernel")
+    if dv > FA_MAX_DV and mask is None and not causal:
+        steps = _sdpa_by_gemms(ctx, node, q, k, v, o, scale, strides)
+        if steps is not None:
+            return steps
+    if dv > FA_WIDE_DV:
+        raise unsupported(node, f"value head dim {dv} > {FA_WIDE_DV} in the flash kernel")
     shared = 4 * (FA_TILE * (d + 1) + FA_TILE * dv + FA_WARPS * d)
     launch = ctx.kernel(
         "attention",
-        f"flash_attn_{dt}",
+        f"flash_attn_{'wide_' if dv > FA_MAX_DV else ''}{dt}",
         (-(-sq // FA_WARPS), hq, b),
         (FA_WARPS * 32,),
         [
@@ -186,6 +237,7 @@ def _sdpa(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Ts, outs: Ts) -> Steps:
             np.int32(dv),
             f32(scale),
             np.int32(causal),
+            *(i64(st) for st in strides),
         ],
         shared,
     )
@@ -195,6 +247,45 @@ def _sdpa(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Ts, outs: Ts) -> Steps:
             raise unsupported(node, f"head dims {d}/{dv} need {shared} B of shared memory (device: {limit})")
         launch.fn.max_dynamic_shared_size_bytes = shared
     return [launch]
+
+
+def _sdpa_by_gemms(
+    ctx: LowerCtx, node: Node, q: DevTensor, k: DevTensor, v: DevTensor, o: DevTensor, scale: float, strides: list[int]
+) -> Steps | None:
+    """Wide heads (a VAE's single 512-channel head) as three library-speed steps per (batch, head):
+    S = scale * Q K^T (cuBLASLt, into a scratch [Sq, Skv] of q's dtype), softmax(S) in place, O = S V
+    (cuBLASLt). The scores are stored in q's dtype before the softmax (as an unfused bf16 attention
+    does); None when cuBLASLt is not in use."""
+    import cupy
+
+    from dif_backend_cuda.gemm import OP_N, GemmProblem, LtMatmul, linear_problem
+
+    lt = ctx.backend.lt() if ctx.backend.options["gemm"] != "nvrtc" else None
+    if lt is None:
+        return None
+    b, sq, hq, d = q.shape
+    skv, hkv, dv = k.shape[1], k.shape[2], v.shape[3]
+    qt, kt, vt, ot = strides
+    size = q.dtype.itemsize
+    # the scores live outside the plan's arena, owned by the first step (so as long as the graph)
+    scratch = cupy.cuda.Memory(sq * skv * size)
+    s_ptr = scratch.ptr
+    steps: Steps = []
+    dt = q.dtype.value
+    for bi in range(b):
+        for h in range(hq):
+            hk = h // (hq // hkv)
+            qp, kp = q.ptr + (bi * sq * qt + h * d) * size, k.ptr + (bi * skv * kt + hk * d) * size
+            vp, op = v.ptr + (bi * skv * vt + hk * dv) * size, o.ptr + (bi * sq * ot + h * dv) * size
+            scores = evolve(linear_problem(q.dtype, qp, kp, s_ptr, 0, sq, d, skv, (qt, kt, skv)), alpha=scale)
+            out = GemmProblem(q.dtype, m=dv, n=sq, k=skv, a=vp, lda=vt, trans_a=OP_N, b=s_ptr, ldb=skv, trans_b=OP_N,
+                              d=op, ldd=ot)  # fmt: skip
+            softmax = ctx.kernel("norm", f"softmax_{dt}", (sq,), (row_threads(skv),), [np.uint64(s_ptr)] * 2 + [
+                i64(skv), i64(1)])  # fmt: skip
+            steps += [LtMatmul(lt, scores), softmax, LtMatmul(lt, out)]
+    steps[0].scratch = scratch
+    ctx.choices[node.id] = "cublaslt-attention (S = QK^T, softmax, SV)"
+    return steps
 
 
 def _cudnn_step(
@@ -207,6 +298,7 @@ def _cudnn_step(
     masked: bool,
     scale: float,
     causal: bool,
+    strides: list[int],
 ) -> Any | None:
     from dif_backend_cuda.sdpa import CudnnSdpa, eligible
 
@@ -222,11 +314,13 @@ def _cudnn_step(
         reason = f"cuDNN unavailable: {ctx.backend._cudnn_error}"
     if handle is not None and not reason:
         try:
-            step = CudnnSdpa(handle, q.dtype, b, sq, skv, hq, hkv, d, q.ptr, k.ptr, v.ptr, o.ptr, scale, causal)
+            step = CudnnSdpa(
+                handle, q.dtype, b, sq, skv, hq, hkv, d, q.ptr, k.ptr, v.ptr, o.ptr, scale, causal, strides
+            )
         except Exception as exc:
             reason = f"cuDNN rejected it: {type(exc).__name__}: {str(exc)[:200]}"
         else:
-            ctx.choices[node.id] = "cudnn-sdpa"
+            ctx.choices[node.id] = f"cudnn-sdpa ({step.choice})"
             return step
     if choice == "cudnn":
         raise unsupported(node, f"cuDNN SDPA requested but not possible: {reason}")

@@ -16,6 +16,7 @@ from dif.errors import DifError, PlanBindingError, WeightError
 from dif.ir.program import Program
 from dif.ir.types import TensorType
 from dif.plan.plan import Plan, check_plan
+from dif.plan.views import check_view_capabilities
 
 
 def describe_array(arr: Any) -> str:
@@ -40,7 +41,8 @@ def matches_type(arr: Any, t: TensorType) -> bool:
 
 def check_plan_binding(program: Program, plan: Plan, backend: str) -> None:
     """`PlanBindingError` unless `plan` was made for `program` (structural fingerprint), then
-    `dif.plan.plan.check_plan` (every value placed, lifetimes consistent)."""
+    `dif.plan.plan.check_plan` (every value placed, lifetimes consistent) and only views its target
+    declares."""
     from dif.fingerprint import fingerprint
 
     got = fingerprint(program)
@@ -50,6 +52,7 @@ def check_plan_binding(program: Program, plan: Plan, backend: str) -> None:
             hint="re-plan this program",
         )
     check_plan(plan, program)
+    check_view_capabilities(plan, program, plan.binding.target_profile.capabilities)
 
 
 def check_weights(program: Program, weights: Mapping[str, Any], backend: str) -> dict[str, np.ndarray]:

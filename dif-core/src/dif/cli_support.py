@@ -10,20 +10,34 @@ functions return what the command prints on stdout (`--json`: one dif-telemetry/
 
 from __future__ import annotations
 
+import re
 import sys
 import time
 from collections.abc import Callable, Mapping
+from fractions import Fraction
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from attrs import field, frozen
 
+from dif.errors import UsageError
+
 if TYPE_CHECKING:  # cli.py modules import this at `dif --help` time: keep it light
     from dif.image_pipeline import ImageRequest, TextToImagePipeline
+    from dif.target import RuntimeBudget
     from dif.weights.source import TensorSource
 
 DTYPE_CHOICES = ("auto", "f32", "bf16", "f16")
 """`--dtype` values; "auto" runs in the checkpoint's storage dtype (`dif.checkpoint.storage_dtype`)."""
+
+VRAM_BUDGET_HELP = (
+    "Device memory each program (text encoder, denoiser, VAE) may plan for, e.g. 12GB, 12GiB, 12000MB or "
+    "bytes (default: all that is free); weights that do not fit are streamed from host memory."
+)
+"""`--vram-budget` help; the option's value goes through `parse_byte_size`."""
+
+_BYTE_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12}
+_BYTE_UNITS |= {"kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
 
 
 @frozen
@@ -45,6 +59,7 @@ class ImageOptions:
     dtype: str
     output: Path
     as_json: bool
+    vram_budget: int | None = None  # bytes (`parse_byte_size`); None plans for all the free memory
     started: float = field(factory=time.perf_counter)
 
     @classmethod
@@ -64,6 +79,22 @@ class ImageOptions:
         return None
 
 
+def parse_byte_size(text: str) -> int:
+    """Bytes of a memory size as people write it: "12GB" (10^9 each), "12GiB" (2^30 each), "12000MB",
+    "1.5GiB", "4096" (bytes). Units are case-blind. `UsageError` for anything else or a size below one byte."""
+    match = re.fullmatch(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*([A-Za-z]*)\s*", text)
+    unit = match.group(2).lower() if match else ""
+    if match is None or unit not in _BYTE_UNITS:
+        raise UsageError(
+            f"'{text}' is not a memory size",
+            hint="write a number with a unit: 12GB (10^9 bytes each), 12GiB (2^30), 12000MB, or plain bytes",
+        )
+    nbytes = int(Fraction(match.group(1)) * _BYTE_UNITS[unit])  # exact: "1.1GB" is 1100000000, not 1099999999
+    if nbytes < 1:
+        raise UsageError(f"memory size '{text}' is less than one byte")
+    return nbytes
+
+
 class ImageCheckpoint(Protocol):
     """What `generate_image` reads of a frontend's opened checkpoint."""
 
@@ -73,13 +104,21 @@ class ImageCheckpoint(Protocol):
     def transformer(self) -> TensorSource: ...
 
 
-def telemetry_text(kind: str, tool: str, data: Mapping[str, Any], timings: Mapping[str, float] | None = None) -> str:
-    """The dif-telemetry/1 document a `--json` command prints: `data`, and `timings` (seconds per
-    stage) as `stage.NAME` events; `tool` is the command path (e.g. "dif flux2 generate")."""
+def telemetry_text(
+    kind: str,
+    tool: str,
+    data: Mapping[str, Any],
+    timings: Mapping[str, float] | None = None,
+    runtime_budget: Mapping[str, RuntimeBudget] | None = None,
+) -> str:
+    """The dif-telemetry/1 document a `--json` command prints: `data`, `timings` (seconds per stage)
+    as `stage.NAME` events, and the budgets plans were made against by backend name; `tool` is the
+    command path (e.g. "dif flux2 generate")."""
     from dif.runstats import stage_events
     from dif.telemetry import build_document, dumps
 
-    return dumps(build_document(kind, tool=tool, data=data, events=stage_events(timings or {})))
+    events = stage_events(timings or {})
+    return dumps(build_document(kind, tool=tool, data=data, events=events, runtime_budget=runtime_budget))
 
 
 def generate_image(
@@ -96,9 +135,10 @@ def generate_image(
 ) -> str:
     """One `generate` command on an opened `checkpoint`: the `request` (the frontend's `ImageRequest`,
     size default `dif.checkpoint.native_size`), the `pipeline(checkpoint, dtype=, backend=, on_step=)`
-    with a progress bar, its warnings on stderr (`size_warnings(request)` first), then the PNG and
-    latents that `dif.report.save_image_run` writes. Returns what the command prints: the summary
-    document (`--json`) or its lines, naming the model `describe(settings)`."""
+    (and `vram_budget=` when the options set one) with a progress bar, its warnings on stderr
+    (`size_warnings(request)` first), then the PNG and latents that `dif.report.save_image_run`
+    writes. Returns what the command prints: the summary document (`--json`, with the pipeline's
+    `memory_report` as "memory") or its lines, naming the model `describe(settings)`."""
     from dif.checkpoint import native_size, storage_dtype
     from dif.dtypes import DType
     from dif.noise import load_noise_file
@@ -112,17 +152,33 @@ def generate_image(
     req = request(
         opts.prompt, opts.negative_prompt, opts.steps, opts.guidance, opts.seed, width, height, init_noise=noise
     )
+    cap = {} if opts.vram_budget is None else {"vram_budget": opts.vram_budget}  # only pipelines that take one
     with ProgressBar(quiet=opts.as_json) as bar:
-        pipe = pipeline(checkpoint, dtype=run_dtype, backend=opts.backend, on_step=bar.step)
+        pipe = pipeline(checkpoint, dtype=run_dtype, backend=opts.backend, on_step=bar.step, **cap)
         for warning in (size_warnings(req) if size_warnings is not None else []) + pipe.resolve(req)[3]:
             print(f"warning: {warning}", file=sys.stderr, flush=True)
         result = pipe.generate(req)
     summary, timings = save_image_run(
         result, opts.output, latents=opts.save_latents, frontend=opts.frontend, version=version, started=opts.started
     )
+    memory = pipe.memory_report()
+    summary["memory"] = memory
     if opts.as_json:
-        return telemetry_text(f"{opts.frontend}.generate", tool, summary, timings)
-    return "\n".join(summary_lines(summary, model=describe(result.settings)))
+        planned = pipe.planned_budget
+        budgets = {pipe.backend_name: planned} if planned is not None else None
+        return telemetry_text(f"{opts.frontend}.generate", tool, summary, timings, budgets)
+    return "\n".join([*summary_lines(summary, model=describe(result.settings)), *memory_lines(memory)])
+
+
+def memory_lines(memory: Mapping[str, Any]) -> list[str]:
+    """The line a run prints about its memory budget and streamed weights (none when it had no budget
+    and streamed nothing); `memory` is `dif.runtime.ProgramCache.memory_report()`."""
+    cap, streamed = memory["vram_budget_bytes"], memory["streamed_params"]
+    if cap is None and not streamed:
+        return []
+    head = "no memory budget" if cap is None else f"memory budget {_mib_or_gib(cap)} per program"
+    what = f"{streamed} of {memory['params']} parameters streamed ({_mib_or_gib(memory['streamed_bytes'])})"
+    return [f"  {head}: {what}" if streamed else f"  {head}: all {memory['params']} parameters resident"]
 
 
 def info_text(data: Mapping[str, Any], *, kind: str, tool: str, as_json: bool, title: str, defaults: str) -> str:
@@ -136,3 +192,7 @@ def info_text(data: Mapping[str, Any], *, kind: str, tool: str, as_json: bool, t
     parts = (component_line(part, data[part]) for part in ("transformer", "text_encoder", "vae"))
     tokenizer = data["tokenizer"] or "missing"
     return "\n".join([title, f"  path {data['path']}", *parts, f"  defaults: {defaults}", f"  tokenizer: {tokenizer}"])
+
+
+def _mib_or_gib(nbytes: int) -> str:
+    return f"{nbytes / 2**30:.2f} GiB" if nbytes >= 2**30 else f"{nbytes / 2**20:.2f} MiB"

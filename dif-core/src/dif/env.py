@@ -41,6 +41,20 @@ class EnvVar:
             return True
         raise UsageError(f"{self.name}={value!r} is not a boolean", hint="use 1 or 0")
 
+    def get_choice(self, choices: tuple[str, ...]) -> str | None:
+        """One of `choices` (case and surrounding spaces ignored), or the default when unset or empty.
+
+        An empty value counts as unset here, as in `get_bool`: an exported-but-blank variable means "no preference".
+        Anything else outside `choices` is a UsageError naming the variable and the allowed values,
+        raised when the value is read (by whoever needs it), never at import.
+        """
+        value = (self.get() or "").strip().lower()
+        if not value:
+            return self.default
+        if value not in choices:
+            raise UsageError(f"{self.name}={value!r} is not a valid choice", hint=f"use one of {', '.join(choices)}")
+        return value
+
 
 ENV_VARS: dict[str, EnvVar] = {}
 
@@ -69,6 +83,18 @@ DIF_PASSES = declare(
     "DIF_PASSES",
     "Optimizer passes `dif.runtime.prepare` runs: unset or `default` for the core pipeline plus plugin passes, "
     "`none` for no pass, or comma-separated pass names in order (`default` expands in place).",
+)
+DIF_CUDA_GEMM = declare(
+    "DIF_CUDA_GEMM",
+    "GEMM path of the cuda backend: `auto` (cuBLASLt when nvmath-python is installed, else NVRTC), "
+    "`cublaslt` or `nvrtc`. A `gemm=` argument to `CudaBackend` wins over it.",
+    default="auto",
+)
+DIF_CUDA_SDPA = declare(
+    "DIF_CUDA_SDPA",
+    "Attention path of the cuda backend: `auto` (cuDNN for eligible fp16/bf16 attention, else the NVRTC flash "
+    "kernel), `cudnn` or `flash`. An `sdpa=` argument to `CudaBackend` wins over it.",
+    default="auto",
 )
 DIF_CACHE_DIR = declare(
     "DIF_CACHE_DIR",

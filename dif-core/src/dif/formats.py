@@ -12,9 +12,11 @@ Legality is read from a `TargetProfile`'s lists only, never from a device name:
 How dif can use a format is one of three kinds (`Usage`): a search candidate (a DiffIR transform
 the optimizer measures), an execution policy (reported and applied by a backend, not searched),
 or a hook only (identity and requirements registered, no implementation yet). A format that needs
-backend code (every execution policy) names the capability a backend lists when it implements it
-(`implemented_by`, "format:NAME" by default); on a backend that does not list it the format is
-reported as hook only, with that reason, whatever its registered usage.
+backend code (every execution policy, and a search candidate that is more than a plain cast, such
+as fp8-e4m3) names the capability a backend lists when it implements it (`implemented_by`,
+"format:NAME" by default for execution policies, set explicitly otherwise); on a backend that does
+not list it the format is reported as hook only, with that reason, whatever its registered usage.
+So a format is only searchable on a backend that declares it can run it.
 """
 
 from __future__ import annotations
@@ -217,6 +219,10 @@ _core(
         scale="per-tensor",
         requires_dtypes=("f8e4m3",),
         requires_tensor_core=("fp8-e4m3",),
+        # Unlike bf16/fp16, listing the dtype is not enough: the candidate needs a scaled-cast pass and
+        # an fp8 GEMM lowering, which no backend has yet. Until one lists this capability the format is
+        # hook only everywhere, so the optimizer never measures a path that would fail to lower.
+        implemented_by="format:fp8-e4m3",
     ),
     PhysicalFormat(
         name="fp8-e5m2",

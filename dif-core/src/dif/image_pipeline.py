@@ -20,6 +20,7 @@ from dif.report import ImageRun, image_settings
 from dif.runstats import StageTimer, peak_rss_bytes
 from dif.runtime import ProgramCache
 from dif.sched import FlowMatchSchedule
+from dif.target import RuntimeBudget
 
 
 @frozen
@@ -39,7 +40,8 @@ class ImageRequest:
 
 class TextToImagePipeline:
     """Base of a frontend's pipeline (an attrs class with a `dtype` field and its programs in a
-    `dif.runtime.ProgramCache` field `_programs`). `grid_h`, `grid_w` count latent tokens."""
+    `dif.runtime.ProgramCache` field `_programs`, made with the pipeline's `vram_budget` when it takes
+    one). `grid_h`, `grid_w` count latent tokens."""
 
     dtype: DType
     _programs: ProgramCache
@@ -58,6 +60,16 @@ class TextToImagePipeline:
     def load_seconds(self) -> float:
         """Time spent building, binding and preparing programs so far."""
         return self._programs.load_seconds
+
+    @property
+    def planned_budget(self) -> RuntimeBudget | None:
+        """The budget the latest program was planned against (capped by `vram_budget`); None before
+        any was prepared, and under "interp"."""
+        return self._programs.budget
+
+    def memory_report(self) -> dict[str, Any]:
+        """The memory budget and what the prepared programs stream (`ProgramCache.memory_report`)."""
+        return self._programs.memory_report()
 
     def resolve(self, req: Any, /) -> tuple[int, float, bool, list[str]]:
         """(steps, guidance, use_cfg, warnings) of the frontend's `ImageRequest` `req` under the

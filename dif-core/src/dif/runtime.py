@@ -5,7 +5,8 @@
 The backend comes from the plugins (`dif.plugins.backends()`); nothing here names a device. The
 optimizer pipeline is `DIF_PASSES` (default: the core fusions + plugin passes), applied only as far
 as the backend's profile declares the ops it makes.
-`ProgramCache` is what a pipeline holds: its programs, each prepared once per shape.
+`ProgramCache` is what a pipeline holds: its programs, each prepared once per shape, planned against
+the backend's budget or a lower cap (`--vram-budget`), so weights that do not fit are streamed.
 """
 
 from __future__ import annotations
@@ -15,11 +16,11 @@ from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from attrs import define, field
+from attrs import define, evolve, field
 
 from dif.backend import Availability, Backend, BackendInfo, Executable
 from dif.env import DIF_BACKEND
-from dif.errors import BackendError, BackendUnavailableError, DifError
+from dif.errors import BackendError, BackendUnavailableError, DifError, PlanError, UsageError
 from dif.target import RuntimeBudget
 
 if TYPE_CHECKING:
@@ -111,6 +112,16 @@ def describe_backends() -> tuple[list[dict[str, Any]], dict[str, RuntimeBudget]]
     return hardware, budgets
 
 
+def capped_budget(budget: RuntimeBudget, cap: int | None) -> RuntimeBudget:
+    """`budget` with at most `cap` bytes of free memory (a user's `--vram-budget`); None keeps it.
+    The planner then streams the weights that do not fit under the cap."""
+    if cap is None:
+        return budget
+    if cap <= 0:
+        raise UsageError(f"a memory budget must be a positive number of bytes, got {cap}")
+    return evolve(budget, free_memory_bytes=min(budget.free_memory_bytes, cap))
+
+
 def prepare(
     program: Program,
     weights: Mapping[str, np.ndarray],
@@ -150,12 +161,17 @@ class ProgramCache:
     """The programs of one pipeline, each built, bound and prepared once per key on one backend.
 
     backend: a backend name, None for the default (`DIF_BACKEND`, else the available one of highest
-    priority), or "interp" for the reference interpreter (no plan, no backend).
+    priority), or "interp" for the reference interpreter (no plan, no backend). vram_budget: each
+    program is planned for the backend's free memory capped at this many bytes (`capped_budget`); the
+    backend's free memory already excludes what the programs prepared before hold on the device.
     """
 
     backend: str | None = None
+    vram_budget: int | None = None
     plan_peak_bytes: int = 0  # the largest plan's arena peak + parameter bytes
     load_seconds: float = 0.0  # time spent building, binding and preparing
+    budget: RuntimeBudget | None = field(init=False, default=None)  # what the latest plan was made against
+    residency: dict[str, dict[str, int]] = field(init=False, factory=dict)  # by program name: `memory_report`
     _runners: dict[Hashable, Runner] = field(init=False, factory=dict)
     _backend: Backend | None = field(init=False, default=None)
 
@@ -187,6 +203,40 @@ class ProgramCache:
             resolved = dict(weights)
             return lambda inputs: interpret(program, inputs, resolved)
         _ = self.backend_name  # resolves the backend once
-        executable, plan = prepare(program, weights, backend=self._backend)
+        assert self._backend is not None
+        self.budget = capped_budget(self._backend.budget(), self.vram_budget)
+        try:
+            executable, plan = prepare(program, weights, backend=self._backend, budget=self.budget)
+        except PlanError as exc:
+            if self.vram_budget is None:
+                raise
+            raise PlanError(
+                f"within the memory budget of {self.vram_budget} B: {str(exc).splitlines()[0]}",
+                hint="raise --vram-budget (or leave it out to plan for all the free device memory)",
+            ) from exc
         self.plan_peak_bytes = max(self.plan_peak_bytes, int(plan.peak_bytes + plan.param_bytes))
+        streamed = set(plan.streamed)
+        name = program.name if program.name not in self.residency else f"{program.name} #{len(self.residency) + 1}"
+        self.residency[name] = {
+            "params": len(plan.residency),
+            "streamed_params": len(streamed),
+            "streamed_bytes": sum(p.type.nbytes for p in program.params if p.name in streamed),
+            "resident_bytes": plan.resident_bytes,
+            "min_memory_bytes": plan.binding.min_memory_bytes,
+        }
         return executable.run
+
+    def memory_report(self) -> dict[str, Any]:
+        """What the plans were made against and what they stream, for run reports: the cap
+        (`vram_budget_bytes`, None without one), the free memory planned for, parameter counts over all
+        prepared programs, and per program name: params, streamed_params, streamed_bytes,
+        resident_bytes, min_memory_bytes (arena + resident weights + staging)."""
+        programs = {name: dict(r) for name, r in self.residency.items()}
+        return {
+            "vram_budget_bytes": self.vram_budget,
+            "free_memory_bytes": self.budget.free_memory_bytes if self.budget is not None else None,
+            "params": sum(r["params"] for r in programs.values()),
+            "streamed_params": sum(r["streamed_params"] for r in programs.values()),
+            "streamed_bytes": sum(r["streamed_bytes"] for r in programs.values()),
+            "programs": programs,
+        }

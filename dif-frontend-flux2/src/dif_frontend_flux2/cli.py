@@ -1,7 +1,8 @@
 """`dif flux2 ...`: the FLUX.2 [klein] commands (added to `dif` by plugin.py's register_commands).
 
     dif flux2 generate -p "a cat" [-m MODEL] [-n NEG] [--steps N] [--guidance G] [--seed S]
-                       [-W 1024 -H 1024] [--init-noise F] [--save-latents F] [--backend NAME] [-o out.png] [--json]
+                       [-W 1024 -H 1024] [--init-noise F] [--save-latents F] [--backend NAME]
+                       [--vram-budget SIZE] [-o out.png] [--json]
     dif flux2 info [MODEL] [--json]
 Without --model the embedded tiny checkpoint (random weights) is used, so the whole path runs
 anywhere in seconds. Progress goes to stderr, results to stdout (`--json`: one dif-telemetry/1
@@ -16,7 +17,7 @@ from typing import Any
 
 import click
 
-from dif.cli_support import DTYPE_CHOICES
+from dif.cli_support import DTYPE_CHOICES, VRAM_BUDGET_HELP
 from dif_frontend_flux2 import DEFAULT_CHECKPOINT, __version__
 
 
@@ -72,6 +73,15 @@ def _open(
     )
 
 
+def _byte_size(ctx: click.Context, param: click.Parameter, value: str | None) -> int | None:
+    from dif.cli_support import parse_byte_size
+    from dif.errors import UsageError
+
+    try:
+        return None if value is None else parse_byte_size(value)
+    except UsageError as exc:
+        raise click.BadParameter(str(exc)) from None
+
 @click.group("flux2")
 def flux2() -> None:
     """FLUX.2 [klein] (4B/9B, base and distilled): text-to-image and checkpoint inspection."""
@@ -94,6 +104,7 @@ def flux2() -> None:
 @click.option("--save-latents", type=click.Path(dir_okay=False, path_type=Path), help="Also save final latents.")
 @click.option("--backend", help="dif backend (default: DIF_BACKEND or the best available; 'interp' = reference).")
 @click.option("--dtype", type=click.Choice(DTYPE_CHOICES), default="auto", show_default=True, help="Run precision.")
+@click.option("--vram-budget", metavar="SIZE", callback=_byte_size, help=VRAM_BUDGET_HELP)
 @click.option(
     "-o", "--output", type=click.Path(dir_okay=False, path_type=Path), help="PNG path (default: flux2-SEED.png)."
 )

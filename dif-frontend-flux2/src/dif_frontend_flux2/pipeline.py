@@ -152,6 +152,7 @@ class Flux2Pipeline(TextToImagePipeline):
     backend: str | None = None  # a dif backend name, None for the default, "interp" for the reference interpreter
     on_step: Callable[[int, int], None] | None = None
     on_stage: Callable[[str, float], None] | None = None
+    vram_budget: int | None = None  # device bytes each program may plan for; weights beyond it stream
     _programs: ProgramCache = field(init=False)
     _tokenizer: Any = field(init=False, default=None)
 
@@ -161,7 +162,7 @@ class Flux2Pipeline(TextToImagePipeline):
                 f"{self.checkpoint.root}: transformer has guidance_embeds=true (FLUX.2 [dev]); "
                 "this pipeline runs [klein]"
             )
-        self._programs = ProgramCache(self.backend)
+        self._programs = ProgramCache(self.backend, vram_budget=self.vram_budget)
 
     # -- programs ------------------------------------------------------------------------------
     def _runner(self, key: Hashable, build: Callable[[], Program], source: TensorSource, ignore: Any) -> Runner:

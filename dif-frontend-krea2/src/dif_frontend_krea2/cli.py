@@ -1,7 +1,8 @@
 """`dif krea2 ...`: the Krea 2 commands (added to `dif` by plugin.py's register_commands).
 
     dif krea2 generate -p "a cat" [-m MODEL] [-n NEG] [--steps N] [--guidance G] [--seed S]
-                       [-W 1024 -H 1024] [--init-noise F] [--save-latents F] [--backend NAME] [-o out.png] [--json]
+                       [-W 1024 -H 1024] [--init-noise F] [--save-latents F] [--backend NAME]
+                       [--vram-budget SIZE] [-o out.png] [--json]
     dif krea2 info [MODEL] [--json]
 Same options and output conventions as `dif flux2`. Sizes are rounded up to multiples of 16 (with
 a warning), as the reference pipeline does. Without --model the embedded tiny checkpoint (random
@@ -17,7 +18,7 @@ from typing import Any
 
 import click
 
-from dif.cli_support import DTYPE_CHOICES
+from dif.cli_support import DTYPE_CHOICES, VRAM_BUDGET_HELP
 from dif_frontend_krea2 import DEFAULT_CHECKPOINT, __version__
 
 
@@ -26,6 +27,15 @@ def _open(model: Path | None, variant: str | None) -> Any:
 
     return open_checkpoint(model or DEFAULT_CHECKPOINT, variant=variant)
 
+
+def _byte_size(ctx: click.Context, param: click.Parameter, value: str | None) -> int | None:
+    from dif.cli_support import parse_byte_size
+    from dif.errors import UsageError
+
+    try:
+        return None if value is None else parse_byte_size(value)
+    except UsageError as exc:
+        raise click.BadParameter(str(exc)) from None
 
 @click.group("krea2")
 def krea2() -> None:
@@ -58,6 +68,7 @@ def krea2() -> None:
 @click.option("--save-latents", type=click.Path(dir_okay=False, path_type=Path), help="Also save final latents.")
 @click.option("--backend", help="dif backend (default: DIF_BACKEND or the best available; 'interp' = reference).")
 @click.option("--dtype", type=click.Choice(DTYPE_CHOICES), default="auto", show_default=True, help="Run precision.")
+@click.option("--vram-budget", metavar="SIZE", callback=_byte_size, help=VRAM_BUDGET_HELP)
 @click.option(
     "-o", "--output", type=click.Path(dir_okay=False, path_type=Path), help="PNG path (default: krea2-SEED.png)."
 )

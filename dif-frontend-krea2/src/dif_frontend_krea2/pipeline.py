@@ -138,11 +138,12 @@ class Krea2Pipeline(TextToImagePipeline):
     max_sequence_length: int = MAX_SEQUENCE_LENGTH
     on_step: Callable[[int, int], None] | None = None
     on_stage: Callable[[str, float], None] | None = None
+    vram_budget: int | None = None  # device bytes each program may plan for; weights beyond it stream
     _programs: ProgramCache = field(init=False)
     _tokenizer: TextTokenizer | None = field(init=False, default=None)
 
     def __attrs_post_init__(self) -> None:
-        self._programs = ProgramCache(self.backend)
+        self._programs = ProgramCache(self.backend, vram_budget=self.vram_budget)
 
     @property
     def configs(self) -> Krea2Configs:

@@ -2,15 +2,18 @@
 // grouped-query heads, key-padding mask and bottom-right causal mask; a query row whose keys are all
 // masked gives zeros. Block = 4 warps = 4 query rows of one (batch, head); keys stream through shared
 // memory in tiles of 32 (lane j scores key j, then every lane accumulates its output channels).
+// flash_attn_wide takes value head dims up to 512 (a VAE's single-head mid-block attention).
+// q/k/v/o are [B, S, H, D] whose tokens are qt/kt/vt/ot elements apart (H * D when contiguous; more when
+// the plan placed them as rows of a wider buffer).
 typedef float f32;
 #define FA_WARPS 4
 #define FA_TILE 32
-#define FA_MAX_DV 256
 
-template <class T>
+template <class T, int MAXDV>  // value head dims up to MAXDV (MAXDV / 32 accumulators per lane)
 __device__ __forceinline__ void flash_impl(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
                                            const b8* __restrict__ mask, T* __restrict__ o, i64 sq, i64 skv, i64 hq,
-                                           i64 hkv, int d, int dv, float scale, int causal) {
+                                           i64 hkv, int d, int dv, float scale, int causal, i64 qt, i64 kt,
+                                           i64 vt, i64 ot) {
   extern __shared__ float smem[];
   const int dp = d + 1;  // padded rows: lane j reads row j without bank conflicts
   float* ks = smem;
@@ -22,22 +25,22 @@ __device__ __forceinline__ void flash_impl(const T* __restrict__ q, const T* __r
   const bool active = qi < sq;
   float* qrow = qs + warp * d;
   if (active)
-    for (int c = lane; c < d; c += 32) qrow[c] = to_f(q[((b * sq + qi) * hq + h) * d + c]);
-  float m = -DIF_INF, l = 0.0f, acc[FA_MAX_DV / 32];
+    for (int c = lane; c < d; c += 32) qrow[c] = to_f(q[(b * sq + qi) * qt + h * d + c]);
+  float m = -DIF_INF, l = 0.0f, acc[MAXDV / 32];
 #pragma unroll
-  for (int t = 0; t < FA_MAX_DV / 32; ++t) acc[t] = 0.0f;
+  for (int t = 0; t < MAXDV / 32; ++t) acc[t] = 0.0f;
   const i64 last = causal ? qi + (skv - sq) : skv - 1;  // last key this row may see
   for (i64 t0 = 0; t0 < skv; t0 += FA_TILE) {
     __syncthreads();
     for (int e = threadIdx.x; e < FA_TILE * d; e += blockDim.x) {
       const int j = e / d, c = e % d;
       const i64 key = t0 + j;
-      ks[j * dp + c] = key < skv ? to_f(k[((b * skv + key) * hkv + hk) * d + c]) : 0.0f;
+      ks[j * dp + c] = key < skv ? to_f(k[(b * skv + key) * kt + hk * d + c]) : 0.0f;
     }
     for (int e = threadIdx.x; e < FA_TILE * dv; e += blockDim.x) {
       const int j = e / dv, c = e % dv;
       const i64 key = t0 + j;
-      vs[j * dv + c] = key < skv ? to_f(v[((b * skv + key) * hkv + hk) * dv + c]) : 0.0f;
+      vs[j * dv + c] = key < skv ? to_f(v[(b * skv + key) * vt + hk * dv + c]) : 0.0f;
     }
     __syncthreads();
     if (!active) continue;
@@ -55,11 +58,11 @@ __device__ __forceinline__ void flash_impl(const T* __restrict__ q, const T* __r
     const float p = ok ? expf(s - mnew) : 0.0f;
     l = l * corr + warp_sum(p);
 #pragma unroll
-    for (int t = 0; t < FA_MAX_DV / 32; ++t) acc[t] *= corr;
+    for (int t = 0; t < MAXDV / 32; ++t) acc[t] *= corr;
     for (int j = 0; j < FA_TILE; ++j) {
       const float pj = __shfl_sync(0xffffffffu, p, j);
 #pragma unroll
-      for (int t = 0; t < FA_MAX_DV / 32; ++t) {
+      for (int t = 0; t < MAXDV / 32; ++t) {
         const int c = lane + 32 * t;
         if (c < dv) acc[t] = fmaf(pj, vs[j * dv + c], acc[t]);
       }
@@ -69,9 +72,9 @@ __device__ __forceinline__ void flash_impl(const T* __restrict__ q, const T* __r
   if (!active) return;
   const float inv = l > 0.0f ? 1.0f / l : 0.0f;
 #pragma unroll
-  for (int t = 0; t < FA_MAX_DV / 32; ++t) {
+  for (int t = 0; t < MAXDV / 32; ++t) {
     const int c = lane + 32 * t;
-    if (c < dv) o[((b * sq + qi) * hq + h) * dv + c] = from_f<T>(acc[t] * inv);
+    if (c < dv) o[(b * sq + qi) * ot + h * dv + c] = from_f<T>(acc[t] * inv);
   }
 }
 
@@ -79,8 +82,14 @@ __device__ __forceinline__ void flash_impl(const T* __restrict__ q, const T* __r
   extern "C" __global__ void __launch_bounds__(FA_WARPS * 32)                                              \
       flash_attn_##TN(const TN* __restrict__ q, const TN* __restrict__ k, const TN* __restrict__ v,        \
                       const b8* __restrict__ mask, TN* __restrict__ o, i64 sq, i64 skv, i64 hq, i64 hkv,    \
-                      int d, int dv, float scale, int causal) {                                            \
-    flash_impl<TN>(q, k, v, mask, o, sq, skv, hq, hkv, d, dv, scale, causal);                              \
+                      int d, int dv, float scale, int causal, i64 qt, i64 kt, i64 vt, i64 ot) {            \
+    flash_impl<TN, 256>(q, k, v, mask, o, sq, skv, hq, hkv, d, dv, scale, causal, qt, kt, vt, ot);         \
+  }                                                                                                        \
+  extern "C" __global__ void __launch_bounds__(FA_WARPS * 32)                                              \
+      flash_attn_wide_##TN(const TN* __restrict__ q, const TN* __restrict__ k, const TN* __restrict__ v,   \
+                           const b8* __restrict__ mask, TN* __restrict__ o, i64 sq, i64 skv, i64 hq,        \
+                           i64 hkv, int d, int dv, float scale, int causal, i64 qt, i64 kt, i64 vt, i64 ot) { \
+    flash_impl<TN, 512>(q, k, v, mask, o, sq, skv, hq, hkv, d, dv, scale, causal, qt, kt, vt, ot);         \
   }
 FLASH(f32)
 FLASH(f16)

@@ -239,14 +239,15 @@ template <int ACT>
 __device__ __forceinline__ float glu_act(float v) {
   return ACT == G_SILU ? v * sigmoid_f(v) : (ACT == G_GELU ? gelu_erf_f(v) : gelu_tanh_f(v));
 }
-// x[rows, 2h] -> y[rows, h]; grid.y walks rows, grid.x (with ILP) walks columns: no index division.
+// x[rows, 2h] -> y[rows, h], rows xp / yp elements apart (2h / h when contiguous); grid.y walks rows,
+// grid.x (with ILP) walks columns: no index division.
 #define GLU(ACTN, ACT, TN)                                                                                 \
   extern "C" __global__ void glu_##ACTN##_##TN(const TN* __restrict__ x, TN* __restrict__ y, i64 rows, i64 h, \
-                                               int gate_first) {                                           \
+                                               int gate_first, i64 xp, i64 yp) {                           \
     const i64 step = (i64)gridDim.x * blockDim.x;                                                          \
     for (i64 r = blockIdx.y; r < rows; r += gridDim.y) {                                                   \
-      const TN* xr = x + r * 2 * h;                                                                        \
-      TN* yr = y + r * h;                                                                                  \
+      const TN* xr = x + r * xp;                                                                           \
+      TN* yr = y + r * yp;                                                                                 \
       for (i64 base = (i64)blockIdx.x * blockDim.x + threadIdx.x; base < h; base += ILP * step) {          \
         float va[ILP], vb[ILP];                                                                            \
         ILP_FOR(e) {                                                                                       \
@@ -261,7 +262,45 @@ __device__ __forceinline__ float glu_act(float v) {
       }                                                                                                    \
     }                                                                                                      \
   }
-#define GLU_ALL(TN) GLU(silu, G_SILU, TN) GLU(gelu, G_GELU, TN) GLU(gelu_tanh, G_GELU_TANH, TN)
+// The same with 8 values per thread through 4-element vector loads: h % 8 == 0, and pointers and row
+// pitches multiples of 4 elements (the shapes of transformer FFNs).
+template <class T>
+struct alignas(4 * sizeof(T)) Glu4 {
+  T v[4];
+};
+template <int ACT, class T>
+__device__ __forceinline__ void glu_vec_impl(const T* __restrict__ x, T* __restrict__ y, i64 rows, i64 h,
+                                             int gate_first, i64 xp, i64 yp) {
+  // grid.x covers a row in chunks of 8 (one per thread), grid.y strides over rows: no index division
+  const i64 j = ((i64)blockIdx.x * blockDim.x + threadIdx.x) * 8;
+  if (j >= h) return;
+  for (i64 r = blockIdx.y; r < rows; r += gridDim.y) {
+    const T* xr = x + r * xp + j;
+    Glu4<T> a[2], b[2], o[2];
+#pragma unroll
+    for (int k = 0; k < 2; ++k) {
+      a[k] = *reinterpret_cast<const Glu4<T>*>(xr + 4 * k);
+      b[k] = *reinterpret_cast<const Glu4<T>*>(xr + h + 4 * k);
+    }
+#pragma unroll
+    for (int k = 0; k < 2; ++k)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const float va = to_f(a[k].v[e]), vb = to_f(b[k].v[e]);
+        o[k].v[e] = from_f<T>(gate_first ? glu_act<ACT>(va) * vb : va * glu_act<ACT>(vb));
+      }
+#pragma unroll
+    for (int k = 0; k < 2; ++k) *reinterpret_cast<Glu4<T>*>(y + r * yp + j + 4 * k) = o[k];
+  }
+}
+#define GLU_VEC(ACTN, ACT, TN)                                                                             \
+  extern "C" __global__ void glu_vec_##ACTN##_##TN(const TN* __restrict__ x, TN* __restrict__ y, i64 rows,  \
+                                                   i64 h, int gate_first, i64 xp, i64 yp) {                \
+    glu_vec_impl<ACT, TN>(x, y, rows, h, gate_first, xp, yp);                                              \
+  }
+#define GLU_ALL(TN)                                                                                     \
+  GLU(silu, G_SILU, TN) GLU(gelu, G_GELU, TN) GLU(gelu_tanh, G_GELU_TANH, TN)                              \
+  GLU_VEC(silu, G_SILU, TN) GLU_VEC(gelu, G_GELU, TN) GLU_VEC(gelu_tanh, G_GELU_TANH, TN)
 GLU_ALL(f32)
 GLU_ALL(f16)
 GLU_ALL(bf16)

@@ -114,19 +114,22 @@ GATED_RESIDUAL(f32)
 GATED_RESIDUAL(f16)
 GATED_RESIDUAL(bf16)
 
-// ---- rms_norm_rope: x[B, S, H, D]; one warp per (b, s, h) row, the normalized row staged in shared memory
-// so each lane can read the channel it rotates with. Dynamic shared memory: warps_per_block * D floats.
+// ---- rms_norm_rope: x, y [B, S, H, D] whose tokens are xt / yt elements apart (H * D when contiguous);
+// one warp per (b, s, h) row, the normalized row staged in shared memory so each lane can read the channel
+// it rotates with. Dynamic shared memory: warps_per_block * D floats.
 template <class T, class TW, class TC>
 __device__ __forceinline__ void rms_norm_rope_impl(const T* __restrict__ x, const TW* __restrict__ w,
                                                    const TC* __restrict__ cs, const TC* __restrict__ sn,
                                                    T* __restrict__ y, i64 rows, i64 seq, i64 heads, i64 dim,
-                                                   i64 rot, float eps, float offset, int round_first, int pairs) {
+                                                   i64 rot, float eps, float offset, int round_first, int pairs,
+                                                   i64 xt, i64 yt) {
   extern __shared__ float stage[];
   const int warps = blockDim.x >> 5, lane = threadIdx.x & 31;
   const i64 row = (i64)blockIdx.x * warps + (threadIdx.x >> 5);
   float* buf = stage + (threadIdx.x >> 5) * dim;
   const bool valid = row < rows;
-  const T* xr = x + (valid ? row : 0) * dim;
+  const i64 r0 = valid ? row : 0;
+  const T* xr = x + (r0 / heads) * xt + (r0 % heads) * dim;
   float ss = 0.0f;
   for (i64 j = lane; j < dim; j += 32) {
     const float e = valid ? to_f(xr[j]) : 0.0f;
@@ -146,7 +149,7 @@ __device__ __forceinline__ void rms_norm_rope_impl(const T* __restrict__ x, cons
   const i64 s = q % seq;
   const TC* cr = cs + s * rot;
   const TC* sr = sn + s * rot;
-  T* yr = y + row * dim;
+  T* yr = y + (row / heads) * yt + (row % heads) * dim;
   const i64 half = rot / 2;
   for (i64 j = lane; j < dim; j += 32) {
     float o = buf[j];
@@ -157,12 +160,83 @@ __device__ __forceinline__ void rms_norm_rope_impl(const T* __restrict__ x, cons
     yr[j] = from_f<T>(o);
   }
 }
+// The head_dim == 128 case in registers: lane l holds channels 4l..4l+3 (one 4-element load), a pair
+// (2i, 2i+1) sits in one lane and a half-split partner (j +- 64) in lane l ^ 16; no shared memory.
+// Needs x, y and the token strides 4-element aligned; half mode needs rot == 128, pairs mode rot % 4 == 0.
+template <class T>
+struct alignas(4 * sizeof(T)) R4 {
+  T v[4];
+};
+#define ROPE_ROWS 4  // heads per warp in the vectorized kernel: their loads are all in flight at once
+// The ROPE_ROWS rows of a warp are heads of one token (heads % ROPE_ROWS == 0), so the token's table row
+// is read once per warp, and the index arithmetic is 32-bit (rows < 2^31).
+template <class T, class TW, class TC>
+__device__ __forceinline__ void rms_norm_rope_vec_impl(const T* __restrict__ x, const TW* __restrict__ w,
+                                                       const TC* __restrict__ cs, const TC* __restrict__ sn,
+                                                       T* __restrict__ y, i64 rows, i64 seq, i64 heads, i64 rot,
+                                                       float eps, float offset, int round_first, int pairs,
+                                                       i64 xt, i64 yt) {
+  const int lane = threadIdx.x & 31;
+  const unsigned row0 = (blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5)) * ROPE_ROWS;
+  if (row0 >= (unsigned)rows) return;  // whole warps leave together: the shuffles below stay warp-uniform
+  const unsigned token = row0 / (unsigned)heads, h0 = row0 - token * (unsigned)heads;
+  const int j0 = 4 * lane;
+  const T* xr = x + (i64)token * xt + (i64)h0 * 128 + j0;
+  R4<T> in[ROPE_ROWS];
+#pragma unroll
+  for (int k = 0; k < ROPE_ROWS; ++k) in[k] = *reinterpret_cast<const R4<T>*>(xr + k * 128);
+  const unsigned s = token % (unsigned)seq;
+  float wv[4], c[4], sv[4];
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {
+    const int j = j0 + e;
+    wv[e] = to_f(w[j]) + offset;
+    c[e] = j < rot ? to_f(cs[(i64)s * rot + j]) : 1.0f;
+    sv[e] = j < rot ? to_f(sn[(i64)s * rot + j]) : 0.0f;
+  }
+  T* yr = y + (i64)token * yt + (i64)h0 * 128 + j0;
+#pragma unroll
+  for (int k = 0; k < ROPE_ROWS; ++k) {
+    float v[4], ss = 0.0f;
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      v[e] = to_f(in[k].v[e]);
+      ss += v[e] * v[e];
+    }
+    const float denom = sqrtf(warp_sum(ss) / 128.0f + eps);
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      float t = v[e] / denom;
+      if (round_first) t = round_to<T>(t);
+      v[e] = round_to<T>(t * wv[e]);
+    }
+    float partner[4];
+#pragma unroll
+    for (int e = 0; e < 4; ++e) partner[e] = __shfl_xor_sync(0xffffffffu, v[e], 16);
+    R4<T> out;
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      // past `rot` the channel passes through: c = 1, s = 0 above
+      const float r = pairs ? ((e & 1) ? v[e ^ 1] : -v[e ^ 1]) : (j0 + e < 64 ? -partner[e] : partner[e]);
+      out.v[e] = from_f<T>(v[e] * c[e] + r * sv[e]);
+    }
+    *reinterpret_cast<R4<T>*>(yr + k * 128) = out;
+  }
+}
 #define NORM_ROPE(TN, WN, CN)                                                                              \
   extern "C" __global__ void rms_norm_rope_##TN##_##WN##_##CN(                                             \
       const TN* __restrict__ x, const WN* __restrict__ w, const CN* __restrict__ c, const CN* __restrict__ s, \
       TN* __restrict__ y, i64 rows, i64 seq, i64 heads, i64 dim, i64 rot, float eps, float offset,         \
-      int round_first, int pairs) {                                                                        \
-    rms_norm_rope_impl<TN, WN, CN>(x, w, c, s, y, rows, seq, heads, dim, rot, eps, offset, round_first, pairs); \
+      int round_first, int pairs, i64 xt, i64 yt) {                                                        \
+    rms_norm_rope_impl<TN, WN, CN>(x, w, c, s, y, rows, seq, heads, dim, rot, eps, offset, round_first, pairs, xt, \
+                                   yt);                                                                    \
+  }                                                                                                        \
+  extern "C" __global__ void rms_norm_rope_vec_##TN##_##WN##_##CN(                                         \
+      const TN* __restrict__ x, const WN* __restrict__ w, const CN* __restrict__ c, const CN* __restrict__ s, \
+      TN* __restrict__ y, i64 rows, i64 seq, i64 heads, i64 rot, float eps, float offset, int round_first,  \
+      int pairs, i64 xt, i64 yt) {                                                                         \
+    rms_norm_rope_vec_impl<TN, WN, CN>(x, w, c, s, y, rows, seq, heads, rot, eps, offset, round_first, pairs, xt, \
+                                       yt);                                                                \
   }
 #define NORM_ROPE_C(TN, WN) NORM_ROPE(TN, WN, f32) NORM_ROPE(TN, WN, f16) NORM_ROPE(TN, WN, bf16)
 #define NORM_ROPE_ALL(TN) NORM_ROPE_C(TN, f32) NORM_ROPE_C(TN, f16) NORM_ROPE_C(TN, bf16)
@@ -180,33 +254,37 @@ __device__ __forceinline__ V4<T> ld4(const T* p) {
   return *reinterpret_cast<const V4<T>*>(p);
 }
 
-// norm_modulate over rows of len % 8 == 0 (len / 8 <= 1024 threads, 8 values each in registers); scale
+// norm_modulate over rows of len % VPT == 0 (len / VPT <= 1024 threads, VPT values each in registers); scale
 // and shift are contiguous along the row (s_last = t_last = 1) and every pointer is 4-element aligned.
-template <class T>
+// Every load (x, scale, shift) is issued before the first reduction, so a block waits on memory once.
+template <class T, int VPT>
 __device__ __forceinline__ void norm_modulate_vec_impl(const T* __restrict__ x, const T* __restrict__ s,
                                                        const T* __restrict__ t, T* __restrict__ y,
                                                        const i64* __restrict__ meta, i64 len, float eps,
                                                        int is_rms) {
+  constexpr int C = VPT / 4;
   const i64 row = blockIdx.x;
   const T* xr = x + row * len;
   i64 so, to;
   lead_offsets(row, meta, so, to);
-  const i64 j0 = (i64)threadIdx.x * 8;
+  const i64 j0 = (i64)threadIdx.x * VPT;
   const bool act = j0 < len;
-  float v[8];
-  V4<T> a0, a1;
+  V4<T> a[C], sc[C], sh[C];
   if (act) {
-    a0 = ld4(xr + j0);
-    a1 = ld4(xr + j0 + 4);
-  }
-  float acc = 0.0f;
 #pragma unroll
-  for (int e = 0; e < 4; ++e) {
-    v[e] = act ? to_f(a0.v[e]) : 0.0f;
-    v[4 + e] = act ? to_f(a1.v[e]) : 0.0f;
+    for (int c = 0; c < C; ++c) {
+      a[c] = ld4(xr + j0 + 4 * c);
+      sc[c] = ld4(s + so + j0 + 4 * c);
+      sh[c] = ld4(t + to + j0 + 4 * c);
+    }
   }
+  float v[VPT], acc = 0.0f;
 #pragma unroll
-  for (int k = 0; k < 8; ++k) acc += is_rms ? v[k] * v[k] : v[k];
+  for (int c = 0; c < C; ++c)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) v[4 * c + e] = act ? to_f(a[c].v[e]) : 0.0f;
+#pragma unroll
+  for (int k = 0; k < VPT; ++k) acc += is_rms ? v[k] * v[k] : v[k];
   float mu = 0.0f, var;
   if (is_rms) {
     var = block_sum(acc) / (float)len;
@@ -214,21 +292,20 @@ __device__ __forceinline__ void norm_modulate_vec_impl(const T* __restrict__ x, 
     mu = block_sum(acc) / (float)len;
     float q = 0.0f;
 #pragma unroll
-    for (int k = 0; k < 8; ++k) q += act ? (v[k] - mu) * (v[k] - mu) : 0.0f;
+    for (int k = 0; k < VPT; ++k) q += act ? (v[k] - mu) * (v[k] - mu) : 0.0f;
     var = block_sum(q) / (float)len;
   }
   if (!act) return;
   const float denom = sqrtf(var + eps);
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const V4<T> sc = ld4(s + so + j0 + 4 * h), sh = ld4(t + to + j0 + 4 * h);
+  for (int c = 0; c < C; ++c) {
     V4<T> o;
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
-      const float n = round_to<T>((v[4 * h + e] - mu) / denom);
-      o.v[e] = from_f<T>(n * (1.0f + to_f(sc.v[e])) + to_f(sh.v[e]));
+      const float n = round_to<T>((v[4 * c + e] - mu) / denom);
+      o.v[e] = from_f<T>(n * (1.0f + to_f(sc[c].v[e])) + to_f(sh[c].v[e]));
     }
-    *reinterpret_cast<V4<T>*>(y + row * len + j0 + 4 * h) = o;
+    *reinterpret_cast<V4<T>*>(y + row * len + j0 + 4 * c) = o;
   }
 }
 
@@ -253,7 +330,13 @@ __device__ __forceinline__ void gated_residual_rows_impl(const T* __restrict__ x
                                                     const TN* __restrict__ t, TN* __restrict__ y,           \
                                                     const i64* __restrict__ meta, i64 len, float eps,       \
                                                     int is_rms) {                                           \
-    norm_modulate_vec_impl<TN>(x, s, t, y, meta, len, eps, is_rms);                                         \
+    norm_modulate_vec_impl<TN, 8>(x, s, t, y, meta, len, eps, is_rms);                                      \
+  }                                                                                                        \
+  extern "C" __global__ void norm_modulate_vec16_##TN(const TN* __restrict__ x, const TN* __restrict__ s,   \
+                                                      const TN* __restrict__ t, TN* __restrict__ y,         \
+                                                      const i64* __restrict__ meta, i64 len, float eps,     \
+                                                      int is_rms) {                                         \
+    norm_modulate_vec_impl<TN, 16>(x, s, t, y, meta, len, eps, is_rms);                                     \
   }                                                                                                        \
   extern "C" __global__ void gated_residual_rows_##TN(const TN* __restrict__ x, const TN* __restrict__ g,   \
                                                       const TN* __restrict__ u, TN* __restrict__ y, i64 n4, \

@@ -1,7 +1,8 @@
 """The pass manager: runs a straight list of named passes over a verified program (the optimizer,
 between verify and the planner) and collects every decision they make.
 
-    program --fuse_norm_rope--> --fuse_norm_modulate--> --fuse_gated_residual--> [plugin passes] --> planner
+    program --rope_before_concat--> --fuse_norm_rope--> --fuse_norm_modulate--> --fuse_gated_residual-->
+            [plugin passes] --> planner
 
 A pass is `fn(program, **options) -> Program`; the manager passes the options the function takes:
 `ctx` (a `PassContext`: target, `supports(op)`, `record(...)`) and `target`. Every result is
@@ -20,6 +21,7 @@ from dif.env import DIF_PASSES
 from dif.errors import DifError, UsageError
 from dif.ir.program import Program
 from dif.passes.context import APPLIED, PassContext, PassDecision, log
+from dif.passes.distribute import rope_before_concat
 from dif.passes.fusions import fuse_gated_residual, fuse_norm_modulate, fuse_norm_rope
 from dif.plan.plan import Decision
 from dif.target import TargetProfile
@@ -28,12 +30,14 @@ from dif.verify import verify_program
 PassFn = Callable[..., Program]
 
 CORE_PASSES: dict[str, PassFn] = {
+    "rope_before_concat": rope_before_concat,
     "fuse_norm_rope": fuse_norm_rope,
     "fuse_norm_modulate": fuse_norm_modulate,
     "fuse_gated_residual": fuse_gated_residual,
 }
 DEFAULT_PASSES: tuple[str, ...] = tuple(CORE_PASSES)
-"""The core pipeline, in `CORE_PASSES` order. The fusions touch disjoint op pairs, so the order only fixes the log."""
+"""The core pipeline, in `CORE_PASSES` order: `rope_before_concat` makes norm/rope pairs for `fuse_norm_rope`;
+the fusions touch disjoint op pairs, so their order only fixes the log."""
 
 NONE = "none"
 DEFAULT = "default"

@@ -28,8 +28,9 @@ from dif.serialize.container import pack, read_bytes, unpack, write_atomic
 from dif.target import RuntimeBudget, TargetProfile
 
 MAGIC = b"DIFPLAN\x00"
-VERSION = 2
-"""Container version; follows `PLAN_FORMAT_REV` (2: buffers carry `alias_of`). Older files are refused
+VERSION = 3
+"""Container version; follows `PLAN_FORMAT_REV` (2: buffers carry `alias_of`; 3: views with offsets and
+pitched rows). Older files are refused
 with a `VersionError` rather than read with guessed fields: re-plan them."""
 SUFFIX = ".difplan"
 

@@ -22,12 +22,15 @@ from dif.target import TargetProfile
 if TYPE_CHECKING:
     from dif.ir.program import Program
 
-PLAN_FORMAT_REV = 2
+PLAN_FORMAT_REV = 3
 """Bumped whenever the meaning of a plan field changes; part of the compiler revision.
-Rev 2: buffers may alias another buffer's bytes (`Buffer.alias_of`)."""
+Rev 2: buffers may alias another buffer's bytes (`Buffer.alias_of`).
+Rev 3: an alias may sit anywhere inside its root, contiguous or as pitched rows (`dif.plan.views`)."""
 
 ALIGNMENT = 256
 """Every buffer starts on and spans a multiple of this many bytes (GPU-friendly; harmless on CPU)."""
+VIEW_ALIGNMENT = 16
+"""Views inside another buffer start on (and pitched rows step by) a multiple of this many bytes."""
 
 MAX_BYTES = 1 << 60
 """Sanity bound on any byte figure in a plan (keeps hostile files away from int64 overflow)."""
@@ -38,9 +41,8 @@ RESIDENCIES = (RESIDENT, STREAMED)
 
 ALIAS_CAPABILITY = "alias:reshape"
 """Listed in `TargetProfile.capabilities` by a backend whose executor reads a `reshape` result that
-aliases its operand from the operand's bytes (and does not copy it); the planner aliases only then."""
-ALIASING_OPS = ("reshape",)
-"""Ops whose result may share its operand's bytes: same elements in the same row-major order."""
+aliases its operand from the operand's bytes (and does not copy it); the planner aliases only then.
+`dif.plan.views` has the capabilities of the other views."""
 
 
 def compiler_revision() -> str:
@@ -60,9 +62,11 @@ class Buffer:
     the node at `first_use` and must stay intact through the node at `last_use`. `size` is `nbytes`
     rounded up to the plan's alignment; `[offset, offset + size)` is the slot.
 
-    `alias_of` names the root buffer whose bytes this value shares (a `reshape` result viewing its
-    operand): same offset, no bytes of its own, and the root's lifetime covers this one. Nothing is
-    written for an alias; an alias never has aliases of its own (chains point at the root).
+    `alias_of` names the root buffer whose bytes this value is a view of (`dif.plan.views`: a reshape
+    or split result inside its operand, a concat operand inside the concat's result): it owns no bytes,
+    sits inside the root's slot, and the root's lifetime covers its own. Chains point at the root.
+    A view is contiguous from `offset`, or, when `pitch_bytes` is set, rows of `row_bytes` whose
+    starts are `pitch_bytes` apart.
     """
 
     name: str
@@ -72,10 +76,19 @@ class Buffer:
     first_use: int
     last_use: int
     alias_of: str | None = None
+    row_bytes: int = 0
+    pitch_bytes: int = 0
 
     @property
     def is_alias(self) -> bool:
         return self.alias_of is not None
+
+    @property
+    def extent(self) -> int:
+        """Bytes from `offset` to the end of the view's last byte."""
+        if not self.pitch_bytes or not self.nbytes:
+            return self.nbytes
+        return (self.nbytes // self.row_bytes - 1) * self.pitch_bytes + self.row_bytes
 
 
 @frozen
@@ -183,8 +196,12 @@ def check_arena(plan: Plan) -> None:
             raise PlanError(f"{where}: offset {b.offset} / size {b.size} out of range")
         if b.nbytes < 0 or b.size < b.nbytes or b.size % plan.alignment:
             raise PlanError(f"{where}: size {b.size} does not hold {b.nbytes} bytes in {plan.alignment}-byte units")
-        if b.offset < 0 or b.offset % plan.alignment:
+        if b.offset < 0 or b.offset % (VIEW_ALIGNMENT if b.is_alias else plan.alignment):
             raise PlanError(f"{where}: offset {b.offset} is not a multiple of {plan.alignment}")
+        if b.row_bytes < 0 or b.pitch_bytes < 0 or bool(b.pitch_bytes) and not (
+            b.is_alias and 0 < b.row_bytes < b.pitch_bytes and b.nbytes % b.row_bytes == 0
+        ):
+            raise PlanError(f"{where}: rows of {b.row_bytes} B every {b.pitch_bytes} B do not describe a view")
         if b.offset + b.size > plan.arena_bytes:
             raise PlanError(f"{where}: [{b.offset}, {b.offset + b.size}) runs past the arena ({plan.arena_bytes} B)")
         if not 0 <= b.first_use <= b.last_use < max(steps, 1):
@@ -225,9 +242,9 @@ def _check_aliases(plan: Plan) -> None:
         root = by_name.get(b.alias_of)
         if root is None or root.is_alias or root.name == b.name:
             raise PlanError(f"{where}: the root must be another buffer of the plan that is not itself an alias")
-        if b.offset != root.offset or b.nbytes > root.nbytes or b.size > root.size:
+        if b.offset < root.offset or b.offset + b.extent > root.offset + root.nbytes:
             raise PlanError(
-                f"{where}: [{b.offset}, +{b.nbytes}) is not inside the root's slot [{root.offset}, +{root.size})"
+                f"{where}: [{b.offset}, +{b.extent}) is not inside the root's bytes [{root.offset}, +{root.nbytes})"
             )
         if not root.first_use <= b.first_use <= b.last_use <= root.last_use:
             raise PlanError(
@@ -240,8 +257,9 @@ def _check_aliases(plan: Plan) -> None:
 def check_plan(plan: Plan, program: Program) -> None:
     """Raise `PlanError` unless `plan` fits `program`: the schedule is a topological order of its
     nodes, every node result has a buffer of the right size whose lifetime covers its producer,
-    consumers and (for outputs) the end, every alias is the result of an aliasing op (`reshape`)
-    whose operand is its root or an alias of it, and the arena is sound (`check_arena`)."""
+    consumers and (for outputs) the end, every view is where its op puts it
+    (`dif.plan.views.check_views`), and the arena is sound (`check_arena`)."""
+    from dif.plan.views import check_views
     nodes = program.node_by_id
     if sorted(plan.schedule) != sorted(nodes):
         raise PlanError(f"plan schedule does not list exactly the {len(nodes)} nodes of '{program.name}'")
@@ -265,18 +283,12 @@ def check_plan(plan: Plan, program: Program) -> None:
         if b.nbytes != value.type.nbytes:
             raise PlanError(f"buffer '{name}' has {b.nbytes} B but the value is {value.type} ({value.type.nbytes} B)")
         uses = [position[n.id] for n in program.users.get(name, ())]
-        if b.first_use != position[producers[name].id] or any(u > b.last_use for u in uses):
+        # a root hosting a concat's operands starts when the first of them is written
+        if b.first_use > position[producers[name].id] or any(u > b.last_use for u in uses):
             raise PlanError(f"buffer '{name}' lifetime {b.first_use}..{b.last_use} does not cover its uses {uses}")
         if name in outputs and b.last_use != end:
             raise PlanError(f"output '{name}' must live to the end of the schedule (step {end}), not {b.last_use}")
-        if b.alias_of is not None:
-            node = producers[name]
-            operand = buffers.get(node.operands[0]) if node.op in ALIASING_OPS and node.operands else None
-            if operand is None or b.alias_of not in (operand.name, operand.alias_of):
-                raise PlanError(
-                    f"buffer '{name}' aliases '{b.alias_of}' but is made by {node.op} node {node.id}, which does "
-                    f"not keep that value's bytes (only {', '.join(ALIASING_OPS)} of an arena value may alias it)"
-                )
+    check_views(plan, program)
     param_names = {p.name for p in program.params}
     if set(plan.residency) != param_names:
         raise PlanError("plan residency does not list exactly the program's parameters")

@@ -2,8 +2,8 @@
 backend's `prepare`).
 
 Steps, each recorded as a `Decision`: keep the program's (topological) order as the schedule;
-compute each intermediate's lifetime; let `reshape` results alias their operand's bytes where the
-target's executor supports it (`alias:reshape`), extending the root's lifetime over its aliases;
+compute each intermediate's lifetime; place reshape/split results and concat operands as views inside
+another value's bytes where the target's executor addresses them (`dif.plan.views`);
 pack lifetimes into one arena (greedy by size, best-fit gap); decide weight residency against the
 budget, streaming the largest weight blocks when everything does not fit. Inputs and parameters
 never live in the arena. The optimizer's decisions, when given, come first in the plan.
@@ -21,7 +21,6 @@ from dif.fingerprint import fingerprint
 from dif.ir.program import Program
 from dif.plan.plan import (
     ALIAS_CAPABILITY,
-    ALIASING_OPS,
     ALIGNMENT,
     RESIDENT,
     STREAMED,
@@ -33,6 +32,7 @@ from dif.plan.plan import (
     compiler_revision,
     live_bytes,
 )
+from dif.plan.views import plan_views
 from dif.target import RuntimeBudget, TargetProfile
 
 
@@ -62,8 +62,8 @@ def plan_program(
         alias = ALIAS_CAPABILITY in profile.capabilities
     unplaced = lifetimes(program, schedule, alignment)
     if alias:
-        unplaced = alias_reshapes(program, unplaced)
-    decisions.append(_alias_decision(unplaced, alias, profile))
+        unplaced = plan_views(program, unplaced, {*profile.capabilities, ALIAS_CAPABILITY})
+    decisions.append(_alias_decision(program, unplaced, alias, profile))
     buffers = place_aliases(assign_arena([b for b in unplaced if not b.is_alias], alignment), unplaced)
     arena = max((b.offset + b.size for b in buffers), default=0)
     peak = int(live_bytes(buffers, len(schedule)).max(initial=0))
@@ -125,43 +125,37 @@ def lifetimes(program: Program, schedule: tuple[int, ...], alignment: int = ALIG
     return out
 
 
-def alias_reshapes(program: Program, buffers: list[Buffer]) -> list[Buffer]:
-    """`buffers` with every result of an aliasing op (`reshape`) whose operand is a node result turned
-    into an alias of that operand's root, and each root's lifetime extended to its aliases' last use.
-    Inputs and parameters are never roots: they live outside the arena."""
-    by_name = {b.name: b for b in buffers}
-    producers = program.producers
-    for b in buffers:  # schedule order: an operand is settled before its users
-        node = producers[b.name]
-        if node.op not in ALIASING_OPS or node.operands[0] not in by_name:
-            continue
-        operand = by_name[node.operands[0]]
-        root = by_name[operand.alias_of or operand.name]
-        by_name[b.name] = Buffer(b.name, b.nbytes, b.size, 0, b.first_use, b.last_use, alias_of=root.name)
-        by_name[root.name] = evolve(root, last_use=max(root.last_use, b.last_use))
-    return [by_name[b.name] for b in buffers]
-
-
 def place_aliases(placed: list[Buffer], buffers: list[Buffer]) -> list[Buffer]:
-    """Every buffer of `buffers` with its offset: roots as `placed` put them, aliases at their root's."""
+    """Every buffer of `buffers` with its offset: roots as `placed` put them, views at their offset
+    into their root's slot."""
     offsets = {b.name: b for b in placed}
     return [
-        evolve(b, offset=offsets[b.alias_of].offset) if b.alias_of is not None else offsets[b.name] for b in buffers
+        evolve(b, offset=offsets[b.alias_of].offset + b.offset) if b.alias_of is not None else offsets[b.name]
+        for b in buffers
     ]
 
 
-def _alias_decision(buffers: list[Buffer], alias: bool, profile: TargetProfile) -> Decision:
+def _alias_decision(program: Program, buffers: list[Buffer], alias: bool, profile: TargetProfile) -> Decision:
     if not alias:
         return Decision(
-            "aliasing: off, every reshape gets its own slot",
+            "views: off, every value gets its own slot",
             f"target '{profile.backend}' does not declare '{ALIAS_CAPABILITY}' (its executor copies reshapes)",
         )
-    aliases = [b for b in buffers if b.is_alias]
-    saved = sum(b.size for b in aliases)
+    kinds: dict[str, int] = {}
+    producers = program.producers
+    for b in buffers:
+        if b.is_alias:
+            op = producers[b.name].op
+            kind = op if op in ("reshape", "split") else "concat operand"
+            kind += " (pitched)" if b.pitch_bytes else ""
+            kinds[kind] = kinds.get(kind, 0) + 1
+    saved = sum(b.size for b in buffers if b.is_alias)
+    counts = ", ".join(f"{n} {k}" for k, n in sorted(kinds.items())) or "none"
     return Decision(
-        f"aliasing: {len(aliases)} reshape results share their operand's bytes ({saved} B of slots not allocated)",
-        "reshape keeps the elements in row-major order, so its result is a view of its operand; the root's "
-        f"lifetime extends to its aliases' last use (target declares '{ALIAS_CAPABILITY}')",
+        f"views: {counts} placed inside another value's bytes ({saved} B of slots and their copies saved)",
+        "reshape and split results are (parts of) their operand, concat operands are written into their part "
+        "of the result; roots live as long as their views; the target's capabilities say which views its "
+        "executor addresses (dif.plan.views)",
     )
 
 
@@ -201,7 +195,7 @@ def _best_fit(starts: np.ndarray, ends: np.ndarray, size: int) -> int:
     return best if best >= 0 else cursor
 
 
-def _weight_blocks(program: Program) -> dict[str, list[str]]:
+def weight_blocks(program: Program) -> dict[str, list[str]]:
     """Parameters grouped into streaming blocks: the provenance block of their first user (as the
     frontend declared it), else the parameter alone. Blocks are streamed whole."""
     users = program.users
@@ -227,14 +221,15 @@ def decide_residency(program: Program, arena: int, budget: RuntimeBudget) -> tup
     head = f"available {available} B (free {budget.free_memory_bytes} - workspace {budget.workspace_bytes})"
     if arena + total <= available:
         return {name: RESIDENT for name in sizes}, 0, f"arena {arena} + weights {total} = {arena + total} B <= {head}"
-    blocks = sorted(_weight_blocks(program).items(), key=lambda kv: (-sum(sizes[n] for n in kv[1]), kv[0]))
+    blocks = sorted(weight_blocks(program).items(), key=lambda kv: (-sum(sizes[n] for n in kv[1]), kv[0]))
     residency = {name: RESIDENT for name in sizes}
     resident, staging = total, 0
     for count, (_key, names) in enumerate(blocks, start=1):
         block = sum(sizes[n] for n in names)
         residency.update((n, STREAMED) for n in names)
         resident -= block
-        staging = max(staging, 2 * block)
+        # a staging slot holds the block with every parameter starting on an aligned address
+        staging = max(staging, 2 * sum(align_up(sizes[n]) for n in names))
         need = arena + resident + staging
         if need <= available:
             why = (

@@ -1,0 +1,229 @@
+"""Weight streaming in the CUDA executor. Without a GPU: the block order, slots, layout and the
+interleaving of copies and waits (`dif_backend_cuda.streaming.stream_schedule`, no cupy). On a GPU
+(marker `cuda`, skipped with the reason otherwise): a program whose blocks are mostly streamed gives
+bit for bit what the all-resident plan gives, with the graph and without."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from dif.errors import BackendError
+from dif.ir.builder import ProgramBuilder
+from dif.ir.program import Program
+from dif.plan.plan import RESIDENT, STREAMED, Plan
+from dif.plan.planner import plan_program
+from dif.target import RuntimeBudget, TargetProfile
+from dif_backend_cuda.streaming import COPY, FORK, FREE, JOIN, WAIT, StreamOp, fill_pinned, stream_schedule
+
+from .conftest import cuda_skip_reason
+
+PROFILE = TargetProfile(backend="cuda", device="unit", arch="sm_90", dtypes=("f32",), capabilities=("alias:reshape",))
+WIDTH = 64
+BLOCK_BYTES = WIDTH * WIDTH * 4 + WIDTH * 4  # one linear's weight and bias, f32
+
+
+def mlp(blocks: int = 4, *, reuse_first_at: int | None = None) -> Program:
+    """`blocks` x (linear + silu), each in provenance block blk{i} with its own weight and bias. With
+    `reuse_first_at`, block 0's weight is read once more right after block `reuse_first_at`."""
+    b = ProgramBuilder("streamed-mlp")
+    h = b.input("x", (8, WIDTH), "f32")
+    first = None
+    for i in range(blocks):
+        w = b.param(f"w{i}", (WIDTH, WIDTH), "f32")
+        bias = b.param(f"b{i}", (WIDTH,), "f32")
+        first = first or w
+        with b.scope(module="mlp", block=f"blk{i}"):
+            h = b.emit("silu", b.emit("linear", h, w, bias))
+        if i == reuse_first_at:
+            with b.scope(module="mlp", block=f"blk{i}"):
+                h = b.emit("linear", h, first)
+    b.output(h)
+    return b.build()
+
+
+def plan_keeping(program: Program, resident_blocks: int, profile: TargetProfile = PROFILE) -> Plan:
+    """`program` planned with a budget that leaves `resident_blocks` weight blocks on the device
+    (the planner streams the largest blocks first; equal sizes go in key order, blk0 first)."""
+    arena = plan_program(program, profile, RuntimeBudget(free_memory_bytes=1 << 40)).arena_bytes
+    budget = RuntimeBudget(free_memory_bytes=arena + (resident_blocks + 2) * BLOCK_BYTES)
+    return plan_program(program, profile, budget)
+
+
+def test_everything_resident_means_no_streaming() -> None:
+    program = mlp()
+    plan = plan_program(program, PROFILE, RuntimeBudget(free_memory_bytes=1 << 40))
+    s = stream_schedule(program, plan)
+    assert s.blocks == () and s.slots == 0 and s.pinned_bytes == 0 and s.staging_bytes == 0
+    assert s.timeline == tuple(range(len(plan.schedule)))
+    assert s.resident == tuple(p.name for p in program.params)
+
+
+def test_blocks_follow_first_use_and_alternate_slots() -> None:
+    program = mlp()
+    plan = plan_keeping(program, resident_blocks=0)
+    assert set(plan.residency.values()) == {STREAMED}
+    s = stream_schedule(program, plan)
+    assert [b.key for b in s.blocks] == [f"block blk{i}" for i in range(4)]
+    assert [b.params for b in s.blocks] == [(f"w{i}", f"b{i}") for i in range(4)]
+    assert [b.slot for b in s.blocks] == [0, 1, 0, 1]
+    # linear is node 2i in the schedule; the block's weight and bias are read there only
+    assert [(b.first_use, b.last_use) for b in s.blocks] == [(2 * i, 2 * i) for i in range(4)]
+    # parameters start on 256-byte boundaries; blocks lie back to back in pinned memory
+    assert [b.offsets for b in s.blocks] == [(0, WIDTH * WIDTH * 4)] * 4
+    assert [b.host_offset for b in s.blocks] == [i * BLOCK_BYTES for i in range(4)]
+    assert s.slot_bytes == BLOCK_BYTES and s.slots == 2 and s.staging_bytes == 2 * BLOCK_BYTES
+    assert s.pinned_bytes == 4 * BLOCK_BYTES and s.resident == ()
+    placed = s.placements()
+    w_bytes = WIDTH * WIDTH * 4
+    assert placed["w2"] == (0, 2 * BLOCK_BYTES) and placed["b3"] == (BLOCK_BYTES + w_bytes, 3 * BLOCK_BYTES + w_bytes)
+    assert s.staging_bytes <= plan.staging_bytes  # f32 sizes are multiples of 256 here: no padding
+
+
+def test_copies_and_waits_interleave_with_the_schedule() -> None:
+    program = mlp()
+    s = stream_schedule(program, plan_keeping(program, resident_blocks=0))
+    op = StreamOp
+    assert s.timeline == (
+        op(FORK), op(COPY, 0), op(COPY, 1),
+        op(WAIT, 0), 0, op(FREE, 0), op(COPY, 2), 1,
+        op(WAIT, 1), 2, op(FREE, 1), op(COPY, 3), 3,
+        op(WAIT, 2), 4, 5,
+        op(WAIT, 3), 6, 7,
+        op(JOIN),
+    )  # fmt: skip
+
+
+def test_resident_blocks_are_left_out_of_the_timeline() -> None:
+    program = mlp()
+    plan = plan_keeping(program, resident_blocks=1)
+    assert [plan.residency[f"w{i}"] for i in range(4)] == [STREAMED, STREAMED, STREAMED, RESIDENT]
+    s = stream_schedule(program, plan)
+    assert [b.key for b in s.blocks] == ["block blk0", "block blk1", "block blk2"]
+    assert s.resident == ("w3", "b3")
+    waits = [item for item in s.timeline if isinstance(item, StreamOp) and item.kind == WAIT]
+    assert [w.block for w in waits] == [0, 1, 2]
+    copies = [s.timeline.index(StreamOp(COPY, i)) for i in range(3)]
+    assert copies == sorted(copies) and s.timeline.index(StreamOp(COPY, 2)) > s.timeline.index(StreamOp(FREE, 0))
+
+
+def test_a_single_streamed_block_uses_one_slot() -> None:
+    program = mlp(blocks=2)
+    plan = plan_program(program, PROFILE, RuntimeBudget(free_memory_bytes=1 << 40))
+    plan = _with_residency(plan, {"w0": STREAMED, "b0": STREAMED})
+    s = stream_schedule(program, plan)
+    assert len(s.blocks) == 1 and s.slots == 1 and s.staging_bytes == BLOCK_BYTES
+    assert s.timeline == (StreamOp(FORK), StreamOp(COPY, 0), StreamOp(WAIT, 0), 0, 1, 2, 3, StreamOp(JOIN))
+
+
+def test_a_block_still_in_use_when_its_slot_is_needed_is_refused() -> None:
+    program = mlp(reuse_first_at=2)  # w0 (block blk0) is read again after blk2, while blk2 holds its slot
+    with pytest.raises(BackendError, match=r"block blk0 is still read at schedule step 6 .* block blk2"):
+        stream_schedule(program, plan_keeping(program, resident_blocks=0))
+
+
+def test_reuse_within_the_next_block_is_fine() -> None:
+    program = mlp(reuse_first_at=1)  # blk0 is read until step 4; blk2 (its slot's next tenant) starts at 5
+    s = stream_schedule(program, plan_keeping(program, resident_blocks=0))
+    assert (s.blocks[0].first_use, s.blocks[0].last_use, s.blocks[2].first_use) == (0, 4, 5)
+    assert s.timeline.index(StreamOp(COPY, 2)) == s.timeline.index(StreamOp(FREE, 0)) + 1
+
+
+def test_unread_or_output_parameters_stay_resident() -> None:
+    b = ProgramBuilder("odd-params")
+    x = b.input("x", (8, WIDTH), "f32")
+    w = b.param("w", (WIDTH, WIDTH), "f32")
+    b.param("unused", (WIDTH,), "f32")
+    with b.scope(block="blk0"):
+        y = b.emit("linear", x, w)
+    b.output(y, w)
+    program = b.build()
+    plan = plan_program(program, PROFILE, RuntimeBudget(free_memory_bytes=1 << 40))
+    plan = _with_residency(plan, {"w": STREAMED, "unused": STREAMED})
+    s = stream_schedule(program, plan)
+    assert s.blocks == () and s.resident == ("w", "unused")
+
+
+def test_fill_pinned_lays_arrays_out_at_their_offsets() -> None:
+    pinned = np.zeros(32, np.uint8)
+    fill_pinned(pinned, [(4, np.arange(3, dtype=np.uint8)), (16, np.array([1.0], np.float32))])
+    assert pinned[4:7].tolist() == [0, 1, 2] and pinned[16:20].view(np.float32)[0] == 1.0
+    assert not pinned[:4].any() and not pinned[7:16].any()
+
+
+def _with_residency(plan: Plan, changes: dict[str, str]) -> Plan:
+    from attrs import evolve
+
+    return evolve(plan, residency={**plan.residency, **changes})
+
+
+# -- on the GPU -----------------------------------------------------------------------------------------
+
+
+_BACKENDS: dict[bool, Any] = {}
+
+
+def _backend(graph: bool) -> Any:
+    reason = cuda_skip_reason()
+    if reason is not None:
+        pytest.skip(f"no usable GPU: {reason}")
+    if graph not in _BACKENDS:
+        from dif_backend_cuda.device import CudaBackend
+
+        _BACKENDS[graph] = CudaBackend(graph=graph)
+    return _BACKENDS[graph]
+
+
+def _weights(program: Program) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(7)
+    return {p.name: (rng.standard_normal(p.type.shape) / 8).astype(np.float32) for p in program.params}
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("graph", [True, False], ids=["graph", "eager"])
+def test_streamed_weights_give_the_resident_result_bit_for_bit(graph: bool) -> None:
+    backend = _backend(graph)
+    program = mlp(blocks=4)
+    weights = _weights(program)
+    profile = backend.profile()
+    resident = backend.prepare(program, plan_program(program, profile, backend.budget()), weights)
+    streamed_plan = plan_keeping(program, resident_blocks=1, profile=profile)
+    assert len(streamed_plan.streamed) == 6
+    streamed = backend.prepare(program, streamed_plan, weights)
+    if graph:
+        assert streamed.graph is not None, streamed.graph_error
+    kinds = [s.kind for s in streamed.steps]
+    assert kinds.count("stream-copy") == 3 and kinds.count("stream-wait") == 3
+    assert kinds[0] == "stream-fork" and kinds[-1] == "stream-join"
+    t = streamed.timings
+    assert (t["streamed_blocks"], t["streamed_params"], t["streamed_bytes"]) == (3, 6, 3 * BLOCK_BYTES)
+    assert t["pinned_bytes"] == 3 * BLOCK_BYTES and t["staging_bytes"] == 2 * BLOCK_BYTES
+    assert t["resident_bytes"] == BLOCK_BYTES and "streamed" in streamed.describe()
+    rng = np.random.default_rng(3)
+    xs = [rng.standard_normal((8, WIDTH)).astype(np.float32) for _ in range(3)]
+    out = program.outputs[0]
+    want = [resident.run({"x": x})[out] for x in xs]
+    for _ in range(2):  # a second round: slots hold the last blocks of the previous run when it starts
+        got = [streamed.run({"x": x})[out] for x in xs]
+        for a, b in zip(want, got, strict=True):
+            np.testing.assert_array_equal(a, b)
+    assert not np.array_equal(want[0], want[1])
+
+
+@pytest.mark.cuda
+def test_profile_times_the_stream_steps_under_their_kind() -> None:
+    backend = _backend(True)
+    program = mlp(blocks=4)
+    exe = backend.prepare(program, plan_keeping(program, 0, profile=backend.profile()), _weights(program))
+    prof = exe.profile(iters=1)
+    assert prof["stream-wait"]["steps"] == 4 and prof["stream-copy"]["steps"] == 4 and prof["linear"]["steps"] >= 4
+
+
+@pytest.mark.cuda
+def test_refused_before_anything_is_allocated() -> None:
+    backend = _backend(True)
+    program = mlp(reuse_first_at=2)
+    with pytest.raises(BackendError, match="staging slots"):
+        backend.prepare(program, plan_keeping(program, 0, profile=backend.profile()), _weights(program))
