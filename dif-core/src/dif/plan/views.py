@@ -8,10 +8,10 @@ Three ops only move bytes, and an executor that can address parts of a buffer ne
 
 A part along axis `a` of a row-major tensor is contiguous when every axis before `a` has extent 1
 (the token axis of a batch-1 activation). Otherwise it is *pitched*: rows of `row` contiguous bytes
-whose starts are `pitch` bytes apart (a last-axis part of [tokens, features]). Pitched views are
-only made of last-axis parts, and only when every op that reads or writes them declares it can
-address such rows: `view:<op>:<r>`, where r counts the trailing axes a row spans (1 for [.., F] as
-written; 2 after a reshape to [.., heads, head_dim]). Contiguous views need nothing from the ops.
+(axes `a` to the last) whose starts are `pitch` bytes apart (a last-axis part of [tokens, features]).
+A pitched view is made only when every op that reads or writes it declares it can address such
+rows: `view:<op>:<r>`, where r counts the trailing axes a row spans (1 for a last-axis part of
+[.., F]; 2 after a reshape to [.., heads, head_dim]). Contiguous views need nothing from the ops.
 
 A view is a `Buffer` with `alias_of` = its root, `offset` relative to the root until the arena is
 packed (then absolute), and `row_bytes`/`pitch_bytes` (0 for contiguous). Roots grow their
