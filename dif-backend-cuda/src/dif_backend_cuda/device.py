@@ -18,6 +18,7 @@ from dif.env import DIF_CUDA_GEMM, DIF_CUDA_SDPA, EnvVar
 from dif.errors import BackendUnavailableError, UsageError
 from dif.host import total_memory_bytes
 from dif.ops.registry import OPS, OpTable
+from dif.plan.plan import ALIAS_CAPABILITY
 from dif.plan.views import CONCAT_CAPABILITY, SPLIT_CAPABILITY, view_capability
 from dif.target import RuntimeBudget, TargetProfile
 from dif_backend_cuda.lower import PITCHED_ROWS
@@ -142,7 +143,7 @@ def probe_profile(device: int = 0) -> TargetProfile:
     libs = library_versions()
     dtypes = [d.value for d in DType if p["major"] * 10 + p["minor"] >= 89 or d not in (DType.F8E4M3, DType.F8E5M2)]
     caps = ["arena", "cuda-graphs", "nvrtc", f"smem-optin-{p['smem_optin']}", f"l2-{p['l2_bytes']}"]
-    caps += ["alias:reshape", SPLIT_CAPABILITY, CONCAT_CAPABILITY, *(f"op:{op}" for op in FUSED_OPS)]
+    caps += [ALIAS_CAPABILITY, SPLIT_CAPABILITY, CONCAT_CAPABILITY, *(f"op:{op}" for op in FUSED_OPS)]
     caps += [view_capability(op, axes) for op, axes in PITCHED_ROWS.items()]
     if "nvmath" in libs:
         caps.append("cublaslt")

@@ -103,36 +103,36 @@ def _broadcast_to(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Ts, outs: Ts) ->
     )
 
 
+def _part_copies(ctx: LowerCtx, node: Node, whole: DevTensor, parts: Ts, axis: int, into_whole: bool) -> Steps:
+    """Copies between `whole` and its consecutive `parts` along `axis` (concat: parts into the whole;
+    split: the whole into parts), skipping every part already in place: a view the plan made, written
+    there by its producer (concat) or read there by its users (split)."""
+    ws = contiguous_strides(whole.shape)
+    steps: list[Any] = []
+    start = 0
+    for t in parts:
+        at = whole.at(start * ws[axis])
+        if t.ptr != at:
+            _contiguous(node, t, whole)
+            ts = contiguous_strides(t.shape)
+            if into_whole:
+                steps += copy_steps(ctx, t.ptr, at, t.shape, ts, ws, bits(t))
+            else:
+                steps += copy_steps(ctx, at, t.ptr, t.shape, ws, ts, bits(t))
+        start += t.shape[axis]
+    return steps
+
+
 @lowering("concat")
 def _concat(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Ts, outs: Ts) -> Steps:
     (y,) = outs
-    axis = attrs["axis"] % len(y.shape)
-    ys = contiguous_strides(y.shape)
-    steps: list[Any] = []
-    start = 0
-    for t in ins:
-        dst = y.at(start * ys[axis])
-        if t.ptr != dst:  # else its producer already wrote it in place (a view the plan made)
-            _contiguous(node, t, y)
-            steps += copy_steps(ctx, t.ptr, dst, t.shape, contiguous_strides(t.shape), ys, bits(y))
-        start += t.shape[axis]
-    return steps
+    return _part_copies(ctx, node, y, ins, attrs["axis"] % len(y.shape), into_whole=True)
 
 
 @lowering("split")
 def _split(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Ts, outs: Ts) -> Steps:
     (x,) = ins
-    axis = attrs["axis"] % len(x.shape)
-    xs = contiguous_strides(x.shape)
-    steps: list[Any] = []
-    start = 0
-    for r in outs:
-        src = x.at(start * xs[axis])
-        if r.ptr != src:  # else the result is a view of its part of x
-            _contiguous(node, x, r)
-            steps += copy_steps(ctx, src, r.ptr, r.shape, xs, contiguous_strides(r.shape), bits(r))
-        start += r.shape[axis]
-    return steps
+    return _part_copies(ctx, node, x, outs, attrs["axis"] % len(x.shape), into_whole=False)
 
 
 @lowering("slice")

@@ -32,7 +32,7 @@ from dif.plan.plan import (
     compiler_revision,
     live_bytes,
 )
-from dif.plan.views import plan_views
+from dif.plan.views import VIEW_OPS, plan_views
 from dif.target import RuntimeBudget, TargetProfile
 
 
@@ -146,7 +146,7 @@ def _alias_decision(program: Program, buffers: list[Buffer], alias: bool, profil
     for b in buffers:
         if b.is_alias:
             op = producers[b.name].op
-            kind = op if op in ("reshape", "split") else "concat operand"
+            kind = op if op in VIEW_OPS else "concat operand"
             kind += " (pitched)" if b.pitch_bytes else ""
             kinds[kind] = kinds.get(kind, 0) + 1
     saved = sum(b.size for b in buffers if b.is_alias)

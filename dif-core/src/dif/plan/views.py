@@ -162,8 +162,8 @@ class ViewPlanner:
         if loc is None or loc.offset or loc.pitched or not self._placeable(part):
             return
         root = loc.root
-        family = [n for n, lc in self.loc.items() if lc.root == root]
-        if root in self.outputs or self._hosts_views(root) != family or root == concat.results[0].name:
+        family = self._hosts_views(root)
+        if family is None or root in self.outputs or root == concat.results[0].name:
             return
         if self.producers[root].op in VIEW_OPS:  # executors skip those when their results are views
             return
