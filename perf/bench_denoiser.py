@@ -151,6 +151,7 @@ def run_dif(case: Case, program: Any, inputs: dict[str, np.ndarray], dev: Device
     if args.profile_iters and first * args.profile_iters <= args.profile_max_s:
         try:  # a by-op profile is a bonus: its failure must not lose the timing above
             res["profile_eager_ms"] = dev.profile(exe, args.profile_iters)
+            res["profile_eager_by_shape"] = dev.profile(exe, args.profile_iters, by="shape")
         except Exception as exc:
             res["profile_error"] = f"{type(exc).__name__}: {exc}"[:1000]
     del exe, weights

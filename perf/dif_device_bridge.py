@@ -230,10 +230,14 @@ class Device:
             "paths": dict(Counter(exe.choices.values())),
         }
 
-    def profile(self, exe: Any, iters: int) -> dict[str, float]:
+    def profile(self, exe: Any, iters: int, by: str = "op") -> dict[str, Any]:
+        """Time by op (`by="op"`: {op: ms}) or by op, shapes and lowering ({key: {"ms", "steps"}})."""
         if self.kind != "cuda":
             return {}
-        return {k: round(v["ms"], 2) for k, v in exe.profile(iters=iters).items()}
+        got = exe.profile(iters=iters, by=by)
+        if by == "op":
+            return {k: round(v["ms"], 2) for k, v in got.items()}
+        return {k: {"ms": round(v["ms"], 3), "steps": int(v["steps"])} for k, v in got.items()}
 
 
 def platform_cpu() -> str:

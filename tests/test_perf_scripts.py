@@ -102,3 +102,11 @@ def test_tiny_cpu_run(tmp_path):
     )
     cli = json.loads((tmp_path / "pipeline_cli.json").read_text())
     assert cli["rc"] == 0 and cli["png"]["size"] == [256, 256], cli
+
+
+def test_probe_script_names_its_parts():
+    """perf/probe_attention_gemm.py parses its options without a GPU (it imports torch/cupy only to run)."""
+    out = subprocess.run([sys.executable, str(PERF / "probe_attention_gemm.py"), "--help"], capture_output=True,
+                         text=True, timeout=60)  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert "--parts" in out.stdout

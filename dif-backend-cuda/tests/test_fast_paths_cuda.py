@@ -1,7 +1,8 @@
 """The vectorized kernels at the sizes transformer blocks use (marker `cuda`), against the reference
-interpreter: norm_modulate with 16 values per thread (rows of 4096), the GLU with 8 per thread,
-attention with a 512-wide head (a VAE's mid block: cuBLASLt steps, or the wide flash kernel), and the
-cuDNN convolution with and without bias."""
+interpreter: norm_modulate with a warp per row (or 16 values per thread), q/k norm + RoPE with 8 or 4
+heads per warp, the GLU with 8 per thread, cuDNN attention with a key mask, attention with a 512-wide head
+(a VAE's mid block: cuBLASLt steps, or the wide flash kernel), and the cuDNN convolution with and without
+bias."""
 
 from __future__ import annotations
 
@@ -18,7 +19,9 @@ from .conftest import cuda_skip_reason
 pytestmark = pytest.mark.cuda
 
 
-def _run(program: Program, tol: float, **options: str) -> None:
+def _run(program: Program, tol: float, given: dict[str, np.ndarray] | None = None, **options: str) -> list[str]:
+    """Run `program` on the GPU against the interpreter (inputs random unless `given`); returns the names of
+    the kernels it launched (a library step by its kind)."""
     reason = cuda_skip_reason()
     if reason is not None:
         pytest.skip(f"no usable GPU: {reason}")
@@ -27,20 +30,59 @@ def _run(program: Program, tol: float, **options: str) -> None:
     backend = CudaBackend(**options)
     rng = np.random.default_rng(3)
     inputs = {v.name: rng.standard_normal(v.type.shape).astype(v.type.dtype.np) for v in program.inputs}
+    inputs.update(given or {})
     want = interpret(program, inputs, {})[program.outputs[0]].astype(np.float64)
     exe = backend.prepare(program, plan_program(program, backend.profile(), backend.budget()), {})
     got = exe.run(inputs)[program.outputs[0]].astype(np.float64)
     rel = np.linalg.norm(got - want) / np.linalg.norm(want)
     assert rel <= tol, f"rel-L2 {rel:.2e}"
+    return [getattr(step, "name", step.kind) for step in exe.steps]
 
 
+@pytest.mark.parametrize(
+    ("dtype", "length", "batch", "kernel"),
+    [
+        ("bf16", 4096, 1, "norm_modulate_warp16_bf16"),  # klein 9B
+        ("bf16", 3072, 2, "norm_modulate_warp12_bf16"),  # klein 4B, a scale row per batch row
+        ("f16", 1024, 1, "norm_modulate_warp4_f16"),
+        ("f32", 3072, 2, "norm_modulate_warp24_f32"),
+        ("bf16", 4352, 1, "norm_modulate_vec16_bf16"),  # 17 chunks per lane: no warp kernel
+    ],
+)
 @pytest.mark.parametrize("kind", ["layer", "rms"])
-def test_norm_modulate_long_rows(kind: str) -> None:
+def test_norm_modulate_long_rows(kind: str, dtype: str, length: int, batch: int, kernel: str) -> None:
     b = ProgramBuilder("norm_modulate")
-    x = b.input("x", (1, 96, 4096), "bf16")
-    s, t = b.input("s", (1, 1, 4096), "bf16"), b.input("t", (1, 1, 4096), "bf16")
+    x = b.input("x", (batch, 96, length), dtype)
+    s, t = b.input("s", (batch, 1, length), dtype), b.input("t", (batch, 1, length), dtype)
     b.output(b.emit("norm_modulate", x, s, t, kind=kind, eps=1e-6))
-    _run(b.build(), 1e-2)
+    assert _run(b.build(), 1e-2 if dtype != "f32" else 1e-5) == [kernel]
+
+
+@pytest.mark.parametrize(("heads", "per_warp"), [(16, 8), (12, 4)])
+@pytest.mark.parametrize("mode", ["pairs", "half"])
+def test_rms_norm_rope_heads_per_warp(heads: int, per_warp: int, mode: str) -> None:
+    b = ProgramBuilder("rms_norm_rope")
+    x = b.input("x", (2, 24, heads, 128), "bf16")
+    w = b.input("w", (128,), "bf16")
+    cos, sin = b.input("cos", (24, 128), "f32"), b.input("sin", (24, 128), "f32")
+    b.output(b.emit("rms_norm_rope", x, w, cos, sin, mode=mode))
+    assert _run(b.build(), 1e-2) == [f"rms_norm_rope_vec{per_warp}_bf16_bf16_f32"]
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_key_mask_runs_through_cudnn(causal: bool) -> None:
+    """Key padding, keys masked at the start (causal: the first query rows see no key), and a batch row with
+    every key masked (its output must be zeros, not cuDNN's average over the masked keys)."""
+    b = ProgramBuilder("masked_sdpa")
+    q, k, v = (b.input(n, (4, 80, 4, 128), "bf16") for n in "qkv")
+    mask = b.input("mask", (4, 80), "bool")
+    b.output(b.emit("sdpa", q, k, v, mask, causal=causal))
+    given = np.ones((4, 80), bool)
+    given[1, 57:] = False
+    given[2, :9] = False
+    given[3, :] = False
+    kernels = _run(b.build(), 1e-2, {"mask": given})
+    assert kernels == ["sdpa_mask_bias_bf16", "cudnn", "sdpa_zero_masked_rows_bf16"]
 
 
 @pytest.mark.parametrize("half", ["first", "second"])

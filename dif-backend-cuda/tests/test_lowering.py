@@ -104,6 +104,14 @@ def sigs() -> dict[str, dict[str, list[str]]]:
     return _signatures()
 
 
+def _check_args(step: Launch, label: str = "") -> None:
+    """The launch passes exactly the arguments, of exactly the widths, that the kernel's signature declares."""
+    params = step.fn.params
+    assert len(params) == len(step.args), f"{label}{step.name} takes {params}, got {step.args}"
+    for p, a in zip(params, step.args, strict=True):
+        assert _width(p) == _arg_width(a), f"{label}{step.name} param '{p}' given {a!r}"
+
+
 def _tensors(program: Any) -> dict[str, DevTensor]:
     base = 1 << 32
     out = {}
@@ -126,10 +134,7 @@ def test_every_conformance_case_lowers_to_matching_kernels(sigs: dict[str, dict[
             for step in steps:
                 assert isinstance(step, Launch | Copy)
                 if isinstance(step, Launch):
-                    params = step.fn.params
-                    assert len(params) == len(step.args), f"{case.id}: {step.name} takes {params}, got {step.args}"
-                    for p, a in zip(params, step.args, strict=True):
-                        assert _width(p) == _arg_width(a), f"{case.id}: {step.name} param '{p}' given {a!r}"
+                    _check_args(step, f"{case.id}: ")
                     assert all(g >= 1 for g in step.grid) and step.block[0] % 32 == 0
         lowered_ops.add(case.op)
     assert lowered_ops == {op.name for op in OPS if op.cases is not None}
@@ -201,8 +206,36 @@ def test_planned_views_lower_to_matching_kernels_without_copies(sigs: dict[str, 
             assert steps == [], f"{node.op} node {node.id} should be in place"
         for step in steps:
             assert isinstance(step, Launch)
-            assert len(step.fn.params) == len(step.args), f"{step.name} takes {step.fn.params}, got {step.args}"
-            for p, a in zip(step.fn.params, step.args, strict=True):
-                assert _width(p) == _arg_width(a), f"{step.name} param '{p}' given {a!r}"
+            _check_args(step)
             kernels.append(step.name)
-    assert "rms_norm_rope_vec_bf16_bf16_f32" in kernels and "glu_vec_silu_bf16" in kernels
+    assert "rms_norm_rope_vec4_bf16_bf16_f32" in kernels and "glu_vec_silu_bf16" in kernels
+
+
+@pytest.mark.parametrize(
+    ("dtype", "length", "kernel"),
+    [
+        ("bf16", 4096, "norm_modulate_warp16_bf16"),
+        ("f16", 6144, "norm_modulate_warp24_f16"),
+        ("f32", 512, "norm_modulate_warp4_f32"),
+        ("bf16", 4352, "norm_modulate_vec16_bf16"),  # 17 chunks of 16 bytes per lane: no warp kernel
+        ("bf16", 1000, "norm_modulate_vec_bf16"),
+    ],
+)
+def test_norm_modulate_picks_the_warp_kernel_by_row_length(
+    sigs: dict[str, dict[str, list[str]]], dtype: str, length: int, kernel: str
+) -> None:
+    from dif.ir.builder import ProgramBuilder
+
+    b = ProgramBuilder("norm_modulate")
+    x = b.input("x", (2, 40, length), dtype)
+    s, t = b.input("s", (2, 1, length), dtype), b.input("t", (2, 1, length), dtype)
+    b.output(b.emit("norm_modulate", x, s, t, kind="layer", eps=1e-6))
+    program = b.build()
+    tensors = _tensors(program)
+    node = program.nodes[0]
+    (step,) = lower_node(LowerCtx(_FakeBackend(sigs), OPS), node, [tensors[o] for o in node.operands],
+                         [tensors[r.name] for r in node.results])  # fmt: skip
+    assert step.name == kernel
+    _check_args(step)
+    if "warp" in kernel:  # one warp per row: 8 rows per 256-thread block
+        assert step.grid == (-(-80 // 8),) and step.block == (256,)

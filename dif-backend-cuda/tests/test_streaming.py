@@ -219,6 +219,13 @@ def test_profile_times_the_stream_steps_under_their_kind() -> None:
     exe = backend.prepare(program, plan_keeping(program, 0, profile=backend.profile()), _weights(program))
     prof = exe.profile(iters=1)
     assert prof["stream-wait"]["steps"] == 4 and prof["stream-copy"]["steps"] == 4 and prof["linear"]["steps"] >= 4
+    by_shape = exe.profile(iters=1, by="shape")
+    linear = {k: v for k, v in by_shape.items() if k.startswith("linear ")}
+    assert sum(v["steps"] for v in linear.values()) == prof["linear"]["steps"]
+    types = program.types
+    first = next(n for n in program.nodes if n.op == "linear")
+    shape = "x".join(map(str, types[first.operands[0]].shape))
+    assert any(k.startswith(f"linear {shape},") and "[" in k for k in linear), linear
 
 
 @pytest.mark.cuda

@@ -245,29 +245,42 @@ class CudaExecutable:
         stream.synchronize()
         return {name: host.copy() for name, host in self.out_host.items()}
 
-    def profile(self, iters: int = 3) -> dict[str, dict[str, float]]:
+    def profile(self, iters: int = 3, by: str = "op") -> dict[str, dict[str, float]]:
         """Device milliseconds per op (eager, a CUDA event after every step; mean over `iters` runs) and
-        step counts: {op: {"ms": ..., "steps": ...}}. Launch gaps of tiny steps count toward their op."""
+        step counts: {key: {"ms": ..., "steps": ...}}. Launch gaps of tiny steps count toward their op.
+        `by="shape"` splits each op by operand/result shapes and the lowering chosen, which tells apart
+        e.g. the GEMMs of one model (what a per-op total cannot say)."""
         import cupy
 
         stream = self.backend.stream
         events = [cupy.cuda.Event() for _ in range(len(self.steps) + 1)]
         # a streaming step is timed under its kind: "stream-wait" is how long the main stream stalled
         # for a weight block still on its way
-        nodes = self.program.node_by_id
-        ops = [s.kind if n == STREAM_STEP else nodes[n].op for n, s in zip(self.step_nodes, self.steps, strict=True)]
+        keys = [
+            s.kind if n == STREAM_STEP else self._profile_key(n, by)
+            for n, s in zip(self.step_nodes, self.steps, strict=True)
+        ]
         out: dict[str, dict[str, float]] = {}
-        for op in ops:
-            out.setdefault(op, {"ms": 0.0, "steps": 0})["steps"] += 1
+        for key in keys:
+            out.setdefault(key, {"ms": 0.0, "steps": 0})["steps"] += 1
         for _ in range(iters):
             events[0].record(stream)
             for k, step in enumerate(self.steps):
                 step(stream)
                 events[k + 1].record(stream)
             events[-1].synchronize()
-            for k, op in enumerate(ops):
-                out[op]["ms"] += cupy.cuda.get_elapsed_time(events[k], events[k + 1]) / iters
+            for k, key in enumerate(keys):
+                out[key]["ms"] += cupy.cuda.get_elapsed_time(events[k], events[k + 1]) / iters
         return dict(sorted(out.items(), key=lambda kv: -kv[1]["ms"]))
+
+    def _profile_key(self, node_id: int, by: str) -> str:
+        node = self.program.node_by_id[node_id]
+        if by == "op":
+            return node.op
+        types = self.program.types
+        shapes = ",".join("x".join(map(str, types[name].shape)) if name in types else "-" for name in node.operands)
+        results = ",".join("x".join(map(str, r.type.shape)) for r in node.results)
+        return f"{node.op} {shapes} -> {results} [{self.choices.get(node_id, '')}]"
 
     def describe(self) -> str:
         kinds: dict[str, int] = {}

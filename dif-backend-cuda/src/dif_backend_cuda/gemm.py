@@ -23,7 +23,6 @@ OP_N, OP_T = 0, 1
 
 
 TUNE_CANDIDATES = 8  # heuristic results timed per distinct problem
-TUNE_REPS = 3
 
 
 class LtContext:
@@ -178,33 +177,21 @@ class LtMatmul:
         return int(self.heuristic.ctypes.data + self.choice * self.heuristic.dtype.itemsize + field)
 
     def tune(self, stream: Any) -> str:
-        """Pick the fastest of the heuristic's candidates by timing each on this problem's own buffers
-        (CUDA events, best of `TUNE_REPS`), once per distinct shape/layout/alignment; returns a summary.
-        Running it writes only the output buffer, which the forward overwrites anyway."""
-        import cupy
+        """Pick the fastest of the heuristic's candidates on this problem's own buffers (`tuning.fastest`),
+        once per distinct shape/layout/alignment; returns a summary. Running it writes only the output
+        buffer, which the forward overwrites anyway."""
+        from dif_backend_cuda.tuning import fastest
 
         p = self.p
         key = (*(getattr(p, f) for f in ("dtype", "m", "n", "k", "lda", "ldb", "ldd", "trans_a", "trans_b", "alpha")),
                p.batch, bool(p.bias), *(_alignment(a) for a in (p.a, p.b, p.d)))  # fmt: skip
         if key not in self.ctx.tuned:
-            start, end = cupy.cuda.Event(), cupy.cuda.Event()
-            best, best_ms = 0, float("inf")
-            for choice in range(self.candidates):
+
+            def run(choice: int) -> None:
                 self.choice = choice
-                ms = float("inf")
-                try:
-                    self(stream)  # warm-up; an algorithm that fails here is skipped
-                    for _ in range(TUNE_REPS):
-                        start.record(stream)
-                        self(stream)
-                        end.record(stream)
-                        end.synchronize()
-                        ms = min(ms, cupy.cuda.get_elapsed_time(start, end))
-                except Exception:  # noqa: BLE001 - a candidate cuBLASLt cannot run is simply not chosen
-                    stream.synchronize()
-                if ms < best_ms:
-                    best, best_ms = choice, ms
-            self.ctx.tuned[key] = best
+                self(stream)
+
+            self.ctx.tuned[key] = fastest(run, self.candidates, stream)[0]
         self.choice = self.ctx.tuned[key]
         return f"algorithm {self.choice + 1} of {self.candidates}"
 

@@ -32,7 +32,8 @@ from dif_backend_cuda.lower import (
 )
 
 FUSED_OPS = ("norm_modulate", "gated_residual", "rms_norm_rope")
-ROPE_ROWS = 4  # rows per warp of rms_norm_rope_vec (ROPE_ROWS in kernels/fused.cu)
+ROPE_ROWS = (8, 4)  # heads per warp of the rms_norm_rope_vec<RR> kernels, preferred first
+WARP_CHUNKS = (4, 8, 12, 16, 20, 24)  # 16-byte chunks per lane of the norm_modulate_warp<N> kernels
 
 
 def aligned(elements: int, *tensors: DevTensor) -> bool:
@@ -63,6 +64,12 @@ def _norm_modulate(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Ts, outs: Ts) -
     lead = list(x.shape[:-1])
     ss, ts = broadcast_strides(s.shape, x.shape), broadcast_strides(t.shape, x.shape)
     meta = ctx.meta([len(lead), *lead, *ss[:-1], *ts[:-1]])
+    chunk = 16 // x.dtype.itemsize  # values per 16-byte load
+    chunks = length // (32 * chunk)
+    if ss[-1] == ts[-1] == 1 and chunks in WARP_CHUNKS and length % (32 * chunk) == 0 and aligned(chunk, x, s, t, y):
+        args = [ptr(x), ptr(s), ptr(t), ptr(y), meta, i64(rows), f32(attrs["eps"]), np.int32(attrs["kind"] == "rms")]
+        warps = THREADS // 32
+        return [ctx.kernel("fused", f"norm_modulate_warp{chunks}_{dt}", (-(-rows // warps),), (THREADS,), args)]
     if ss[-1] == ts[-1] == 1 and length % 8 == 0 and length <= 8 * 1024 and aligned(4, x, s, t, y):
         args = [ptr(x), ptr(s), ptr(t), ptr(y), meta, i64(length), f32(attrs["eps"]), np.int32(attrs["kind"] == "rms")]
         # 16 values per thread on long rows: half the threads, twice the bytes each in flight (the kernel
@@ -111,11 +118,12 @@ def _rms_norm_rope(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Ts, outs: Ts) -
     grid = (-(-rows // warps),)
     pairs = attrs["mode"] == "pairs"
     common = [f32(attrs["eps"]), f32(attrs["offset"]), np.int32(attrs["round_before_weight"]), np.int32(pairs)]
-    fits = dim == 128 and heads % ROPE_ROWS == 0 and rows < 2**31 and xt % 4 == 0 and yt % 4 == 0
+    per_warp = next((r for r in ROPE_ROWS if heads % r == 0), 0)
+    fits = dim == 128 and per_warp and rows < 2**31 and xt % 4 == 0 and yt % 4 == 0
     if fits and (rot % 4 == 0 if pairs else rot == 128) and aligned(4, x, y):
         args = [ptr(x), ptr(w), ptr(c), ptr(s), ptr(y), i64(rows), i64(seq), i64(heads), i64(rot), *common]
-        vec_grid = (-(-rows // (warps * ROPE_ROWS)),)
-        name = f"rms_norm_rope_vec_{dt}_{wt}_{ct}"
+        vec_grid = (-(-rows // (warps * per_warp)),)
+        name = f"rms_norm_rope_vec{per_warp}_{dt}_{wt}_{ct}"
         return [ctx.kernel("fused", name, vec_grid, (THREADS,), [*args, i64(xt), i64(yt)])]
     shared = warps * dim * 4
     if shared > 48 * 1024:

@@ -14,6 +14,7 @@ from attrs import evolve
 from dif.ir.program import Node
 from dif_backend_cuda.lower import (
     FLOATS,
+    THREADS,
     Attrs,
     DevTensor,
     LowerCtx,
@@ -208,9 +209,9 @@ def _sdpa(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Ts, outs: Ts) -> Steps:
     scale = attrs["scale"] or 1.0 / math.sqrt(d)
     causal = bool(attrs["causal"])
     strides = [row_stride(node, t, 2) for t in (q, k, v, o)]
-    step = _cudnn_step(ctx, node, q, k, v, o, mask is not None, scale, causal, strides)
-    if step is not None:
-        return [step]
+    cudnn_steps = _cudnn_steps(ctx, node, q, k, v, mask, o, scale, causal, strides)
+    if cudnn_steps is not None:
+        return cudnn_steps
     if dv > FA_MAX_DV and mask is None and not causal:
         steps = _sdpa_by_gemms(ctx, node, q, k, v, o, scale, strides)
         if steps is not None:
@@ -288,18 +289,21 @@ def _sdpa_by_gemms(
     return steps
 
 
-def _cudnn_step(
+def _cudnn_steps(
     ctx: LowerCtx,
     node: Node,
     q: DevTensor,
     k: DevTensor,
     v: DevTensor,
+    mask: DevTensor | None,
     o: DevTensor,
-    masked: bool,
     scale: float,
     causal: bool,
     strides: list[int],
-) -> Any | None:
+) -> Steps | None:
+    """cuDNN's SDPA for this node, with a key mask as a score bias filled from the mask before it and the
+    fully masked query rows zeroed after it (sdpa.py); None (saying why in `ctx.choices`) when cuDNN is
+    not chosen or cannot run it."""
     from dif_backend_cuda.sdpa import CudnnSdpa, eligible
 
     choice = ctx.backend.options["sdpa"]
@@ -308,20 +312,36 @@ def _cudnn_step(
         return None
     b, sq, hq, d = q.shape
     skv, hkv, dv = k.shape[1], k.shape[2], v.shape[3]
-    reason = eligible(q.dtype, d, dv, sq, skv, masked, causal)
+    reason = eligible(q.dtype, d, dv, sq, skv, causal)
     handle = ctx.backend.cudnn() if not reason else None
     if handle is None and not reason:
         reason = f"cuDNN unavailable: {ctx.backend._cudnn_error}"
     if handle is not None and not reason:
-        try:
-            step = CudnnSdpa(
-                handle, q.dtype, b, sq, skv, hq, hkv, d, q.ptr, k.ptr, v.ptr, o.ptr, scale, causal, strides
-            )
-        except Exception as exc:
-            reason = f"cuDNN rejected it: {type(exc).__name__}: {str(exc)[:200]}"
-        else:
-            ctx.choices[node.id] = f"cudnn-sdpa ({step.choice})"
-            return step
+        import cupy
+
+        # a key mask's bias: one row broadcast over the queries, else one per query; it lives outside the
+        # plan's arena, owned by the SDPA step (so as long as the graph)
+        for rows in (1, sq) if mask is not None else (0,):
+            bias = cupy.cuda.Memory(b * rows * skv * q.dtype.itemsize) if rows else None
+            try:
+                step = CudnnSdpa(
+                    handle, q.dtype, b, sq, skv, hq, hkv, d, q.ptr, k.ptr, v.ptr, o.ptr, scale, causal, strides,
+                    key_bias=bias.ptr if bias is not None else 0, bias_rows=rows,
+                )  # fmt: skip
+            except Exception as exc:
+                reason = f"cuDNN rejected it: {type(exc).__name__}: {str(exc)[:200]}"
+                continue
+            if bias is None:
+                ctx.choices[node.id] = f"cudnn-sdpa ({step.choice})"
+                return [step]
+            ctx.choices[node.id] = f"cudnn-sdpa ({step.choice}, key mask as a bias of {rows} row(s))"
+            step.scratch = bias
+            dt, n = q.dtype.value, b * rows * skv
+            to_bias = ctx.flat("attention", f"sdpa_mask_bias_{dt}", n, [
+                ptr(mask), np.uint64(bias.ptr), i64(n), i64(skv), i64(rows)])  # fmt: skip
+            zero_rows = ctx.kernel("attention", f"sdpa_zero_masked_rows_{dt}", (b,), (THREADS,), [
+                ptr(mask), ptr(o), i64(sq), i64(skv), i64(hq * dv), i64(strides[3]), np.int32(causal)])  # fmt: skip
+            return [to_bias, step, zero_rows]
     if choice == "cudnn":
         raise unsupported(node, f"cuDNN SDPA requested but not possible: {reason}")
     ctx.choices[node.id] = f"nvrtc-flash ({reason})"

@@ -3,8 +3,11 @@ heads, our [B, S, H, D] layout given to cuDNN as strides of its [B, H, S, D] vie
 apart than H * D: views inside wider buffers, `dif.plan.views`). Built once at
 prepare time over fixed device pointers; executing it is graph-capturable.
 
-Eligibility (else the NVRTC flash kernel runs): fp16/bf16, no key mask, D == Dv, D a multiple of 8
-and at most 256, and causal only when Sq == Skv (cuDNN's causal mask is top-left aligned).
+Eligibility (else the NVRTC flash kernel runs): fp16/bf16, D == Dv, D a multiple of 8 and at most 256,
+and causal only when Sq == Skv (cuDNN's causal mask is top-left aligned). A key mask reaches cuDNN as an
+additive score bias [B, 1, 1, Skv] (`key_bias`; [B, 1, Sq, Skv] where cuDNN refuses to broadcast over the
+queries), which the lowering fills from the mask on every run and follows with a kernel zeroing the query
+rows whose keys are all masked (kernels/attention.cu).
 """
 
 from __future__ import annotations
@@ -12,8 +15,6 @@ from __future__ import annotations
 from typing import Any
 
 from dif.dtypes import DType
-
-TUNE_REPS = 3
 
 
 class CudnnContext:
@@ -33,9 +34,9 @@ class CudnnContext:
 
     def build_fastest(self, graph: Any, pack: dict[Any, int], key: tuple[Any, ...]) -> tuple[Any, str]:
         """Build `graph` (execution plans already created) with its fastest candidate plan, timed on its
-        own buffers (CUDA events, best of `TUNE_REPS`) once per `key`; returns (workspace, summary).
-        Building a plan at an index makes it the one `execute` runs. Without tuning, or when the
-        frontend cannot build plans one at a time, cuDNN's own first choice is built."""
+        own buffers (`tuning.fastest`) once per `key`; returns (workspace, summary). Building a plan at an
+        index makes it the one `execute` runs. Without tuning, or when the frontend cannot run plans by
+        index, cuDNN's own first choice is built."""
         import cupy
 
         try:
@@ -50,40 +51,32 @@ class CudnnContext:
     def _build_tuned(self, graph: Any, pack: dict[Any, int], key: tuple[Any, ...], count: int) -> tuple[Any, str]:
         import cupy
 
+        from dif_backend_cuda.tuning import fastest
+
         if key not in self.tuned:
-            start, end = cupy.cuda.Event(), cupy.cuda.Event()
-            best, best_ms = -1, float("inf")
+            # every plan built once, then run by index (a plan that did not build fails there and is dropped)
+            graph.build_plans(self.lib.build_plan_policy.ALL)
+            need = 1
             for index in range(count):
                 try:
-                    graph.build_plan_at_index(index)
-                    workspace = cupy.cuda.Memory(max(1, int(graph.get_workspace_size())))
-                    graph.execute(pack, workspace.ptr, handle=self.handle)
-                    ms = float("inf")
-                    for _ in range(TUNE_REPS):
-                        start.record(self.stream)
-                        graph.execute(pack, workspace.ptr, handle=self.handle)
-                        end.record(self.stream)
-                        end.synchronize()
-                        ms = min(ms, cupy.cuda.get_elapsed_time(start, end))
-                except Exception:  # noqa: BLE001 - a plan that cannot build or run is simply not chosen
-                    self.stream.synchronize()
+                    need = max(need, int(graph.get_workspace_size_plan_at_index(index)))
+                except Exception:  # noqa: BLE001 - not built
                     continue
-                if ms < best_ms:
-                    best, best_ms = index, ms
-            if best < 0:
-                raise RuntimeError(f"none of the {count} cuDNN execution plans could run")
-            self.tuned[key] = best
+            scratch = cupy.cuda.Memory(need)
+
+            def run(index: int) -> None:
+                graph.execute_plan_at_index(pack, scratch.ptr, index, handle=self.handle)
+
+            self.tuned[key] = fastest(run, count, self.stream)[0]
         graph.build_plan_at_index(self.tuned[key])
         workspace = cupy.cuda.Memory(max(1, int(graph.get_workspace_size())))
         return workspace, f"plan {self.tuned[key] + 1} of {count}"
 
 
-def eligible(dtype: DType, d: int, dv: int, sq: int, skv: int, masked: bool, causal: bool) -> str:
+def eligible(dtype: DType, d: int, dv: int, sq: int, skv: int, causal: bool) -> str:
     """'' when cuDNN can run this attention, else the reason it cannot."""
     if dtype not in (DType.F16, DType.BF16):
         return f"dtype {dtype.value} (cuDNN SDPA takes fp16/bf16)"
-    if masked:
-        return "key mask"
     if d != dv or d % 8 or d > 256:
         return f"head dims q/k {d}, v {dv}"
     if causal and sq != skv:
@@ -113,6 +106,8 @@ class CudnnSdpa:
         scale: float,
         causal: bool,
         token_strides: list[int],
+        key_bias: int = 0,
+        bias_rows: int = 1,
     ) -> None:
         cudnn = ctx.lib
         dt = cudnn.data_type.BFLOAT16 if dtype == DType.BF16 else cudnn.data_type.HALF
@@ -126,6 +121,10 @@ class CudnnSdpa:
 
         tq, tk, tv = bshd("q", sq, hq, qt), bshd("k", skv, hkv, kt), bshd("v", skv, hkv, vt)
         kwargs = {"name": "sdpa", "q": tq, "k": tk, "v": tv, "attn_scale": scale, "use_causal_mask": causal}
+        if key_bias:  # [B, 1, bias_rows, Skv] added to every head's (and, with 1 row, every query's) scores
+            n = bias_rows * skv
+            tb = g.tensor(name="bias", dim=[b, 1, bias_rows, skv], stride=[n, n, skv, 1], data_type=dt)
+            kwargs["bias"] = tb
         try:
             out, _stats = g.sdpa(generate_stats=False, **kwargs)
         except TypeError:  # older frontends spell it is_inference
@@ -137,7 +136,9 @@ class CudnnSdpa:
         g.check_support()
         self.ctx, self.graph = ctx, g
         self.pack = {tq: q, tk: k, tv: v, out: o}
-        key = ("sdpa", dtype, b, sq, skv, hq, hkv, d, scale, causal, *token_strides)
+        if key_bias:
+            self.pack[kwargs["bias"]] = key_bias
+        key = ("sdpa", dtype, b, sq, skv, hq, hkv, d, scale, causal, bool(key_bias), bias_rows, *token_strides)
         self.workspace, self.choice = ctx.build_fastest(g, self.pack, key)
 
     def __call__(self, stream: Any) -> None:

@@ -94,3 +94,35 @@ __device__ __forceinline__ void flash_impl(const T* __restrict__ q, const T* __r
 FLASH(f32)
 FLASH(f16)
 FLASH(bf16)
+
+// ---- around cuDNN's SDPA when the node has a key mask [B, Skv] ------------------------------------------
+// The mask becomes an additive score bias [B, rows, Skv] (0: the key may be attended; rows = 1, or Sq
+// when cuDNN wants the query axis spelled out). The bias is finite, so a
+// query row whose keys are all masked comes out of cuDNN as a plain average instead of NaN; the second
+// kernel then zeroes exactly those rows, as the op defines. Causal (only with Sq == Skv on this path):
+// row i is fully masked when the batch row's first valid key comes after i.
+#define SDPA_MASKED_BIAS -30000.0f  // exp of it underflows to 0 in fp32; finite in f16 and bf16
+#define SDPA_MASK(TN)                                                                                      \
+  extern "C" __global__ void sdpa_mask_bias_##TN(const b8* __restrict__ mask, TN* __restrict__ bias, i64 n,  \
+                                                 i64 skv, i64 rows) {                                      \
+    for (i64 i = THREAD_FIRST; i < n; i += THREAD_STEP) {                                                  \
+      const i64 key = i / skv / rows * skv + i % skv; /* bias [B, rows, Skv] from mask [B, Skv] */          \
+      bias[i] = from_f<TN>(mask[key].x ? 0.0f : SDPA_MASKED_BIAS);                                         \
+    }                                                                                                      \
+  }                                                                                                        \
+  extern "C" __global__ void sdpa_zero_masked_rows_##TN(const b8* __restrict__ mask, TN* __restrict__ o, i64 sq, \
+                                                        i64 skv, i64 width, i64 ot, int causal) {         \
+    const i64 b = blockIdx.x;                                                                              \
+    float first = (float)skv;                                                                              \
+    for (i64 j = threadIdx.x; j < skv; j += blockDim.x)                                                    \
+      if (mask[b * skv + j].x) first = fminf(first, (float)j);                                             \
+    first = -block_max(-first);                                                                            \
+    const i64 rows = causal ? (i64)fminf(first, (float)sq) : (first >= (float)skv ? sq : 0);               \
+    for (i64 e = threadIdx.x; e < rows * width; e += blockDim.x) {                                         \
+      const i64 r = e / width;                                                                             \
+      o[(b * sq + r) * ot + (e - r * width)] = from_f<TN>(0.0f);                                           \
+    }                                                                                                      \
+  }
+SDPA_MASK(f32)
+SDPA_MASK(f16)
+SDPA_MASK(bf16)

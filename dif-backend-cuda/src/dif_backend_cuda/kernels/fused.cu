@@ -167,10 +167,11 @@ template <class T>
 struct alignas(4 * sizeof(T)) R4 {
   T v[4];
 };
-#define ROPE_ROWS 4  // heads per warp in the vectorized kernel: their loads are all in flight at once
-// The ROPE_ROWS rows of a warp are heads of one token (heads % ROPE_ROWS == 0), so the token's table row
-// is read once per warp, and the index arithmetic is 32-bit (rows < 2^31).
-template <class T, class TW, class TC>
+// RR heads per warp (4 or 8: rms_norm_rope_vec<RR>): their loads are all in flight at once, 8 when the head
+// count allows, since one head is only 256 bytes per warp. The RR rows of a warp are heads of one token
+// (heads % RR == 0), so the token's table row is read once per warp, and the index arithmetic is 32-bit
+// (rows < 2^31).
+template <class T, class TW, class TC, int ROPE_ROWS>
 __device__ __forceinline__ void rms_norm_rope_vec_impl(const T* __restrict__ x, const TW* __restrict__ w,
                                                        const TC* __restrict__ cs, const TC* __restrict__ sn,
                                                        T* __restrict__ y, i64 rows, i64 seq, i64 heads, i64 rot,
@@ -223,6 +224,14 @@ __device__ __forceinline__ void rms_norm_rope_vec_impl(const T* __restrict__ x, 
     *reinterpret_cast<R4<T>*>(yr + k * 128) = out;
   }
 }
+#define NORM_ROPE_VEC(TN, WN, CN, RR)                                                                      \
+  extern "C" __global__ void rms_norm_rope_vec##RR##_##TN##_##WN##_##CN(                                    \
+      const TN* __restrict__ x, const WN* __restrict__ w, const CN* __restrict__ c, const CN* __restrict__ s, \
+      TN* __restrict__ y, i64 rows, i64 seq, i64 heads, i64 rot, float eps, float offset, int round_first,  \
+      int pairs, i64 xt, i64 yt) {                                                                         \
+    rms_norm_rope_vec_impl<TN, WN, CN, RR>(x, w, c, s, y, rows, seq, heads, rot, eps, offset, round_first, pairs, \
+                                           xt, yt);                                                        \
+  }
 #define NORM_ROPE(TN, WN, CN)                                                                              \
   extern "C" __global__ void rms_norm_rope_##TN##_##WN##_##CN(                                             \
       const TN* __restrict__ x, const WN* __restrict__ w, const CN* __restrict__ c, const CN* __restrict__ s, \
@@ -231,13 +240,8 @@ __device__ __forceinline__ void rms_norm_rope_vec_impl(const T* __restrict__ x, 
     rms_norm_rope_impl<TN, WN, CN>(x, w, c, s, y, rows, seq, heads, dim, rot, eps, offset, round_first, pairs, xt, \
                                    yt);                                                                    \
   }                                                                                                        \
-  extern "C" __global__ void rms_norm_rope_vec_##TN##_##WN##_##CN(                                         \
-      const TN* __restrict__ x, const WN* __restrict__ w, const CN* __restrict__ c, const CN* __restrict__ s, \
-      TN* __restrict__ y, i64 rows, i64 seq, i64 heads, i64 rot, float eps, float offset, int round_first,  \
-      int pairs, i64 xt, i64 yt) {                                                                         \
-    rms_norm_rope_vec_impl<TN, WN, CN>(x, w, c, s, y, rows, seq, heads, rot, eps, offset, round_first, pairs, xt, \
-                                       yt);                                                                \
-  }
+  NORM_ROPE_VEC(TN, WN, CN, 4)                                                                             \
+  NORM_ROPE_VEC(TN, WN, CN, 8)
 #define NORM_ROPE_C(TN, WN) NORM_ROPE(TN, WN, f32) NORM_ROPE(TN, WN, f16) NORM_ROPE(TN, WN, bf16)
 #define NORM_ROPE_ALL(TN) NORM_ROPE_C(TN, f32) NORM_ROPE_C(TN, f16) NORM_ROPE_C(TN, bf16)
 NORM_ROPE_ALL(f32)
@@ -308,6 +312,84 @@ __device__ __forceinline__ void norm_modulate_vec_impl(const T* __restrict__ x, 
     *reinterpret_cast<V4<T>*>(y + row * len + j0 + 4 * c) = o;
   }
 }
+
+// norm_modulate with one warp per row, for rows of len = 32 * N * P (P values of 16 bytes per chunk, N chunks
+// per lane, lane-interleaved so each warp load covers 512 contiguous bytes). The row stays in registers in
+// storage precision and both statistics are warp reductions: no shared memory and no block barrier, so a
+// block holds 8 independent rows and many rows' loads are in flight per SM (the block-per-row kernel above
+// waits on two block reductions per row). x, s, t, y 16-byte aligned; scale and shift contiguous in the row.
+template <class T>
+struct alignas(16) C16 {
+  T v[16 / sizeof(T)];
+};
+template <class T, int N>
+__device__ __forceinline__ void norm_modulate_warp_impl(const T* __restrict__ x, const T* __restrict__ s,
+                                                        const T* __restrict__ t, T* __restrict__ y,
+                                                        const i64* __restrict__ meta, i64 rows, float eps,
+                                                        int is_rms) {
+  constexpr int P = 16 / sizeof(T);
+  constexpr i64 len = 32 * N * P;
+  const int lane = threadIdx.x & 31;
+  const i64 row = (i64)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+  if (row >= rows) return;  // whole warps leave together
+  const C16<T>* xr = reinterpret_cast<const C16<T>*>(x + row * len);
+  C16<T> a[N];
+#pragma unroll
+  for (int k = 0; k < N; ++k) a[k] = xr[k * 32 + lane];
+  float acc = 0.0f;
+#pragma unroll
+  for (int k = 0; k < N; ++k)
+#pragma unroll
+    for (int e = 0; e < P; ++e) {
+      const float f = to_f(a[k].v[e]);
+      acc += is_rms ? f * f : f;
+    }
+  float mu = 0.0f, var;
+  if (is_rms) {
+    var = warp_sum(acc) / (float)len;
+  } else {
+    mu = warp_sum(acc) / (float)len;
+    float q = 0.0f;
+#pragma unroll
+    for (int k = 0; k < N; ++k)
+#pragma unroll
+      for (int e = 0; e < P; ++e) {
+        const float d = to_f(a[k].v[e]) - mu;
+        q += d * d;
+      }
+    var = warp_sum(q) / (float)len;
+  }
+  const float denom = sqrtf(var + eps);
+  i64 so, to;
+  lead_offsets(row, meta, so, to);
+  const C16<T>* sr = reinterpret_cast<const C16<T>*>(s + so);
+  const C16<T>* tr = reinterpret_cast<const C16<T>*>(t + to);
+  C16<T>* yr = reinterpret_cast<C16<T>*>(y + row * len);
+#pragma unroll
+  for (int k = 0; k < N; ++k) {
+    const C16<T> sc = sr[k * 32 + lane], sh = tr[k * 32 + lane];
+    C16<T> o;
+#pragma unroll
+    for (int e = 0; e < P; ++e) {
+      const float n = round_to<T>((to_f(a[k].v[e]) - mu) / denom);
+      o.v[e] = from_f<T>(n * (1.0f + to_f(sc.v[e])) + to_f(sh.v[e]));
+    }
+    yr[k * 32 + lane] = o;
+  }
+}
+#define NORM_MODULATE_WARP(TN, N)                                                                          \
+  extern "C" __global__ void norm_modulate_warp##N##_##TN(const TN* __restrict__ x, const TN* __restrict__ s, \
+                                                          const TN* __restrict__ t, TN* __restrict__ y,     \
+                                                          const i64* __restrict__ meta, i64 rows, float eps, \
+                                                          int is_rms) {                                     \
+    norm_modulate_warp_impl<TN, N>(x, s, t, y, meta, rows, eps, is_rms);                                    \
+  }
+#define NORM_MODULATE_WARPS(TN)                                                                            \
+  NORM_MODULATE_WARP(TN, 4) NORM_MODULATE_WARP(TN, 8) NORM_MODULATE_WARP(TN, 12) NORM_MODULATE_WARP(TN, 16) \
+  NORM_MODULATE_WARP(TN, 20) NORM_MODULATE_WARP(TN, 24)
+NORM_MODULATE_WARPS(f32)
+NORM_MODULATE_WARPS(f16)
+NORM_MODULATE_WARPS(bf16)
 
 // gated_residual where x, y and the output share one shape [rows, d] and the gate is [G, 1.., d] with
 // G dividing rows (an adaLN gate per batch row): 4 elements per item, d % 4 == 0, pointers aligned.
