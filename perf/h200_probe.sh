@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One GPU-machine call for the library ceilings of the klein shapes (perf/probe_attention_gemm.py), the CUDA
 # backend tests, and dif's klein-9B forward timed by op and by shape (no torch.compile), with the GPU's SM clock
-# and power sampled during it. Results under $OUT.
+# and power sampled during it. Results under $OUT. Environment: PARTS (probe parts; empty: none), TESTS=0 (skip the
+# tests), MODELS, BENCH_ARGS (more bench_denoiser.py options, e.g. "--pipeline --pipeline-models klein-4b").
 # Device call (repo root, carry [".whl"]):  bash perf/h200_probe.sh 2>&1 | tee $OUT/probe.log | tail -60
 set -uo pipefail
 export PYTHONUNBUFFERED=1
@@ -23,6 +24,6 @@ fi
 nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu --format=csv -lms 100 >"$OUT/clocks.csv" &
 SMI=$!
 timeout 240 python3 perf/bench_denoiser.py --models "${MODELS:-klein-9b}" --iters 10 --budget-s 10 --profile-iters 3 \
-  --profile-max-s 5 --out-dir "$OUT"
+  --profile-max-s 5 --out-dir "$OUT" ${BENCH_ARGS:-}
 echo "bench rc=$?"
 kill $SMI

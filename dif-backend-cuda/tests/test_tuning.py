@@ -85,7 +85,7 @@ def test_median_ignores_one_slow_round(device: FakeDevice) -> None:
     slow_calls = [0]
 
     def cost(index: int, nth: int) -> float:
-        if index == 1 and nth == 2:  # candidate 1's first round (nth 1 was its probe): slow 0's next batch
+        if index == 1 and nth == 3:  # candidate 1's first round (nth 1, 2 were its probe): slow 0's next batch
             slow_calls[0] = tuning.BATCH
         if index == 0 and slow_calls[0]:
             slow_calls[0] -= 1
@@ -102,3 +102,11 @@ def test_failing_candidates_are_dropped_and_all_failing_raises(device: FakeDevic
     assert index == 1 and 2 not in device.calls
     with pytest.raises(RuntimeError, match="none of the 2 candidates"):
         tuning.fastest(runner(device, lambda i, n: 1.0, fails={0, 1}), 2, Stream())
+
+
+def test_a_far_slower_candidate_is_not_timed_past_its_probe(device: FakeDevice) -> None:
+    """Probed with two calls (the first pays lazy loading: here 10x), then dropped at 3x the best."""
+    costs = [1.0, 3.0, 1.1]
+    index, _ = tuning.fastest(runner(device, lambda i, n: costs[i] * (10 if n == 1 else 1)), 3, Stream())
+    assert index == 0
+    assert device.calls.count(1) == 2 and device.calls.count(2) > 2

@@ -5,7 +5,8 @@ Timing has to survive two effects that would otherwise decide the choice: the GP
 idle over tens of milliseconds (whichever candidate is timed first looks slow), and a long forward runs
 at the power limit (a candidate that wins one isolated call may not win back-to-back). So the device is
 first kept busy for `WARM_MS`, then every candidate is timed `ROUNDS` times in turn, each time over
-`BATCH` back-to-back calls, and the median decides.
+`BATCH` back-to-back calls, and the median decides. Candidates more than `PRUNE` times slower than the
+best on one (second) call are dropped first: slow cuDNN convolution plans would otherwise cost seconds.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ WARM_MS = 30.0
 ROUNDS = 5
 BATCH = 3
 WARM_LIMIT = 200  # calls at most while warming (a tiny problem never reaches WARM_MS)
+PRUNE = 1.5  # candidates slower than this many times the best single call are not timed further
 
 
 def fastest(run: Callable[[int], None], count: int, stream: Any) -> tuple[int, float]:
@@ -35,16 +37,18 @@ def fastest(run: Callable[[int], None], count: int, stream: Any) -> tuple[int, f
         end.synchronize()
         return cupy.cuda.get_elapsed_time(start, end)
 
-    alive: list[int] = []
+    probe: dict[int, float] = {}
     for index in range(count):
         try:
-            timed(index, 1)
+            timed(index, 1)  # the first call pays lazy module loading and library setup
+            probe[index] = timed(index, 1)
         except Exception:  # noqa: BLE001 - a candidate the library cannot run is simply not chosen
             stream.synchronize()
-        else:
-            alive.append(index)
-    if not alive:
+    if not probe:
         raise RuntimeError(f"none of the {count} candidates could run")
+    # a candidate far behind on one call cannot win; timing it further would only lengthen prepare
+    alive = sorted(probe, key=probe.__getitem__)
+    alive = [i for i in alive if probe[i] <= PRUNE * probe[alive[0]]]
     warmed, calls = 0.0, 0
     while warmed < WARM_MS and calls < WARM_LIMIT:
         warmed += timed(alive[0], 4)
