@@ -6,7 +6,8 @@
 #            4 steps 1024^2 with per-stage times, diffusers eager / compiled vs dif's pipeline (9B, then 4B when
 #            time is left); one `dif flux2 generate --json` run in a fresh process (embedded demo model)
 #   stage 3  the table again, read back from the JSON (so it prints even when stage 2 ran out of time)
-# Device call (repo root, carry [".whl"], timeout_s 600):  set -o pipefail; bash perf/h200_fused.sh 2>&1 | tee $OUT/run.log
+# Device call (repo root, carry [".whl"], timeout_s 600):  set -o pipefail; COMMIT=<sha> bash perf/h200_fused.sh 2>&1 | tee $OUT/run.log
+# (COMMIT: the device copy's git metadata can be stale, so name the commit being measured)
 # DRY=1 checks the script on a machine without a GPU (torch CPU + dif's CPU backend, miniatures, no pip install).
 set -uo pipefail
 export PYTHONUNBUFFERED=1

@@ -18,28 +18,22 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import statistics
+import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from dif_device_bridge import Device  # noqa: E402
+
 REPS = 15
+GPU = Device("cuda")
 
 
-def timed(fn: Callable[[], None], reps: int = REPS) -> float:
+def timed(fn: Callable[[], Any], reps: int = REPS) -> float:
     """Median milliseconds of `fn` on the legacy default stream (shared by torch and dif's steps)."""
-    import torch
-
-    for _ in range(3):
-        fn()
-    times = []
-    for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
+    return GPU.torch_median(fn, reps, 3)[0]
 
 
 def sdpa_layouts(s: int, h: int, d: int) -> dict[str, tuple[int, int, int, int]]:
