@@ -211,6 +211,23 @@ def test_planned_views_lower_to_matching_kernels_without_copies(sigs: dict[str, 
     assert "rms_norm_rope_vec4_bf16_bf16_f32" in kernels and "glu_vec_silu_bf16" in kernels
 
 
+def _lower_one(sigs: dict[str, dict[str, list[str]]], op: str, shapes: list[tuple[int, ...]], dtype: str,
+               **attrs: Any) -> Launch:  # fmt: skip
+    """The single launch one `op` node over inputs of `shapes` lowers to (argument widths checked)."""
+    from dif.ir.builder import ProgramBuilder
+
+    b = ProgramBuilder(op)
+    ins = [b.input(f"in{i}", shape, dtype) for i, shape in enumerate(shapes)]
+    b.output(b.emit(op, *ins, **attrs))
+    program = b.build()
+    tensors = _tensors(program)
+    node = program.nodes[0]
+    (step,) = lower_node(LowerCtx(_FakeBackend(sigs), OPS), node, [tensors[o] for o in node.operands],
+                         [tensors[r.name] for r in node.results])  # fmt: skip
+    _check_args(step)
+    return step
+
+
 @pytest.mark.parametrize(
     ("dtype", "length", "kernel"),
     [
@@ -224,18 +241,30 @@ def test_planned_views_lower_to_matching_kernels_without_copies(sigs: dict[str, 
 def test_norm_modulate_picks_the_warp_kernel_by_row_length(
     sigs: dict[str, dict[str, list[str]]], dtype: str, length: int, kernel: str
 ) -> None:
-    from dif.ir.builder import ProgramBuilder
-
-    b = ProgramBuilder("norm_modulate")
-    x = b.input("x", (2, 40, length), dtype)
-    s, t = b.input("s", (2, 1, length), dtype), b.input("t", (2, 1, length), dtype)
-    b.output(b.emit("norm_modulate", x, s, t, kind="layer", eps=1e-6))
-    program = b.build()
-    tensors = _tensors(program)
-    node = program.nodes[0]
-    (step,) = lower_node(LowerCtx(_FakeBackend(sigs), OPS), node, [tensors[o] for o in node.operands],
-                         [tensors[r.name] for r in node.results])  # fmt: skip
+    shapes = [(2, 40, length), (2, 1, length), (2, 1, length)]
+    step = _lower_one(sigs, "norm_modulate", shapes, dtype, kind="layer", eps=1e-6)
     assert step.name == kernel
-    _check_args(step)
     if "warp" in kernel:  # one warp per row: 8 rows per 256-thread block
         assert step.grid == (-(-80 // 8),) and step.block == (256,)
+
+
+@pytest.mark.parametrize(
+    ("op", "shapes", "dtype", "attrs", "kernel"),
+    [
+        ("silu", [(2, 40, 1536)], "bf16", {}, "unary_vec_silu_bf16"),
+        ("silu", [(3, 5)], "bf16", {}, "unary_silu_bf16"),  # 15 values: not whole 16-byte chunks
+        ("mul", [(2, 40, 1536), (2, 40, 1536)], "bf16", {}, "binary_vec_mul_bf16"),
+        ("mul", [(2, 40, 1536), (1, 1, 1536)], "bf16", {}, "binary_mul_bf16"),  # broadcast: scalar walk
+        ("add", [(4, 64), (4, 64)], "f32", {}, "binary_vec_add_f32"),
+        ("modulate", [(2, 40, 6144), (2, 1, 6144), (2, 1, 6144)], "bf16", {}, "modulate_rows_bf16"),
+        ("modulate", [(2, 40, 6144), (6144,), (6144,)], "bf16", {}, "modulate_rows_bf16"),
+        ("modulate", [(2, 40, 6144), (2, 40, 1), (2, 40, 1)], "bf16", {}, "modulate_bf16"),
+        ("rms_norm", [(2, 40, 6144), (6144,)], "bf16", {"eps": 1e-6}, "rms_norm_warp24_bf16_bf16"),
+        ("rms_norm", [(2, 40, 1000), (1000,)], "bf16", {"eps": 1e-6}, "rms_norm_bf16_bf16"),
+    ],
+)
+def test_elementwise_fast_paths_are_chosen_by_shape(
+    sigs: dict[str, dict[str, list[str]]], op: str, shapes: list[tuple[int, ...]], dtype: str, attrs: dict[str, Any],
+    kernel: str,
+) -> None:  # fmt: skip
+    assert _lower_one(sigs, op, shapes, dtype, **attrs).name == kernel

@@ -280,6 +280,32 @@ UNARY = (
 )
 
 
+CHUNK_BYTES = 16  # the unit of the `*_vec` / `*_rows` / `*_warp<N>` fast paths (C16 in kernels/common.cuh)
+WARP_CHUNKS = (4, 8, 12, 16, 20, 24)  # 16-byte chunks per lane of the warp-per-row norm kernels (<N>)
+
+
+def chunk_elements(*tensors: DevTensor) -> int:
+    """Elements per 16-byte chunk when every tensor is contiguous, starts 16-byte aligned and holds whole
+    chunks (the elementwise fast paths), else 0."""
+    per = CHUNK_BYTES // tensors[0].dtype.itemsize
+    ok = all(not t.pitched and t.ptr % CHUNK_BYTES == 0 and t.numel % per == 0 for t in tensors)
+    return per if ok else 0
+
+
+def row_groups(gate: tuple[int, ...], out: tuple[int, ...]) -> int:
+    """G when `gate`, left-padded to out's rank, is [out[:k]..., 1, ..., 1, d] (one gate row per group of
+    consecutive output rows); 0 when it is not of that form."""
+    if not out or not gate or gate[-1] != out[-1]:
+        return 0
+    padded = (1,) * (len(out) - len(gate)) + tuple(gate)
+    k = 0
+    while k < len(out) - 1 and padded[k] == out[k] and padded[k] != 1:
+        k += 1
+    if any(p != 1 for p in padded[k:-1]) or any(padded[i] != out[i] for i in range(k)):
+        return 0
+    return math.prod(padded[:k])
+
+
 @lowering(*UNARY)
 def _unary(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Ts, outs: Ts) -> Steps:
     (x,), (y,) = ins, outs
@@ -292,6 +318,11 @@ def _unary(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Ts, outs: Ts) -> Steps:
     elif name == "scalar_affine":
         p0, p1 = attrs["scale"], attrs["bias"]
     dt = need(node, x.dtype, FLOATS)
+    per = chunk_elements(x, y)
+    if per:
+        chunks = y.numel // per
+        return [ctx.flat("elementwise", f"unary_vec_{name}_{dt}", chunks, [ptr(x), ptr(y), i64(chunks), f32(p0),
+                                                                             f32(p1)])]  # fmt: skip
     return [ctx.flat("elementwise", f"unary_{name}_{dt}", y.numel, [ptr(x), ptr(y), i64(y.numel), f32(p0), f32(p1)])]
 
 
@@ -304,6 +335,10 @@ def _binary(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Ts, outs: Ts) -> Steps
     (a, b), (y,) = ins, outs
     allowed = FLOATS + (INTS if node.op in ("add", "sub", "mul", "maximum", "minimum") else ())
     dt = need(node, a.dtype, allowed)
+    per = chunk_elements(a, b, y) if a.shape == b.shape == y.shape and a.dtype in FLOATS else 0
+    if per:
+        chunks = y.numel // per
+        return [ctx.flat("elementwise", f"binary_vec_{node.op}_{dt}", chunks, [ptr(a), ptr(b), ptr(y), i64(chunks)])]
     meta = _bcast(ctx, [a, b], y)
     return [ctx.flat("elementwise", f"binary_{node.op}_{dt}", y.numel, [ptr(a), ptr(b), ptr(y), meta, i64(y.numel)])]
 
@@ -328,6 +363,13 @@ def _where(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Ts, outs: Ts) -> Steps:
 def _modulate(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Ts, outs: Ts) -> Steps:
     (x, s, t), (y,) = ins, outs
     dt = need(node, x.dtype, FLOATS)
+    groups = row_groups(s.shape, y.shape) if s.shape == t.shape and x.shape == y.shape else 0
+    per = chunk_elements(x, s, t, y) if groups else 0
+    if per and y.shape[-1] % per == 0:
+        chunks, dc = y.numel // per, y.shape[-1] // per
+        rows_per_g = y.numel // y.shape[-1] // groups
+        args = [ptr(x), ptr(s), ptr(t), ptr(y), i64(chunks), i64(dc), i64(rows_per_g)]
+        return [ctx.flat("elementwise", f"modulate_rows_{dt}", chunks, args)]
     meta = _bcast(ctx, [x, s, t], y)
     args = [ptr(x), ptr(s), ptr(t), ptr(y), meta, i64(y.numel)]
     return [ctx.flat("elementwise", f"modulate_{dt}", y.numel, args)]
@@ -403,6 +445,13 @@ def _rms(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Ts, outs: Ts) -> Steps:
     wt = need(node, w.dtype, FLOATS) if w is not None else dt
     length = x.shape[-1]
     rows = x.numel // length
+    per = chunk_elements(x, y)
+    chunks = length // (32 * per) if per and length % (32 * per) == 0 else 0
+    if chunks in WARP_CHUNKS:
+        args = [ptr(x), ptr(w), ptr(y), i64(rows), f32(attrs["eps"]), f32(attrs["offset"]),
+                np.int32(attrs["round_before_weight"])]  # fmt: skip
+        grid = (-(-rows // (THREADS // 32)),)
+        return [ctx.kernel("norm", f"rms_norm_warp{chunks}_{dt}_{wt}", grid, (THREADS,), args)]
     grid, block, warp_rows = _norm_launch(length, rows)
     align = 4 * x.dtype.itemsize
     vec4 = bool(warp_rows) and length % 128 == 0 and x.ptr % align == 0 and y.ptr % align == 0

@@ -5,8 +5,6 @@ The backend advertises them as `op:<name>` capabilities, so `dif.passes` only fu
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from dif.ir.program import Node
@@ -14,6 +12,7 @@ from dif_backend_cuda.lower import (
     FLOATS,
     ILP,
     THREADS,
+    WARP_CHUNKS,
     Attrs,
     DevTensor,
     LowerCtx,
@@ -26,6 +25,7 @@ from dif_backend_cuda.lower import (
     lowering,
     need,
     ptr,
+    row_groups,
     row_stride,
     row_threads,
     unsupported,
@@ -33,26 +33,11 @@ from dif_backend_cuda.lower import (
 
 FUSED_OPS = ("norm_modulate", "gated_residual", "rms_norm_rope")
 ROPE_ROWS = (8, 4)  # heads per warp of the rms_norm_rope_vec<RR> kernels, preferred first
-WARP_CHUNKS = (4, 8, 12, 16, 20, 24)  # 16-byte chunks per lane of the norm_modulate_warp<N> kernels
 
 
 def aligned(elements: int, *tensors: DevTensor) -> bool:
     """Every tensor starts on a multiple of `elements` items (vector loads of that width are legal)."""
     return all(t.ptr % (elements * t.dtype.itemsize) == 0 for t in tensors)
-
-
-def row_groups(gate: tuple[int, ...], out: tuple[int, ...]) -> int:
-    """G when `gate`, left-padded to out's rank, is [out[:k]..., 1, ..., 1, d] (one gate row per group of
-    consecutive output rows); 0 when it is not of that form."""
-    if not out or not gate or gate[-1] != out[-1]:
-        return 0
-    padded = (1,) * (len(out) - len(gate)) + tuple(gate)
-    k = 0
-    while k < len(out) - 1 and padded[k] == out[k] and padded[k] != 1:
-        k += 1
-    if any(p != 1 for p in padded[k:-1]) or any(padded[i] != out[i] for i in range(k)):
-        return 0
-    return math.prod(padded[:k])
 
 
 @lowering("norm_modulate")

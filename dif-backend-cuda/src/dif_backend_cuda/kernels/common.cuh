@@ -196,6 +196,12 @@ struct BWalk {
        base += ILP * step)
 #define ILP_FOR(e) _Pragma("unroll") for (int e = 0; e < ILP; ++e)
 
+// 16 bytes of T (8 bf16/f16, 4 f32): the unit of the vector fast paths, one load/store instruction each.
+template <class T>
+struct alignas(16) C16 {
+  T v[16 / sizeof(T)];
+};
+
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);

@@ -64,6 +64,34 @@ UNARY_ALL(f32)
 UNARY_ALL(f16)
 UNARY_ALL(bf16)
 
+// The 16-byte fast paths (`*_vec`): contiguous operands, 16-byte aligned, whole chunks (the lowering checks).
+// A scalar path moves 2 bytes per lane per load for bf16, too little in flight to near the memory's rate.
+template <int OP, class T>
+__device__ __forceinline__ void unary_vec_impl(const C16<T>* __restrict__ x, C16<T>* __restrict__ y, i64 chunks,
+                                               float p0, float p1) {
+  for (i64 c = THREAD_FIRST; c < chunks; c += THREAD_STEP) {
+    C16<T> v = x[c];
+#pragma unroll
+    for (int e = 0; e < (int)(16 / sizeof(T)); ++e) v.v[e] = from_f<T>(unary_math<OP>(to_f(v.v[e]), p0, p1));
+    y[c] = v;
+  }
+}
+#define UNARY_VEC(NAME, OP, TN)                                                                            \
+  extern "C" __global__ void unary_vec_##NAME##_##TN(const C16<TN>* __restrict__ x, C16<TN>* __restrict__ y, \
+                                                      i64 chunks, float p0, float p1) {                   \
+    unary_vec_impl<OP, TN>(x, y, chunks, p0, p1);                                                          \
+  }
+#define UNARY_VEC_ALL(TN)                                                                                  \
+  UNARY_VEC(neg, U_NEG, TN) UNARY_VEC(abs, U_ABS, TN) UNARY_VEC(exp, U_EXP, TN) UNARY_VEC(log, U_LOG, TN)  \
+  UNARY_VEC(sqrt, U_SQRT, TN) UNARY_VEC(rsqrt, U_RSQRT, TN) UNARY_VEC(sin, U_SIN, TN)                     \
+  UNARY_VEC(cos, U_COS, TN) UNARY_VEC(tanh, U_TANH, TN) UNARY_VEC(sigmoid, U_SIGMOID, TN)                 \
+  UNARY_VEC(silu, U_SILU, TN) UNARY_VEC(relu, U_RELU, TN) UNARY_VEC(reciprocal, U_RECIP, TN)              \
+  UNARY_VEC(square, U_SQUARE, TN) UNARY_VEC(gelu, U_GELU, TN) UNARY_VEC(gelu_tanh, U_GELU_TANH, TN)       \
+  UNARY_VEC(clamp, U_CLAMP, TN) UNARY_VEC(scalar_affine, U_AFFINE, TN)
+UNARY_VEC_ALL(f32)
+UNARY_VEC_ALL(f16)
+UNARY_VEC_ALL(bf16)
+
 // ---- binaries ------------------------------------------------------------------------------------
 enum BinaryOp { B_ADD, B_SUB, B_MUL, B_DIV, B_MAX, B_MIN, B_POW };
 
@@ -133,6 +161,31 @@ BINARY_FLOAT(f16)
 BINARY_FLOAT(bf16)
 BINARY_INT(i32)
 BINARY_INT(i64)
+
+// Same-shape float binaries, 16 bytes per operand per step (see the unary fast path).
+template <int OP, class T>
+__device__ __forceinline__ void binary_vec_impl(const C16<T>* __restrict__ a, const C16<T>* __restrict__ b,
+                                                C16<T>* __restrict__ y, i64 chunks) {
+  for (i64 c = THREAD_FIRST; c < chunks; c += THREAD_STEP) {
+    const C16<T> va = a[c], vb = b[c];
+    C16<T> o;
+#pragma unroll
+    for (int e = 0; e < (int)(16 / sizeof(T)); ++e) o.v[e] = from_f<T>(binary_math<OP>(to_f(va.v[e]), to_f(vb.v[e])));
+    y[c] = o;
+  }
+}
+#define BINARY_VEC(NAME, OP, TN)                                                                           \
+  extern "C" __global__ void binary_vec_##NAME##_##TN(const C16<TN>* __restrict__ a,                       \
+                                                       const C16<TN>* __restrict__ b, C16<TN>* __restrict__ y, \
+                                                       i64 chunks) {                                       \
+    binary_vec_impl<OP, TN>(a, b, y, chunks);                                                              \
+  }
+#define BINARY_VEC_ALL(TN)                                                                                 \
+  BINARY_VEC(add, B_ADD, TN) BINARY_VEC(sub, B_SUB, TN) BINARY_VEC(mul, B_MUL, TN) BINARY_VEC(div, B_DIV, TN) \
+  BINARY_VEC(maximum, B_MAX, TN) BINARY_VEC(minimum, B_MIN, TN) BINARY_VEC(pow, B_POW, TN)
+BINARY_VEC_ALL(f32)
+BINARY_VEC_ALL(f16)
+BINARY_VEC_ALL(bf16)
 
 // ---- comparisons -> bool -------------------------------------------------------------------------
 enum CompareOp { C_LESS, C_GREATER, C_EQUAL };
@@ -232,6 +285,33 @@ WHERE(64, u64)
 MODULATE(f32)
 MODULATE(f16)
 MODULATE(bf16)
+
+// modulate where x and y are [rows, d] and scale/shift are [G, 1.., d] with G dividing rows (an adaLN
+// modulation per batch row), in 16-byte chunks: d a whole number of chunks (dc per row).
+template <class T>
+__device__ __forceinline__ void modulate_rows_impl(const C16<T>* __restrict__ x, const C16<T>* __restrict__ s,
+                                                   const C16<T>* __restrict__ t, C16<T>* __restrict__ y, i64 chunks,
+                                                   i64 dc, i64 rows_per_g) {
+  for (i64 c = THREAD_FIRST; c < chunks; c += THREAD_STEP) {
+    const i64 row = c / dc;
+    const i64 g = (row / rows_per_g) * dc + (c - row * dc);
+    const C16<T> vx = x[c], vs = s[g], vt = t[g];
+    C16<T> o;
+#pragma unroll
+    for (int e = 0; e < (int)(16 / sizeof(T)); ++e)
+      o.v[e] = from_f<T>(to_f(vx.v[e]) * (1.0f + to_f(vs.v[e])) + to_f(vt.v[e]));
+    y[c] = o;
+  }
+}
+#define MODULATE_ROWS(TN)                                                                                  \
+  extern "C" __global__ void modulate_rows_##TN(const C16<TN>* __restrict__ x, const C16<TN>* __restrict__ s, \
+                                                const C16<TN>* __restrict__ t, C16<TN>* __restrict__ y,    \
+                                                i64 chunks, i64 dc, i64 rows_per_g) {                     \
+    modulate_rows_impl<TN>(x, s, t, y, chunks, dc, rows_per_g);                                            \
+  }
+MODULATE_ROWS(f32)
+MODULATE_ROWS(f16)
+MODULATE_ROWS(bf16)
 
 // ---- glu: split last axis into a | b; first: act(a) * b, second: a * act(b) ----------------------
 enum GluAct { G_SILU, G_GELU, G_GELU_TANH };

@@ -318,10 +318,6 @@ __device__ __forceinline__ void norm_modulate_vec_impl(const T* __restrict__ x, 
 // storage precision and both statistics are warp reductions: no shared memory and no block barrier, so a
 // block holds 8 independent rows and many rows' loads are in flight per SM (the block-per-row kernel above
 // waits on two block reductions per row). x, s, t, y 16-byte aligned; scale and shift contiguous in the row.
-template <class T>
-struct alignas(16) C16 {
-  T v[16 / sizeof(T)];
-};
 template <class T, int N>
 __device__ __forceinline__ void norm_modulate_warp_impl(const T* __restrict__ x, const T* __restrict__ s,
                                                         const T* __restrict__ t, T* __restrict__ y,
