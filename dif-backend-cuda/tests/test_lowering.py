@@ -259,8 +259,6 @@ def test_norm_modulate_picks_the_warp_kernel_by_row_length(
         ("modulate", [(2, 40, 6144), (2, 1, 6144), (2, 1, 6144)], "bf16", {}, "modulate_rows_bf16"),
         ("modulate", [(2, 40, 6144), (6144,), (6144,)], "bf16", {}, "modulate_rows_bf16"),
         ("modulate", [(2, 40, 6144), (2, 40, 1), (2, 40, 1)], "bf16", {}, "modulate_bf16"),
-        ("rms_norm", [(2, 40, 6144), (6144,)], "bf16", {"eps": 1e-6}, "rms_norm_warp24_bf16_bf16"),
-        ("rms_norm", [(2, 40, 1000), (1000,)], "bf16", {"eps": 1e-6}, "rms_norm_bf16_bf16"),
     ],
 )
 def test_elementwise_fast_paths_are_chosen_by_shape(

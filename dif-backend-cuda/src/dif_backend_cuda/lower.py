@@ -281,7 +281,6 @@ UNARY = (
 
 
 CHUNK_BYTES = 16  # the unit of the `*_vec` / `*_rows` / `*_warp<N>` fast paths (C16 in kernels/common.cuh)
-WARP_CHUNKS = (4, 8, 12, 16, 20, 24)  # 16-byte chunks per lane of the warp-per-row norm kernels (<N>)
 
 
 def chunk_elements(*tensors: DevTensor) -> int:
@@ -445,13 +444,6 @@ def _rms(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Ts, outs: Ts) -> Steps:
     wt = need(node, w.dtype, FLOATS) if w is not None else dt
     length = x.shape[-1]
     rows = x.numel // length
-    per = chunk_elements(x, y)
-    chunks = length // (32 * per) if per and length % (32 * per) == 0 else 0
-    if chunks in WARP_CHUNKS:
-        args = [ptr(x), ptr(w), ptr(y), i64(rows), f32(attrs["eps"]), f32(attrs["offset"]),
-                np.int32(attrs["round_before_weight"])]  # fmt: skip
-        grid = (-(-rows // (THREADS // 32)),)
-        return [ctx.kernel("norm", f"rms_norm_warp{chunks}_{dt}_{wt}", grid, (THREADS,), args)]
     grid, block, warp_rows = _norm_launch(length, rows)
     align = 4 * x.dtype.itemsize
     vec4 = bool(warp_rows) and length % 128 == 0 and x.ptr % align == 0 and y.ptr % align == 0

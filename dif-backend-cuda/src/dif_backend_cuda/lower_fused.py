@@ -12,7 +12,6 @@ from dif_backend_cuda.lower import (
     FLOATS,
     ILP,
     THREADS,
-    WARP_CHUNKS,
     Attrs,
     DevTensor,
     LowerCtx,
@@ -33,6 +32,7 @@ from dif_backend_cuda.lower import (
 
 FUSED_OPS = ("norm_modulate", "gated_residual", "rms_norm_rope")
 ROPE_ROWS = (8, 4)  # heads per warp of the rms_norm_rope_vec<RR> kernels, preferred first
+WARP_CHUNKS = (4, 8, 12, 16, 20, 24)  # 16-byte chunks per lane of the norm_modulate_warp<N> kernels
 
 
 def aligned(elements: int, *tensors: DevTensor) -> bool:

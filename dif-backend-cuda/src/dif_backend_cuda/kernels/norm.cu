@@ -224,61 +224,6 @@ __device__ __forceinline__ void l2_impl(const T* __restrict__ x, T* __restrict__
   for (i64 j = threadIdx.x; j < len; j += blockDim.x) y[base + j * inner] = from_f<T>(to_f(x[base + j * inner]) / nrm);
 }
 
-// rms_norm with one warp per row of len = 32 * N * P (P values per 16-byte chunk, N chunks per lane,
-// lane-interleaved), the row kept in registers in storage precision; x and y 16-byte aligned. The same
-// arithmetic as rms_impl, without the block barriers that hold a long row's loads back.
-template <class T, class TW, int N>
-__device__ __forceinline__ void rms_warp_chunks_impl(const T* __restrict__ x, const TW* __restrict__ w,
-                                                     T* __restrict__ y, i64 rows, float eps, float offset,
-                                                     int round_first) {
-  constexpr int P = 16 / sizeof(T);
-  constexpr i64 len = 32 * N * P;
-  const int lane = threadIdx.x & 31;
-  const i64 row = (i64)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
-  if (row >= rows) return;  // whole warps leave together
-  const C16<T>* xr = reinterpret_cast<const C16<T>*>(x + row * len);
-  C16<T> a[N];
-#pragma unroll
-  for (int k = 0; k < N; ++k) a[k] = xr[k * 32 + lane];
-  float ss = 0.0f;
-#pragma unroll
-  for (int k = 0; k < N; ++k)
-#pragma unroll
-    for (int e = 0; e < P; ++e) {
-      const float f = to_f(a[k].v[e]);
-      ss += f * f;
-    }
-  const float denom = sqrtf(warp_sum(ss) / (float)len + eps);
-  C16<T>* yr = reinterpret_cast<C16<T>*>(y + row * len);
-#pragma unroll
-  for (int k = 0; k < N; ++k) {
-    C16<T> o;
-#pragma unroll
-    for (int e = 0; e < P; ++e) {
-      float t = to_f(a[k].v[e]) / denom;
-      if (w != nullptr) {
-        if (round_first) t = round_to<T>(t);
-        t = t * (to_f(w[(k * 32 + lane) * P + e]) + offset);
-      }
-      o.v[e] = from_f<T>(t);
-    }
-    yr[k * 32 + lane] = o;
-  }
-}
-#define RMS_WARP(TN, WN, N)                                                                                \
-  extern "C" __global__ void rms_norm_warp##N##_##TN##_##WN(const TN* __restrict__ x, const WN* __restrict__ w, \
-                                                           TN* __restrict__ y, i64 rows, float eps,         \
-                                                           float offset, int round_first) {                 \
-    rms_warp_chunks_impl<TN, WN, N>(x, w, y, rows, eps, offset, round_first);                              \
-  }
-#define RMS_WARPS(TN, WN)                                                                                  \
-  RMS_WARP(TN, WN, 4) RMS_WARP(TN, WN, 8) RMS_WARP(TN, WN, 12) RMS_WARP(TN, WN, 16) RMS_WARP(TN, WN, 20)   \
-  RMS_WARP(TN, WN, 24)
-#define RMS_WARPS_ALL(TN) RMS_WARPS(TN, f32) RMS_WARPS(TN, f16) RMS_WARPS(TN, bf16)
-RMS_WARPS_ALL(f32)
-RMS_WARPS_ALL(f16)
-RMS_WARPS_ALL(bf16)
-
 #define NORMS(TN, WN)                                                                                      \
   extern "C" __global__ void rms_norm_##TN##_##WN(const TN* __restrict__ x, const WN* __restrict__ w,       \
                                                    TN* __restrict__ y, i64 rows, i64 len, float eps,       \
