@@ -252,6 +252,8 @@ class CudaExecutable:
         e.g. the GEMMs of one model (what a per-op total cannot say)."""
         import cupy
 
+        if by not in ("op", "shape"):
+            raise ValueError(f"profile by 'op' or 'shape', not {by!r}")
         stream = self.backend.stream
         events = [cupy.cuda.Event() for _ in range(len(self.steps) + 1)]
         # a streaming step is timed under its kind: "stream-wait" is how long the main stream stalled

@@ -9,6 +9,7 @@ import numpy as np
 
 from dif.ir.program import Node
 from dif_backend_cuda.lower import (
+    CHUNK_BYTES,
     FLOATS,
     ILP,
     THREADS,
@@ -49,7 +50,7 @@ def _norm_modulate(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Ts, outs: Ts) -
     lead = list(x.shape[:-1])
     ss, ts = broadcast_strides(s.shape, x.shape), broadcast_strides(t.shape, x.shape)
     meta = ctx.meta([len(lead), *lead, *ss[:-1], *ts[:-1]])
-    chunk = 16 // x.dtype.itemsize  # values per 16-byte load
+    chunk = CHUNK_BYTES // x.dtype.itemsize  # values per 16-byte load
     chunks = length // (32 * chunk)
     if ss[-1] == ts[-1] == 1 and chunks in WARP_CHUNKS and length % (32 * chunk) == 0 and aligned(chunk, x, s, t, y):
         args = [ptr(x), ptr(s), ptr(t), ptr(y), meta, i64(rows), f32(attrs["eps"]), np.int32(attrs["kind"] == "rms")]
