@@ -136,13 +136,19 @@ def test_image_settings_record_what_the_run_used() -> None:
 def test_png_parameters_and_summary() -> None:
     text = png_parameters(SETTINGS, version="dif 0.1.0")
     assert text.splitlines()[0] == "a fox"
-    assert "Steps: 4, Sampler: Euler, Schedule type: \"Flow match, shift mu 2.2912\", CFG scale: 1.0" in text
+    assert 'Steps: 4, Sampler: Euler, Schedule type: "Flow match, shift mu 2.2912", CFG scale: 1.0' in text
     assert "Seed: 3, Size: 64x48, Model: tiny" in text
     assert "Schedule type: Flow match, " in png_parameters({**SETTINGS, "mu": None}, version="v")  # static shift
     timings = {"load": 1.0, "encode": 0.5, "denoise": 2.0, "decode": 0.25, "save": 0.125}
     summary = generation_summary(
-        output=Path("o.png"), latents=None, settings=SETTINGS, warnings=("w",), timings=timings, total_s=4.0,
-        peak_rss_bytes=3 << 20, plan_peak_bytes=1 << 19,
+        output=Path("o.png"),
+        latents=None,
+        settings=SETTINGS,
+        warnings=("w",),
+        timings=timings,
+        total_s=4.0,
+        peak_rss_bytes=3 << 20,
+        plan_peak_bytes=1 << 19,
     )
     assert summary["steps_per_s"] == 2.0 and summary["warnings"] == ["w"] and summary["latents"] is None
     lines = summary_lines(summary, model="tiny (turbo)")
@@ -157,8 +163,14 @@ def test_png_parameters_and_summary() -> None:
 def test_save_image_run_writes_png_latents_and_times_the_save(tmp_path: Path) -> None:
     latents = np.arange(6, dtype=np.float32).reshape(1, 3, 2)
     run = SimpleNamespace(
-        pixels=np.zeros((48, 64, 3), np.uint8), latents=latents, noise=latents + 1, settings=SETTINGS,
-        timings={"load": 0.1, "denoise": 0.5}, warnings=(), peak_rss_bytes=1, plan_peak_bytes=2,
+        pixels=np.zeros((48, 64, 3), np.uint8),
+        latents=latents,
+        noise=latents + 1,
+        settings=SETTINGS,
+        timings={"load": 0.1, "denoise": 0.5},
+        warnings=(),
+        peak_rss_bytes=1,
+        plan_peak_bytes=2,
     )
     out, lat = tmp_path / "o.png", tmp_path / "l.safetensors"
     summary, timings = save_image_run(run, out, latents=lat, frontend="toy", version="9.9", started=time.perf_counter())

@@ -86,4 +86,3 @@ def test_malformed_added_tokens_are_a_checkpoint_error(tmp_path: Path) -> None:
     (tmp_path / "tokenizer_config.json").write_text(json.dumps(config))
     with pytest.raises(CheckpointError, match=f"malformed added_tokens_decoder entry '{first}'"):
         TextTokenizer.from_folder(tmp_path)
-

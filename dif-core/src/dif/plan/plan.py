@@ -198,8 +198,11 @@ def check_arena(plan: Plan) -> None:
             raise PlanError(f"{where}: size {b.size} does not hold {b.nbytes} bytes in {plan.alignment}-byte units")
         if b.offset < 0 or b.offset % (VIEW_ALIGNMENT if b.is_alias else plan.alignment):
             raise PlanError(f"{where}: offset {b.offset} is not a multiple of {plan.alignment}")
-        if b.row_bytes < 0 or b.pitch_bytes < 0 or bool(b.pitch_bytes) and not (
-            b.is_alias and 0 < b.row_bytes < b.pitch_bytes and b.nbytes % b.row_bytes == 0
+        if (
+            b.row_bytes < 0
+            or b.pitch_bytes < 0
+            or bool(b.pitch_bytes)
+            and not (b.is_alias and 0 < b.row_bytes < b.pitch_bytes and b.nbytes % b.row_bytes == 0)
         ):
             raise PlanError(f"{where}: rows of {b.row_bytes} B every {b.pitch_bytes} B do not describe a view")
         if b.offset + b.size > plan.arena_bytes:
@@ -260,6 +263,7 @@ def check_plan(plan: Plan, program: Program) -> None:
     consumers and (for outputs) the end, every view is where its op puts it
     (`dif.plan.views.check_views`), and the arena is sound (`check_arena`)."""
     from dif.plan.views import check_views
+
     nodes = program.node_by_id
     if sorted(plan.schedule) != sorted(nodes):
         raise PlanError(f"plan schedule does not list exactly the {len(nodes)} nodes of '{program.name}'")

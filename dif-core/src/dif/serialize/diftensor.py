@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import math
-import mmap
 import os
 import struct
 from collections.abc import Mapping
@@ -150,18 +149,29 @@ def read_safetensors_header(path: str | Path) -> tuple[dict[str, Any], int]:
     return header, data_offset
 
 
-def _map(path: Path) -> mmap.mmap:
+def map_file(path: Path) -> np.ndarray:
+    """The whole file as one read-only uint8 memmap; FormatError naming the file when it cannot be mapped.
+    Shared with `dif.weights.safetensors_file`, so both readers map and slice the same way."""
     try:
-        with open(path, "rb") as f:
-            return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        return np.memmap(path, dtype=np.uint8, mode="r")
     except (OSError, ValueError) as exc:
         raise FormatError(f"{path}: cannot map the file: {exc}") from None
+
+
+def tensor_view(
+    buf: np.ndarray, path: Path, name: str, dtype: np.dtype, shape: tuple[int, ...], start: int, nbytes: int
+) -> np.ndarray:
+    """Tensor `name` as a zero-copy view of `buf` (the file mapped by `map_file`) at byte `start`. The header
+    was checked against the file's size when it was read; the file may have shrunk since."""
+    if start + nbytes > buf.size:
+        raise FormatError(f"{path}: tensor '{name}' runs past the end of the file (truncated?)")
+    return np.asarray(buf[start : start + nbytes]).view(dtype).reshape(shape)
 
 
 def _open(path: str | Path) -> tuple[dict[str, np.ndarray], dict[str, str]]:
     path = Path(path)
     header, data_offset = read_safetensors_header(path)
-    buf: mmap.mmap | None = None
+    buf: np.ndarray | None = None
     tensors: dict[str, np.ndarray] = {}
     for name, entry in header.items():
         if name == "__metadata__":
@@ -171,11 +181,8 @@ def _open(path: str | Path) -> tuple[dict[str, np.ndarray], dict[str, str]]:
             arr = np.zeros(shape, dtype=dtype)
             arr.flags.writeable = False
         else:
-            buf = buf if buf is not None else _map(path)
-            if data_offset + end > len(buf):  # the file shrank after its header was read
-                raise FormatError(f"{path}: tensor '{name}' runs past the end of the file")
-            count = (end - begin) // dtype.itemsize
-            arr = np.frombuffer(buf, dtype=dtype, count=count, offset=data_offset + begin).reshape(shape)
+            buf = buf if buf is not None else map_file(path)
+            arr = tensor_view(buf, path, name, dtype, shape, data_offset + begin, end - begin)
         tensors[name] = arr
     return tensors, dict(header.get("__metadata__") or {})
 

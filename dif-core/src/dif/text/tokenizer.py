@@ -171,7 +171,6 @@ def _added_tokens(folder: Path, config: dict[str, Any]) -> dict[str, dict[str, A
     if bad:
         raise CheckpointError(
             f"{folder / 'tokenizer_config.json'}: malformed added_tokens_decoder entry {bad[0]!r}",
-            hint="each entry must be '<id>': {\"content\": \"<token>\", ...}",
+            hint='each entry must be \'<id>\': {"content": "<token>", ...}',
         )
     return added
-

@@ -16,8 +16,8 @@ from pathlib import Path
 import numpy as np
 from attrs import frozen
 
-from dif.errors import FormatError, WeightError
-from dif.serialize.diftensor import NUMPY_OF, read_safetensors_header
+from dif.errors import WeightError
+from dif.serialize.diftensor import NUMPY_OF, map_file, read_safetensors_header, tensor_view
 
 
 @frozen
@@ -68,7 +68,7 @@ class SafetensorsFile:
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         self.tensors, self.metadata, self._data_start = read_header(self.path)
-        self._map: np.memmap | None = None
+        self._map: np.ndarray | None = None
 
     def __contains__(self, name: object) -> bool:
         return name in self.tensors
@@ -87,9 +87,6 @@ class SafetensorsFile:
         if info.nbytes == 0:
             return np.zeros(info.shape, dtype=info.numpy_dtype)
         if self._map is None:
-            self._map = np.memmap(self.path, dtype=np.uint8, mode="r")
+            self._map = map_file(self.path)
         start = self._data_start + info.begin
-        if start + info.nbytes > self._map.size:  # the file shrank after the header was read
-            raise FormatError(f"{self.path}: tensor '{name}' runs past the end of the file (truncated?)")
-        raw = self._map[start : start + info.nbytes]
-        return np.asarray(raw).view(info.numpy_dtype).reshape(info.shape)
+        return tensor_view(self._map, self.path, name, info.numpy_dtype, info.shape, start, info.nbytes)
