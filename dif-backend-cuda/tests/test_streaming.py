@@ -46,7 +46,7 @@ def mlp(blocks: int = 4, *, reuse_first_at: int | None = None) -> Program:
 
 def plan_keeping(program: Program, resident_blocks: int, profile: TargetProfile = PROFILE) -> Plan:
     """`program` planned with a budget that leaves `resident_blocks` weight blocks on the device
-    (the planner streams the largest blocks first; equal sizes go in key order, blk0 first)."""
+    (the blocks are of one size, so the planner streams them in key order, blk0 first)."""
     arena = plan_program(program, profile, RuntimeBudget(free_memory_bytes=1 << 40)).arena_bytes
     budget = RuntimeBudget(free_memory_bytes=arena + (resident_blocks + 2) * BLOCK_BYTES)
     return plan_program(program, profile, budget)

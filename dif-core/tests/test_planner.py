@@ -112,19 +112,30 @@ def blocks_program() -> Program:
     return b.build()
 
 
-def test_streams_largest_blocks_until_weights_fit() -> None:
+def test_streams_the_fewest_bytes_that_fit() -> None:
     program = blocks_program()
     arena = plan_program(program, PROFILE, BIG).arena_bytes
-    # All resident: arena + 10240. Streaming blk0 (2 KiB) fixes staging at 2 x 2 KiB; each further
-    # 1 KiB block streamed saves 1 KiB: blk0..blk3 streamed -> resident 5120 + staging 4096 = 9216.
+    # All resident: arena + 10240. Streaming blk0 (2 KiB) would fix staging at 2 x 2 KiB and need blk0..blk3
+    # streamed (5 KiB per forward) to fit arena + 9216; streaming only 1 KiB blocks stages 2 x 1 KiB and
+    # needs three of them (3 KiB): resident 7168 + staging 2048 = 9216.
     budget = RuntimeBudget(free_memory_bytes=arena + 9216)
     plan = plan_program(program, PROFILE, budget)
-    assert plan.streamed == ("w0", "w1", "w2", "w3")
-    assert plan.staging_bytes == 4096 and plan.resident_bytes == 5120
+    assert plan.streamed == ("w1", "w2", "w3")
+    assert plan.staging_bytes == 2048 and plan.resident_bytes == 7168
     assert plan.binding.min_memory_bytes == arena + 9216
     why = next(d.why for d in plan.decisions if d.what.startswith("residency"))
-    assert "streamed the 4 largest of 9 weight blocks" in why and f"= {arena + 9216} B <= available" in why
+    assert "streamed 3 of 9 weight blocks (3072 B per forward" in why and f"= {arena + 9216} B <= available" in why
     assert plan_program(program, PROFILE, RuntimeBudget(free_memory_bytes=arena + 10240)).streamed == ()
+
+
+def test_an_outsized_block_stays_resident_while_the_rest_can_stream() -> None:
+    program = blocks_program()
+    arena = plan_program(program, PROFILE, BIG).arena_bytes
+    # arena + 4096: every 1 KiB block streamed (8 KiB) with blk0 resident (2048 + staging 2048) moves less
+    # than streaming all nine (10 KiB, staging 4096)
+    plan = plan_program(program, PROFILE, RuntimeBudget(free_memory_bytes=arena + 4096))
+    assert plan.streamed == tuple(f"w{i}" for i in range(1, 9))
+    assert plan.resident_bytes == 2048 and plan.staging_bytes == 2048
 
 
 def test_plan_error_when_nothing_fits() -> None:

@@ -5,7 +5,7 @@ Steps, each recorded as a `Decision`: keep the program's (topological) order as 
 compute each intermediate's lifetime; place reshape/split results and concat operands as views inside
 another value's bytes where the target's executor addresses them (`dif.plan.views`);
 pack lifetimes into one arena (greedy by size, best-fit gap); decide weight residency against the
-budget, streaming the largest weight blocks when everything does not fit. Inputs and parameters
+budget, streaming the weight blocks that move the fewest bytes when everything does not fit. Inputs and parameters
 never live in the arena. The optimizer's decisions, when given, come first in the plan.
 """
 
@@ -211,9 +211,12 @@ def weight_blocks(program: Program) -> dict[str, list[str]]:
 def decide_residency(program: Program, arena: int, budget: RuntimeBudget) -> tuple[dict[str, str], int, str]:
     """(residency by parameter, staging bytes, admission arithmetic as text).
 
-    Everything is resident if arena + weights fit the budget. Otherwise whole weight blocks are
-    streamed, largest first, until arena + resident + staging fits; staging is two of the largest
-    streamed block (one in use, one being prefetched).
+    Everything is resident if arena + weights fit the budget. Otherwise whole weight blocks are streamed:
+    staging holds two of the largest streamed block (one in use, one being prefetched), so streaming one
+    big block costs its staging as well. For every bound on the streamed block size, the blocks within it
+    are streamed largest first until arena + resident + staging fits; the bound that streams the fewest
+    bytes per forward wins (then the smaller staging). A model whose largest block is an outlier (an
+    embedding) thus keeps it resident when streaming the others suffices.
     """
     available = budget.free_memory_bytes - budget.workspace_bytes
     sizes = {p.name: p.type.nbytes for p in program.params}
@@ -221,23 +224,36 @@ def decide_residency(program: Program, arena: int, budget: RuntimeBudget) -> tup
     head = f"available {available} B (free {budget.free_memory_bytes} - workspace {budget.workspace_bytes})"
     if arena + total <= available:
         return {name: RESIDENT for name in sizes}, 0, f"arena {arena} + weights {total} = {arena + total} B <= {head}"
-    blocks = sorted(weight_blocks(program).items(), key=lambda kv: (-sum(sizes[n] for n in kv[1]), kv[0]))
-    residency = {name: RESIDENT for name in sizes}
-    resident, staging = total, 0
-    for count, (_key, names) in enumerate(blocks, start=1):
-        block = sum(sizes[n] for n in names)
-        residency.update((n, STREAMED) for n in names)
-        resident -= block
-        # a staging slot holds the block with every parameter starting on an aligned address
-        staging = max(staging, 2 * sum(align_up(sizes[n]) for n in names))
-        need = arena + resident + staging
-        if need <= available:
-            why = (
-                f"arena {arena} + weights {total} = {arena + total} B > {head}; streamed the {count} largest of "
-                f"{len(blocks)} weight blocks ({total - resident} B): arena {arena} + resident {resident} + "
-                f"staging {staging} (2 x largest block) = {need} B <= available"
-            )
-            return residency, staging, why
+    # (bytes, staged bytes: each parameter starting on an aligned address in a staging slot, key, names)
+    blocks = sorted(
+        ((sum(sizes[n] for n in names), sum(align_up(sizes[n]) for n in names), key, names)
+         for key, names in weight_blocks(program).items()),
+        key=lambda b: (-b[0], b[2]),
+    )  # fmt: skip
+    best: tuple[int, int, list[tuple[str, ...]]] | None = None  # (streamed bytes, staging, blocks)
+    for bound in sorted({b[1] for b in blocks}):
+        resident, staging, chosen = total, 0, []
+        for nbytes, staged, _key, names in blocks:
+            if arena + resident + staging <= available:
+                break
+            if staged <= bound:
+                resident, staging = resident - nbytes, max(staging, 2 * staged)
+                chosen.append(names)
+        if arena + resident + staging <= available and (best is None or (total - resident, staging) < best[:2]):
+            best = (total - resident, staging, chosen)
+    if best is not None:
+        streamed, staging, chosen = best
+        residency = {name: RESIDENT for name in sizes}
+        residency.update((n, STREAMED) for names in chosen for n in names)
+        need = arena + (total - streamed) + staging
+        why = (
+            f"arena {arena} + weights {total} = {arena + total} B > {head}; streamed {len(chosen)} of "
+            f"{len(blocks)} weight blocks ({streamed} B per forward, the fewest bytes of any bound on the "
+            f"streamed block size): arena {arena} + resident {total - streamed} + staging {staging} "
+            f"(2 x largest streamed block) = {need} B <= available"
+        )
+        return residency, staging, why
+    staging = 2 * max((b[1] for b in blocks), default=0)
     need = arena + staging
     raise PlanError(
         f"program '{program.name}' does not fit: even streaming all weights needs arena {arena} + staging "
