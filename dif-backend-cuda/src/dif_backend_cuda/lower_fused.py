@@ -9,7 +9,6 @@ import numpy as np
 
 from dif.ir.program import Node
 from dif_backend_cuda.lower import (
-    CHUNK_BYTES,
     FLOATS,
     ILP,
     THREADS,
@@ -20,6 +19,7 @@ from dif_backend_cuda.lower import (
     Ts,
     _bcast,
     broadcast_strides,
+    chunk_elements,
     f32,
     i64,
     lowering,
@@ -50,9 +50,9 @@ def _norm_modulate(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Ts, outs: Ts) -
     lead = list(x.shape[:-1])
     ss, ts = broadcast_strides(s.shape, x.shape), broadcast_strides(t.shape, x.shape)
     meta = ctx.meta([len(lead), *lead, *ss[:-1], *ts[:-1]])
-    chunk = CHUNK_BYTES // x.dtype.itemsize  # values per 16-byte load
-    chunks = length // (32 * chunk)
-    if ss[-1] == ts[-1] == 1 and chunks in WARP_CHUNKS and length % (32 * chunk) == 0 and aligned(chunk, x, s, t, y):
+    per = chunk_elements(x, s, t, y)  # values per 16-byte load, when all four allow those loads
+    chunks = length // (32 * per) if per and length % (32 * per) == 0 else 0
+    if ss[-1] == ts[-1] == 1 and chunks in WARP_CHUNKS:
         args = [ptr(x), ptr(s), ptr(t), ptr(y), meta, i64(rows), f32(attrs["eps"]), np.int32(attrs["kind"] == "rms")]
         warps = THREADS // 32
         return [ctx.kernel("fused", f"norm_modulate_warp{chunks}_{dt}", (-(-rows // warps),), (THREADS,), args)]
