@@ -104,9 +104,16 @@ def test_tiny_cpu_run(tmp_path):
     assert cli["rc"] == 0 and cli["png"]["size"] == [256, 256], cli
 
 
-def test_probe_script_names_its_parts():
-    """perf/probe_attention_gemm.py parses its options without a GPU (it imports torch/cupy only to run)."""
-    out = subprocess.run([sys.executable, str(PERF / "probe_attention_gemm.py"), "--help"], capture_output=True,
-                         text=True, timeout=60)  # fmt: skip
+@pytest.mark.parametrize(
+    ("script", "option"),
+    [
+        ("probe_attention_gemm.py", "--parts"),
+        ("probe_gemm_configs.py", "--budget-s"),
+        ("probe_elementwise.py", "--out"),
+    ],
+)
+def test_probe_scripts_parse_their_options(script: str, option: str):
+    """The probes parse their options without a GPU (they import torch/cupy/nvmath only to run)."""
+    out = subprocess.run([sys.executable, str(PERF / script), "--help"], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
-    assert "--parts" in out.stdout
+    assert option in out.stdout
