@@ -58,6 +58,21 @@ def test_norm_modulate_long_rows(kind: str, dtype: str, length: int, batch: int,
     assert _run(b.build(), 1e-2 if dtype != "f32" else 1e-5) == [kernel]
 
 
+@pytest.mark.parametrize(("dtype", "tol"), [("bf16", 1e-2), ("f32", 1e-5)])
+def test_group_norm_in_slices(dtype: str, tol: float) -> None:
+    """A VAE-sized group (8 channels x 64x64 here: 8 slices of 4096) takes the two-pass slice kernels; values
+    far from zero check that the slices' means and M2 combine without cancellation."""
+    b = ProgramBuilder("group_norm")
+    x = b.input("x", (1, 64, 64, 64), dtype)
+    w, bias = b.input("w", (64,), dtype), b.input("b", (64,), dtype)
+    b.output(b.emit("group_norm", x, w, bias, groups=8, eps=1e-6))
+    rng = np.random.default_rng(5)
+    offset = rng.standard_normal((1, 64, 1, 1)) * 4 + 20  # per-channel means around 20
+    given = {"x": (rng.standard_normal((1, 64, 64, 64)) + offset).astype(x.dtype.np)}
+    kernels = _run(b.build(), tol, given)
+    assert kernels == [f"group_norm_stats_{dtype}", f"group_norm_apply_{dtype}_{dtype}"]
+
+
 @pytest.mark.parametrize(("heads", "per_warp"), [(16, 8), (12, 4)])
 @pytest.mark.parametrize("mode", ["pairs", "half"])
 def test_rms_norm_rope_heads_per_warp(heads: int, per_warp: int, mode: str) -> None:

@@ -28,6 +28,7 @@ INTS = (DType.I32, DType.I64)
 THREADS = 256
 ILP = 4  # items per thread per grid-stride trip (ILP in kernels/common.cuh)
 ROW_VPT = 8  # row values a thread keeps in registers (ROW_VPT in kernels/norm.cu)
+GROUP_SPANS = (16384, 8192, 4096)  # values per slice of a split group_norm (a slice divides the spatial size)
 
 
 @frozen
@@ -490,6 +491,18 @@ def _group(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Ts, outs: Ts) -> Steps:
     n, c = x.shape[:2]
     spatial = math.prod(x.shape[2:])
     g = attrs["groups"]
+    span = next((v for v in GROUP_SPANS if spatial % v == 0), 0)
+    if span and n * g < 4 * ctx.sm_count and c // g * spatial >= 2 * span:
+        # too few groups to fill the GPU with a block each: slices of `span` values, two passes
+        import cupy
+
+        slices = c // g * spatial // span
+        part = cupy.cuda.Memory(n * g * slices * 2 * 4)  # (mean, M2) per slice, owned by the stats step
+        grid = (n * g, slices)
+        stats = ctx.kernel("norm", f"group_norm_stats_{dt}", grid, (THREADS,), [ptr(x), np.uint64(part.ptr), i64(span)])
+        stats.scratch = part
+        args = [ptr(x), ptr(w), ptr(b), np.uint64(part.ptr), ptr(y), i64(c), i64(spatial), i64(g), i64(span)]
+        return [stats, ctx.kernel("norm", f"group_norm_apply_{dt}_{wt}", grid, (THREADS,), [*args, f32(attrs["eps"])])]
     args = [ptr(x), ptr(w), ptr(b), ptr(y), i64(c), i64(spatial), i64(g), f32(attrs["eps"])]
     return [ctx.kernel("norm", f"group_norm_{dt}_{wt}", (n * g,), (row_threads(c // g * spatial),), args)]
 

@@ -224,6 +224,51 @@ __device__ __forceinline__ void l2_impl(const T* __restrict__ x, T* __restrict__
   for (i64 j = threadIdx.x; j < len; j += blockDim.x) y[base + j * inner] = from_f<T>(to_f(x[base + j * inner]) / nrm);
 }
 
+// group_norm over large groups (a VAE at 1024x1024: 4M values in each of 32 groups). One block per group would
+// leave most SMs idle, so each group is cut into slices of `span` values, `span` dividing the spatial size S
+// (a slice lies within one channel). Pass 1, per slice: its mean and M2 (squared deviations from that mean; the
+// second read of the slice comes from L2). Pass 2, per slice: combine the group's slices exactly
+// (M2 = sum M2_i + n_i (mean_i - mean)^2, all slices the same size) and normalize the slice.
+template <class T>
+__device__ __forceinline__ void group_stats_impl(const T* __restrict__ x, float* __restrict__ part, i64 span) {
+  const i64 slice = (i64)blockIdx.x * gridDim.y + blockIdx.y;  // group-major
+  const T* xs = x + slice * span;
+  float acc = 0.0f;
+  for (i64 j = threadIdx.x; j < span; j += blockDim.x) acc += to_f(xs[j]);
+  const float mu = block_sum(acc) / (float)span;
+  float q = 0.0f;
+  for (i64 j = threadIdx.x; j < span; j += blockDim.x) {
+    const float d = to_f(xs[j]) - mu;
+    q += d * d;
+  }
+  q = block_sum(q);
+  if (threadIdx.x == 0) {
+    part[2 * slice] = mu;
+    part[2 * slice + 1] = q;
+  }
+}
+template <class T, class TW>
+__device__ __forceinline__ void group_apply_impl(const T* __restrict__ x, const TW* __restrict__ w,
+                                                 const TW* __restrict__ b, const float* __restrict__ part,
+                                                 T* __restrict__ y, i64 c, i64 s, i64 groups, i64 span, float eps) {
+  const i64 group = blockIdx.x, slices = gridDim.y, slice = group * slices + blockIdx.y;
+  const float* pg = part + 2 * group * slices;
+  float acc = 0.0f;
+  for (i64 i = threadIdx.x; i < slices; i += blockDim.x) acc += pg[2 * i];
+  const float mu = block_sum(acc) / (float)slices;
+  float q = 0.0f;
+  for (i64 i = threadIdx.x; i < slices; i += blockDim.x) {
+    const float d = pg[2 * i] - mu;
+    q += pg[2 * i + 1] + (float)span * d * d;
+  }
+  const float denom = sqrtf(block_sum(q) / (float)(slices * span) + eps);
+  const i64 ch = (group % groups) * (c / groups) + blockIdx.y * span / s;
+  const float scale = to_f(w[ch]) / denom, shift = to_f(b[ch]);
+  const T* xs = x + slice * span;
+  T* ys = y + slice * span;
+  for (i64 j = threadIdx.x; j < span; j += blockDim.x) ys[j] = from_f<T>((to_f(xs[j]) - mu) * scale + shift);
+}
+
 #define NORMS(TN, WN)                                                                                      \
   extern "C" __global__ void rms_norm_##TN##_##WN(const TN* __restrict__ x, const WN* __restrict__ w,       \
                                                    TN* __restrict__ y, i64 rows, i64 len, float eps,       \
@@ -239,11 +284,24 @@ __device__ __forceinline__ void l2_impl(const T* __restrict__ x, T* __restrict__
                                                      const WN* __restrict__ b, TN* __restrict__ y, i64 c,   \
                                                      i64 s, i64 groups, float eps) {                       \
     group_impl<TN, WN>(x, w, b, y, c, s, groups, eps);                                                     \
+  }                                                                                                        \
+  extern "C" __global__ void group_norm_apply_##TN##_##WN(                                                 \
+      const TN* __restrict__ x, const WN* __restrict__ w, const WN* __restrict__ b,                        \
+      const float* __restrict__ part, TN* __restrict__ y, i64 c, i64 s, i64 groups, i64 span, float eps) { \
+    group_apply_impl<TN, WN>(x, w, b, part, y, c, s, groups, span, eps);                                   \
   }
 #define NORMS_ALL(TN) NORMS(TN, f32) NORMS(TN, f16) NORMS(TN, bf16)
 NORMS_ALL(f32)
 NORMS_ALL(f16)
 NORMS_ALL(bf16)
+
+#define GROUP_STATS(TN)                                                                                    \
+  extern "C" __global__ void group_norm_stats_##TN(const TN* __restrict__ x, float* __restrict__ part, i64 span) { \
+    group_stats_impl<TN>(x, part, span);                                                                   \
+  }
+GROUP_STATS(f32)
+GROUP_STATS(f16)
+GROUP_STATS(bf16)
 
 #define ROWS(TN)                                                                                           \
   extern "C" __global__ void softmax_##TN(const TN* __restrict__ x, TN* __restrict__ y, i64 len, i64 inner) { \

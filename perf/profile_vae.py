@@ -1,0 +1,91 @@
+"""Where the FLUX.2 VAE decoder's time goes on the CUDA backend (the pipeline's decode stage).
+
+Builds the decoder from klein's published config (`pipeline_wall.VAE` carries it to the GPU machine) for one
+image (latents packed as the sampler leaves them), draws random bf16 weights, prepares it on the CUDA backend,
+and reports the graph replay time (median) and the eager per-op time split by shape and lowering, largest first.
+
+Usage: python3 perf/profile_vae.py --size 1024 --out profile_vae.json  (needs a GPU and cupy)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from pipeline_wall import VAE  # noqa: E402
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--size", type=int, default=1024, help="image side in pixels")
+    ap.add_argument("--top", type=int, default=30)
+    ap.add_argument("--out", default="profile_vae.json")
+    args = ap.parse_args()
+
+    import cupy
+
+    from dif.plan.planner import plan_program
+    from dif.testing.random_checkpoint import name_rng, random_weight
+    from dif_backend_cuda.device import CudaBackend
+    from dif_frontend_flux2.config import Flux2VaeConfig
+    from dif_frontend_flux2.vae import build_vae_decoder
+
+    cfg = Flux2VaeConfig.from_dict(VAE)
+    latent = args.size // 8
+    program = build_vae_decoder(cfg, batch=1, latent_h=latent, latent_w=latent, dtype="bf16", from_packed=True)
+    weights = {}
+    for p in program.params:
+        w = random_weight(name_rng(p.name), p.name, p.type.shape)
+        if p.name.endswith("running_var"):
+            w = np.abs(w) + 1.0
+        weights[p.name] = w.astype(p.type.dtype.np)
+    backend = CudaBackend()
+    t0 = time.perf_counter()
+    exe = backend.prepare(program, plan_program(program, backend.profile(), backend.budget()), weights)
+    prepare_s = time.perf_counter() - t0
+    (latents,) = program.inputs
+    inputs = {latents.name: np.random.default_rng(0).standard_normal(latents.type.shape).astype(latents.type.dtype.np)}
+    run_s = []
+    for _ in range(6):
+        t0 = time.perf_counter()
+        exe.run(inputs)
+        run_s.append(time.perf_counter() - t0)
+    stream = backend.stream
+    start, end = cupy.cuda.Event(), cupy.cuda.Event()
+    replay = []
+    for _ in range(10):
+        start.record(stream)
+        exe.execute()
+        end.record(stream)
+        end.synchronize()
+        replay.append(cupy.cuda.get_elapsed_time(start, end))
+    by_shape = exe.profile(iters=3, by="shape")
+    result: dict[str, Any] = {
+        "size": args.size,
+        "nodes": len(program.nodes),
+        "prepare_s": round(prepare_s, 2),
+        "run_s_median": round(statistics.median(run_s[1:]), 4),  # upload, replay, download
+        "graph_ms_median": round(statistics.median(replay), 3),
+        "graph": exe.graph is not None,
+        "profile_by_op": {k: round(v["ms"], 3) for k, v in exe.profile(iters=3).items()},
+        "profile_by_shape": dict(list(by_shape.items())[: args.top]),
+    }
+    print(json.dumps({k: v for k, v in result.items() if k != "profile_by_shape"}, indent=1))
+    for key, v in result["profile_by_shape"].items():
+        print(f"{v['ms']:8.3f} ms {v['steps']:4d}  {key}")
+    with open(args.out, "w") as f:
+        json.dump(result, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
