@@ -32,7 +32,7 @@ else
 fi
 
 stamp "stage 1: CUDA backend tests (commit $COMMIT)"
-timeout 120 python3 -m pytest -q -p no:cacheprovider dif-backend-cuda/tests "${TESTS[@]}" \
+timeout 200 python3 -m pytest -q -p no:cacheprovider dif-backend-cuda/tests "${TESTS[@]}" \
   --junitxml=/tmp/cuda_junit.xml >"$OUT/pytest_cuda.log" 2>&1
 echo "pytest rc=$?"
 tail -4 "$OUT/pytest_cuda.log"
