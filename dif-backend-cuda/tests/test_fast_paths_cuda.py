@@ -73,6 +73,18 @@ def test_group_norm_in_slices(dtype: str, tol: float) -> None:
     assert kernels == [f"group_norm_stats_{dtype}", f"group_norm_apply_{dtype}_{dtype}"]
 
 
+@pytest.mark.parametrize(("dtype", "shape", "kernel"), [
+    ("bf16", (1, 3, 5, 8), "upsample2x_u16"),
+    ("f32", (2, 4, 3, 12), "upsample2x_u32"),
+    ("bf16", (1, 2, 3, 6), None),  # rows of 6: no 4-value loads, the strided copy
+])  # fmt: skip
+def test_upsample_nearest_twice(dtype: str, shape: tuple[int, ...], kernel: str | None) -> None:
+    b = ProgramBuilder("upsample")
+    b.output(b.emit("upsample_nearest", b.input("x", shape, dtype), scale=2))
+    kernels = _run(b.build(), 0.0)  # a copy: exact
+    assert kernels == [kernel] if kernel else not any(k.startswith("upsample2x") for k in kernels)
+
+
 @pytest.mark.parametrize(("heads", "per_warp"), [(16, 8), (12, 4)])
 @pytest.mark.parametrize("mode", ["pairs", "half"])
 def test_rms_norm_rope_heads_per_warp(heads: int, per_warp: int, mode: str) -> None:

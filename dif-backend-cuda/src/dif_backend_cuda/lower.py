@@ -492,7 +492,7 @@ def _group(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Ts, outs: Ts) -> Steps:
     spatial = math.prod(x.shape[2:])
     g = attrs["groups"]
     span = next((v for v in GROUP_SPANS if spatial % v == 0), 0)
-    if span and n * g < 4 * ctx.sm_count and c // g * spatial >= 2 * span:
+    if span and n * g < 4 * ctx.sm_count and c // g * spatial >= 2 * span and x.ptr % 16 == y.ptr % 16 == 0:
         # too few groups to fill the GPU with a block each: slices of `span` values, two passes
         import cupy
 

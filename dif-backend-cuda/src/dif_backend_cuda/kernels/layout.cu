@@ -68,6 +68,30 @@ struct alignas(16) u128 {
     }                                                                                                      \
   }
 
+// upsample_nearest x2 of rows of w values (w % 4 == 0, 4-value aligned): a thread reads 4 values of source row r
+// and writes the 8 they become to output rows 2r and 2r + 1 (row-major [N, C, 2H, 2W]: source row r = (n, c, h)
+// lands on output rows 2r and 2r + 1), as 4-value vector stores. The strided copy would move 2-byte elements.
+#define UPSAMPLE2X(BITS, U)                                                                                \
+  extern "C" __global__ void upsample2x_u##BITS(const U* __restrict__ x, U* __restrict__ y, i64 rows, i64 w) { \
+    struct alignas(4 * sizeof(U)) Quad {                                                                   \
+      U v[4];                                                                                              \
+    };                                                                                                     \
+    const i64 quads = w / 4;                                                                               \
+    GRID_STRIDE(t, rows * quads) {                                                                         \
+      const i64 r = t / quads, q = t - r * quads;                                                          \
+      const Quad in = *reinterpret_cast<const Quad*>(x + r * w + 4 * q);                                   \
+      const Quad lo = {{in.v[0], in.v[0], in.v[1], in.v[1]}}, hi = {{in.v[2], in.v[2], in.v[3], in.v[3]}}; \
+      Quad* top = reinterpret_cast<Quad*>(y + 4 * r * w + 8 * q);                                          \
+      Quad* bottom = reinterpret_cast<Quad*>(y + (4 * r + 2) * w + 8 * q);                                 \
+      top[0] = lo;                                                                                         \
+      top[1] = hi;                                                                                         \
+      bottom[0] = lo;                                                                                      \
+      bottom[1] = hi;                                                                                      \
+    }                                                                                                      \
+  }
+UPSAMPLE2X(16, unsigned short)
+UPSAMPLE2X(32, unsigned int)
+
 LAYOUT(8, unsigned char)
 LAYOUT(16, unsigned short)
 LAYOUT(32, unsigned int)
