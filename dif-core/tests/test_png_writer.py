@@ -49,6 +49,14 @@ def test_bands_make_one_valid_stream_and_cost_little() -> None:
     assert len(zlib.decompress(many[start : start + length])) == 512 * (300 * 3 + 1)
 
 
+def test_a_large_image_takes_more_bands_than_threads(monkeypatch: pytest.MonkeyPatch) -> None:
+    import dif.media.png_writer as writer
+
+    monkeypatch.setattr(writer, "MAX_BAND_BYTES", 64 * 1024)  # 512 rows of 900 bytes: 8 bands on 2 threads
+    pixels = _photo(512, 300)
+    np.testing.assert_array_equal(_decode(png_bytes(pixels, threads=2))[0], pixels)
+
+
 def test_no_larger_than_pillow_on_a_photo_like_image() -> None:
     from PIL import Image
 

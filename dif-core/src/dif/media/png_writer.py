@@ -30,6 +30,7 @@ from dif.errors import DifError
 SIGNATURE = b"\x89PNG\r\n\x1a\n"
 COLOR_TYPE = {1: 0, 2: 4, 3: 2, 4: 6}  # channels -> PNG colour type (grey, grey+alpha, RGB, RGBA)
 MIN_BAND_ROWS = 64
+MAX_BAND_BYTES = 4 << 20  # filtering holds ~10 temporaries of a band's size: large images take more bands
 LEVEL = 6  # zlib's default level, with the strategy meant for filtered data (libpng's choice too)
 
 
@@ -92,13 +93,14 @@ def png_bytes(pixels: np.ndarray, text: Sequence[tuple[str, str]] = (), *, threa
     height, width, bpp = arr.shape
     raw = arr.reshape(height, width * bpp)
     workers = max(1, threads or _usable_cores())
-    bands = max(1, min(workers, height // MIN_BAND_ROWS))
+    by_size = -(-raw.nbytes // MAX_BAND_BYTES)
+    bands = max(1, min(max(workers, by_size), height // MIN_BAND_ROWS))
     edges = [height * i // bands for i in range(bands + 1)]
     spans = [(edges[i], edges[i + 1], i == bands - 1) for i in range(bands)]
     if bands == 1:
         parts = [_band(raw, 0, height, bpp, True)]
     else:
-        with ThreadPoolExecutor(bands) as pool:
+        with ThreadPoolExecutor(min(workers, bands)) as pool:
             parts = list(pool.map(lambda span: _band(raw, span[0], span[1], bpp, span[2]), spans))
     adler = 1
     for data, _ in parts:
