@@ -226,9 +226,10 @@ __device__ __forceinline__ void l2_impl(const T* __restrict__ x, T* __restrict__
 
 // group_norm over large groups (a VAE at 1024x1024: 4M values in each of 32 groups). One block per group would
 // leave most SMs idle, so each group is cut into slices of `span` values, `span` dividing the spatial size S
-// (a slice lies within one channel), read and written in 16-byte chunks (x and y 16-byte aligned). Pass 1, per slice: its mean and M2 (squared deviations from that mean; the
-// second read of the slice comes from L2). Pass 2, per slice: combine the group's slices exactly
-// (M2 = sum M2_i + n_i (mean_i - mean)^2, all slices the same size) and normalize the slice.
+// (a slice lies within one channel), read and written in 16-byte chunks (x and y 16-byte aligned).
+// Pass 1, per slice: its mean and M2 (squared deviations from that mean; the second read of the slice comes
+// from L2). Pass 2, per slice: combine the group's slices exactly (M2 = sum M2_i + n_i (mean_i - mean)^2, all
+// slices the same size) and normalize the slice.
 template <class T>
 __device__ __forceinline__ void group_stats_impl(const T* __restrict__ x, float* __restrict__ part, i64 span) {
   constexpr int P = 16 / sizeof(T);
