@@ -110,6 +110,8 @@ def test_tiny_cpu_run(tmp_path):
         ("probe_attention_gemm.py", "--parts"),
         ("probe_gemm_configs.py", "--budget-s"),
         ("probe_elementwise.py", "--out"),
+        ("probe_triton_fused.py", "--out"),
+        ("profile_vae.py", "--size"),
     ],
 )
 def test_probe_scripts_parse_their_options(script: str, option: str):
