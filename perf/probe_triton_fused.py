@@ -146,6 +146,31 @@ def rel(a: Any, b: Any) -> float:
     return float((a - b).norm() / b.norm())
 
 
+def compare(gemm: Any, label: str, epi: int, x: Any, w: Any, out: Any, want_of: Callable[[Any], Any],
+            configs: tuple, extra: tuple = ()) -> dict[str, Any]:  # fmt: skip
+    """The fused GEMM (epilogue `epi`, its best of `configs`), Triton's plain GEMM and cuBLAS's on x @ w^T:
+    errors against `want_of(cuBLAS's product)` and the product itself, then sustained times."""
+    import torch
+
+    h = torch.matmul(x, w.t())
+    plain_out = torch.empty_like(h)
+    cfg, tried = best_config(lambda c: launcher(gemm, epi, x, w, out, c, *extra), configs)
+    pcfg, ptried = best_config(lambda c: launcher(gemm, EPI_PLAIN, x, w, plain_out, c), CONFIGS)
+    fused, plain = launcher(gemm, epi, x, w, out, cfg, *extra), launcher(gemm, EPI_PLAIN, x, w, plain_out, pcfg)
+    fused()
+    plain()
+    res = {"shape": label, "fused_config": cfg, "tried": tried, "plain_config": pcfg, "plain_tried": ptried,
+           "fused_rel_l2": rel(out, want_of(h)), "plain_rel_l2": rel(plain_out, h)}  # fmt: skip
+    name = {EPI_GLU: "glu", EPI_GATED: "gated"}[epi]
+    res["ms"] = sustained({
+        "cublas_gemm": lambda: torch.matmul(x, w.t(), out=h),
+        "triton_gemm": plain,
+        f"triton_gemm_{name}": fused,
+    })  # fmt: skip
+    print(json.dumps(res), flush=True)
+    return res
+
+
 def probe_glu(gemm: Any, m: int = 4608, k: int = 4096, half: int = 12288) -> dict[str, Any]:
     import torch
     import torch.nn.functional as F
@@ -153,25 +178,11 @@ def probe_glu(gemm: Any, m: int = 4608, k: int = 4096, half: int = 12288) -> dic
     x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
     w = torch.randn(2 * half, k, device="cuda", dtype=torch.bfloat16) / k**0.5
     out = torch.empty(m, half, device="cuda", dtype=torch.bfloat16)
-    plain_out = torch.empty(m, 2 * half, device="cuda", dtype=torch.bfloat16)
-    cfg, tried = best_config(lambda c: launcher(gemm, EPI_GLU, x, w, out, c), GLU_CONFIGS)
-    pcfg, ptried = best_config(lambda c: launcher(gemm, EPI_PLAIN, x, w, plain_out, c), CONFIGS)
-    h = F.linear(x, w)
-    want = (F.silu(h[:, :half].float()) * h[:, half:].float()).to(torch.bfloat16)
-    fused = launcher(gemm, EPI_GLU, x, w, out, cfg)
-    fused()
-    plain = launcher(gemm, EPI_PLAIN, x, w, plain_out, pcfg)
-    plain()
-    res = {"shape": f"{m}x{k} -> 2x{half}, GLU", "fused_config": cfg, "tried": tried, "plain_config": pcfg,
-           "plain_tried": ptried, "fused_rel_l2": rel(out, want), "plain_rel_l2": rel(plain_out, h)}  # fmt: skip
-    hbuf = torch.empty(m, 2 * half, device="cuda", dtype=torch.bfloat16)
-    res["ms"] = sustained({
-        "cublas_gemm": lambda: torch.matmul(x, w.t(), out=hbuf),
-        "triton_gemm": plain,
-        "triton_gemm_glu": fused,
-    })  # fmt: skip
-    print(json.dumps(res), flush=True)
-    return res
+
+    def want(h: Any) -> Any:
+        return (F.silu(h[:, :half].float()) * h[:, half:].float()).to(torch.bfloat16)
+
+    return compare(gemm, f"{m}x{k} -> 2x{half}, GLU", EPI_GLU, x, w, out, want, GLU_CONFIGS)
 
 
 def probe_gated(gemm: Any, m: int = 4608, k: int = 16384, n: int = 4096) -> dict[str, Any]:
@@ -182,25 +193,11 @@ def probe_gated(gemm: Any, m: int = 4608, k: int = 16384, n: int = 4096) -> dict
     r = torch.randn(m, n, device="cuda", dtype=torch.bfloat16)
     g = torch.randn(n, device="cuda", dtype=torch.bfloat16)
     out = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
-    plain_out = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
-    cfg, tried = best_config(lambda c: launcher(gemm, EPI_GATED, x, w, out, c, r, g), CONFIGS)
-    pcfg, ptried = best_config(lambda c: launcher(gemm, EPI_PLAIN, x, w, plain_out, c), CONFIGS)
-    h = torch.matmul(x, w.t())
-    want = (r.float() + (g.float() * h.float()).to(torch.bfloat16).float()).to(torch.bfloat16)
-    fused = launcher(gemm, EPI_GATED, x, w, out, cfg, r, g)
-    fused()
-    plain = launcher(gemm, EPI_PLAIN, x, w, plain_out, pcfg)
-    plain()
-    res = {"shape": f"{m}x{k} -> {n}, gated residual", "fused_config": cfg, "tried": tried, "plain_config": pcfg,
-           "plain_tried": ptried, "fused_rel_l2": rel(out, want), "plain_rel_l2": rel(plain_out, h)}  # fmt: skip
-    hbuf = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
-    res["ms"] = sustained({
-        "cublas_gemm": lambda: torch.matmul(x, w.t(), out=hbuf),
-        "triton_gemm": plain,
-        "triton_gemm_gated": fused,
-    })  # fmt: skip
-    print(json.dumps(res), flush=True)
-    return res
+
+    def want(h: Any) -> Any:
+        return (r.float() + (g.float() * h.float()).to(torch.bfloat16).float()).to(torch.bfloat16)
+
+    return compare(gemm, f"{m}x{k} -> {n}, gated residual", EPI_GATED, x, w, out, want, CONFIGS, (r, g))
 
 
 def main() -> int:
