@@ -284,6 +284,11 @@ UNARY = (
 CHUNK_BYTES = 16  # the unit of the `*_vec` / `*_rows` / `*_warp<N>` fast paths (C16 in kernels/common.cuh)
 
 
+def aligned(elements: int, *tensors: DevTensor) -> bool:
+    """Every tensor starts on a multiple of `elements` items (vector loads of that width are legal)."""
+    return all(t.ptr % (elements * t.dtype.itemsize) == 0 for t in tensors)
+
+
 def chunk_elements(*tensors: DevTensor) -> int:
     """Elements per 16-byte chunk when every tensor is contiguous, starts 16-byte aligned and holds whole
     chunks (the elementwise fast paths), else 0."""
@@ -492,7 +497,7 @@ def _group(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Ts, outs: Ts) -> Steps:
     spatial = math.prod(x.shape[2:])
     g = attrs["groups"]
     span = next((v for v in GROUP_SPANS if spatial % v == 0), 0)
-    if span and n * g < 4 * ctx.sm_count and c // g * spatial >= 2 * span and x.ptr % 16 == y.ptr % 16 == 0:
+    if span and n * g < 4 * ctx.sm_count and c // g * spatial >= 2 * span and chunk_elements(x, y):
         # too few groups to fill the GPU with a block each: slices of `span` values, two passes
         import cupy
 

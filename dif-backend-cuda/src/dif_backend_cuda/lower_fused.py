@@ -13,11 +13,11 @@ from dif_backend_cuda.lower import (
     ILP,
     THREADS,
     Attrs,
-    DevTensor,
     LowerCtx,
     Steps,
     Ts,
     _bcast,
+    aligned,
     broadcast_strides,
     chunk_elements,
     f32,
@@ -34,11 +34,6 @@ from dif_backend_cuda.lower import (
 FUSED_OPS = ("norm_modulate", "gated_residual", "rms_norm_rope")
 ROPE_ROWS = (8, 4)  # heads per warp of the rms_norm_rope_vec<RR> kernels, preferred first
 WARP_CHUNKS = (4, 8, 12, 16, 20, 24)  # 16-byte chunks per lane of the norm_modulate_warp<N> kernels
-
-
-def aligned(elements: int, *tensors: DevTensor) -> bool:
-    """Every tensor starts on a multiple of `elements` items (vector loads of that width are legal)."""
-    return all(t.ptr % (elements * t.dtype.itemsize) == 0 for t in tensors)
 
 
 @lowering("norm_modulate")

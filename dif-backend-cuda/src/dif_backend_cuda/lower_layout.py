@@ -20,6 +20,7 @@ from dif_backend_cuda.lower import (
     LowerCtx,
     Steps,
     Ts,
+    aligned,
     bits,
     broadcast_strides,
     collapse,
@@ -152,7 +153,7 @@ def _upsample(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Ts, outs: Ts) -> Ste
     n, c, h, w = x.shape
     s = attrs["scale"]
     width = bits(y)
-    if s == 2 and w % 4 == 0 and width in (16, 32) and all(t.ptr % (width // 2) == 0 for t in (x, y)):
+    if s == 2 and w % 4 == 0 and width in (16, 32) and aligned(4, x, y):
         rows = n * c * h
         return [ctx.flat("layout", f"upsample2x_u{width}", rows * w // 4, [ptr(x), ptr(y), i64(rows), i64(w)])]
     shape = (n, c, h, s, w, s)
