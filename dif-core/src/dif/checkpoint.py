@@ -7,13 +7,14 @@ Where it sits: beside `dif.weights`, for a frontend's `generate` (--dtype auto, 
 
 from __future__ import annotations
 
+import importlib.resources
 import json
 from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from dif.dtypes import DType
-from dif.errors import ConfigError
+from dif.errors import ConfigError, UsageError
 from dif.weights.source import TensorSource
 
 if TYPE_CHECKING:
@@ -82,3 +83,16 @@ def component_line(name: str, description: dict[str, Any]) -> str:
     shape = ", ".join(f"{k} {v}" for k, v in description.items() if k not in summary_keys)
     d = description
     return f"  {name}: {shape}; {d['tensors']} tensors, {d['bytes'] / 1e6:.1f} MB {'/'.join(d['dtypes'])}"
+
+
+def published_configs(package: str, variant: str) -> Path:
+    """The published configs of `variant` that `package` ships as package data in `<package>.configs/<variant>/`,
+    a diffusers folder without weights (model_index.json, transformer/config.json, ...), for full-size
+    architecture checks and `info --variant`. `UsageError` naming the known variants for an unknown one."""
+    root = Path(str(importlib.resources.files(f"{package}.configs")))
+    known = sorted(p.name for p in root.iterdir() if (p / "model_index.json").is_file())
+    if variant not in known:
+        raise UsageError(
+            f"{package}: no published configs for variant {variant!r}", hint=f"known variants: {', '.join(known)}"
+        )
+    return root / variant

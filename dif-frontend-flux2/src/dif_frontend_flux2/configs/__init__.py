@@ -1,0 +1,16 @@
+"""The published FLUX.2 [klein] configs (klein-4b, klein-9b, klein-base-4b, klein-base-9b) as package data:
+one diffusers folder per variant, configs only, no weights. Full-size architecture tests and
+`dif flux2 info --variant` read them from here.
+Provenance and status of every file (verbatim or reconstructed): SOURCES.md beside this module.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from dif.checkpoint import published_configs
+
+
+def published(variant: str) -> Path:
+    """The folder of `variant`'s published configs; `UsageError` naming the known variants otherwise."""
+    return published_configs("dif_frontend_flux2", variant)
