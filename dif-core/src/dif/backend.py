@@ -1,16 +1,17 @@
 """The contract between dif and a backend package (CPU, CUDA, OpenCL, or a third party's).
 
 A backend registers a `BackendInfo` through the `register_backends` hook. Nothing here imports a
-device library: `is_available`, `probe` and `create` do that lazily inside the backend.
+device library: `is_available`, `probe` and `create` do that lazily inside the backend. What it
+declares (`supported_ops`, its profile's dtypes) is what `dif.runtime` selects a backend by, per program.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
-from attrs import frozen
+from attrs import field, frozen
 
 from dif.target import RuntimeBudget, TargetProfile
 
@@ -45,12 +46,43 @@ class Availability:
     reason: str = ""
 
 
+OpDeclaration = frozenset[str] | Callable[[], Iterable[str]] | None
+"""The ops a backend runs: names, a function returning them (called when selection asks, so a
+backend can derive them from a lowering table it imports lazily), or None for every op of the table."""
+
+
+def _op_names(items: Iterable[str]) -> frozenset[str]:
+    if isinstance(items, str):
+        raise TypeError(f"supported_ops must be a collection of op names, not the string {items!r}")
+    return frozenset(items)
+
+
+def _op_declaration(value: Iterable[str] | Callable[[], Iterable[str]] | None) -> OpDeclaration:
+    return value if value is None or callable(value) else _op_names(value)
+
+
 @frozen
 class BackendInfo:
-    """What a backend plugin registers. `create()` returns a `Backend` for the default device."""
+    """What a backend plugin registers. `create()` returns a `Backend` for the default device.
+
+    `priority`: among the available backends that can run a program, the highest is chosen (ties by
+    name). `supported_ops`: see `OpDeclaration`; a program with an op outside it is never given to
+    this backend. `probe()` / `budget()`: the default device's `TargetProfile` / `RuntimeBudget`
+    without creating the backend (None: selection creates it and asks the `Backend`); the profile's
+    `dtypes` are the element types a program may use on it."""
 
     name: str
     priority: int
     description: str
     is_available: Callable[[], Availability]
     create: Callable[[], Backend]
+    supported_ops: OpDeclaration = field(default=None, converter=_op_declaration)
+    probe: Callable[[], TargetProfile] | None = None
+    budget: Callable[[], RuntimeBudget] | None = None
+
+    def declared_ops(self) -> frozenset[str] | None:
+        """The op names this backend runs, None when it declares every op of the table."""
+        ops = self.supported_ops
+        if ops is None or isinstance(ops, frozenset):
+            return ops
+        return _op_names(ops())
