@@ -1,15 +1,17 @@
 """Checks every backend makes on what it is handed, so all of them fail alike and name the backend.
 
 Where it sits: inside a backend's `prepare` (the plan belongs to the program; weights are host
-arrays of the declared types) and `run` (inputs likewise), before anything touches a device.
+arrays of the declared types) and `run` (inputs likewise), before anything touches a device; and in
+`dif.runtime`'s selection (`coverage`: the ops and dtypes a program needs that a backend lacks).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import numpy as np
+from attrs import frozen
 
 from dif.dtypes import dtype_of
 from dif.errors import DifError, PlanBindingError, WeightError
@@ -83,3 +85,52 @@ def check_inputs(program: Program, inputs: Mapping[str, Any], backend: str) -> d
             raise DifError(f"backend '{backend}': input '{v.name}' expected {v.type}, got {describe_array(arr)}")
         checked[v.name] = np.asarray(arr)
     return checked
+
+
+# -- coverage: does a backend declare everything a program uses? ------------------------------
+
+
+@frozen
+class Coverage:
+    """What `program` uses that `backend` does not declare (sorted names; both empty: it can run it)."""
+
+    backend: str
+    missing_ops: tuple[str, ...] = ()
+    missing_dtypes: tuple[str, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        return not self.missing_ops and not self.missing_dtypes
+
+    def describe(self) -> str:
+        """`cuda lacks op conv3d and dtype f8e4m3`, or `cpu has every op and dtype`."""
+        if self.ok:
+            return f"{self.backend} has every op and dtype"
+        parts = [
+            f"{kind}{'s' if len(names) > 1 else ''} {', '.join(names)}"
+            for kind, names in (("op", self.missing_ops), ("dtype", self.missing_dtypes))
+            if names
+        ]
+        return f"{self.backend} lacks {' and '.join(parts)}"
+
+
+def program_ops(program: Program) -> frozenset[str]:
+    """Every op name a node of `program` uses."""
+    return frozenset(node.op for node in program.nodes)
+
+
+def program_dtypes(program: Program) -> frozenset[str]:
+    """Every element type of `program`'s inputs, parameters and node results."""
+    values = [*program.inputs, *program.params, *(v for node in program.nodes for v in node.results)]
+    return frozenset(v.type.dtype.value for v in values)
+
+
+def coverage(
+    program: Program, backend: str, ops: frozenset[str] | None, dtypes: Iterable[str] | None = None
+) -> Coverage:
+    """The ops of `program` outside `ops` (None: the backend runs every op) and its dtypes outside
+    `dtypes` (None or empty: the backend declares none, so none are checked)."""
+    missing_ops = () if ops is None else tuple(sorted(program_ops(program) - ops))
+    declared = frozenset(dtypes or ())
+    missing_dtypes = tuple(sorted(program_dtypes(program) - declared)) if declared else ()
+    return Coverage(backend, missing_ops, missing_dtypes)

@@ -21,9 +21,10 @@ from attrs import define, evolve, field
 from dif.backend import Availability, Backend, BackendInfo, Executable
 from dif.env import DIF_BACKEND
 from dif.errors import BackendError, BackendUnavailableError, DifError, PlanError, UsageError
-from dif.target import RuntimeBudget
+from dif.target import RuntimeBudget, TargetProfile
 
 if TYPE_CHECKING:
+    from dif.backend_checks import Coverage
     from dif.ir.program import Program
     from dif.plan.plan import Plan
 
@@ -59,27 +60,131 @@ def _no_backend(status: list[tuple[BackendInfo, Availability]]) -> BackendUnavai
     return BackendUnavailableError(f"no registered backend is available ({reasons})")
 
 
-def get_backend(name: str | None = None) -> Backend:
+def get_backend(
+    name: str | None = None,
+    *,
+    program: Program | None = None,
+    create: Callable[[BackendInfo], Backend] | None = None,
+) -> Backend:
     """The backend called `name`; with None, `DIF_BACKEND` or else the available one of highest priority.
 
-    Raises `BackendUnavailableError` naming the reason, and the known names when `name` is unknown."""
+    With `program`, a backend is only chosen for it when it declares every op (`BackendInfo.supported_ops`)
+    and dtype (its profile's `dtypes`) the program uses: automatic selection falls through to the next
+    available backend by priority, and a requested one that lacks any is refused, before anything is
+    prepared. `create(info)` makes the chosen backend (default: `info.create()`; `ProgramCache` reuses
+    instances). Raises `BackendUnavailableError` naming the reason, the known names when `name` is
+    unknown, and for `program` the ops and dtypes each backend lacks."""
+    make = create or _create
     status = backend_status()
     name = name or DIF_BACKEND.get() or None
     if name is None:
-        for info, avail in status:
-            if avail.ok:
-                return _create(info)
-        raise _no_backend(status)
+        return _automatic(status, program, make)
     for info, avail in status:
         if info.name == name:
             if not avail.ok:
                 raise BackendUnavailableError(f"backend '{name}' is not available: {avail.reason or 'no reason given'}")
-            return _create(info)
+            if program is None:
+                return make(info)
+            backend, gap = _covering(info, program, make)
+            if backend is None:
+                raise _refused(program, gap)
+            return backend
     known = ", ".join(info.name for info, _ in status) or "none"
     raise BackendUnavailableError(
         f"unknown backend '{name}' (known backends: {known})",
         hint="install the backend's distribution, or check `dif plugins` for one that failed to load",
     )
+
+
+def _automatic(
+    status: list[tuple[BackendInfo, Availability]], program: Program | None, make: Callable[[BackendInfo], Backend]
+) -> Backend:
+    """The available backend of highest priority that can run `program` (any, without one)."""
+    gaps: list[Coverage] = []
+    for info, avail in status:
+        if not avail.ok:
+            continue
+        if program is None:
+            return make(info)
+        backend, gap = _covering(info, program, make)
+        if backend is not None:
+            return backend
+        gaps.append(gap)
+    if not gaps or program is None:
+        raise _no_backend(status)
+    absent = [f"{info.name}: {avail.reason or 'unavailable'}" for info, avail in status if not avail.ok]
+    raise BackendUnavailableError(
+        f"no available backend can run program '{program.name}': "
+        + "; ".join(gap.describe() for gap in gaps)
+        + (f" (not available: {'; '.join(absent)})" if absent else ""),
+        hint="install or enable a backend that implements them (see `dif probe` and `dif plugins`)",
+    )
+
+
+def _covering(
+    info: BackendInfo, program: Program, make: Callable[[BackendInfo], Backend]
+) -> tuple[Backend | None, Coverage]:
+    """(the backend, its coverage) when `info` declares every op and dtype of `program`, else (None, the gap).
+
+    Ops come from the registration; dtypes from `info.probe()`, or from the created backend's profile
+    when the registration has no probe (then the backend is created before its dtypes are known)."""
+    from dif.backend_checks import coverage
+
+    gap = coverage(program, info.name, _declared_ops(info))
+    if not gap.ok:
+        return None, gap
+    backend = None
+    if info.probe is not None:
+        profile = _probe(info)
+    else:
+        backend = make(info)
+        profile = backend.profile()
+    gap = coverage(program, info.name, None, profile.dtypes)
+    if not gap.ok:
+        return None, gap
+    return (backend if backend is not None else make(info)), gap
+
+
+def _declared_ops(info: BackendInfo) -> frozenset[str] | None:
+    try:
+        return info.declared_ops()
+    except Exception as exc:  # a broken declaration names the backend instead of escaping as a bug
+        raise BackendError(
+            f"backend '{info.name}': supported_ops raised {type(exc).__name__}: {exc}",
+            hint="supported_ops must be op names or a function returning them",
+        ) from exc
+
+
+def _probe(info: BackendInfo) -> TargetProfile:
+    assert info.probe is not None
+    try:
+        return info.probe()
+    except DifError:
+        raise
+    except Exception as exc:
+        raise BackendError(f"backend '{info.name}': probe() raised {type(exc).__name__}: {exc}") from exc
+
+
+def _refused(program: Program, gap: Coverage) -> BackendUnavailableError:
+    return BackendUnavailableError(
+        f"backend '{gap.backend}' cannot run program '{program.name}': {gap.describe()}",
+        hint="leave the backend unset (no --backend, no DIF_BACKEND) to choose one that has them, "
+        "or add the lowering to the backend and to its supported_ops",
+    )
+
+
+def check_coverage(program: Program, backend: Backend, profile: TargetProfile) -> None:
+    """Refuse (`BackendUnavailableError`) to hand `program` to `backend` when it uses an op the backend's
+    registration does not declare or a dtype outside `profile.dtypes`. `prepare` runs this on the
+    optimized program, so an op or dtype a pass introduced is caught too. A backend no plugin
+    registers under its name is checked for dtypes only."""
+    from dif.backend_checks import coverage
+    from dif.plugins import backends
+
+    info = backends().get(str(backend.name))
+    gap = coverage(program, str(backend.name), _declared_ops(info) if info is not None else None, profile.dtypes)
+    if not gap.ok:
+        raise _refused(program, gap)
 
 
 def _create(info: BackendInfo) -> Backend:
@@ -142,10 +247,11 @@ def prepare(
     from dif.plan.planner import plan_program
 
     if backend is None or isinstance(backend, str):
-        backend = get_backend(backend)
+        backend = get_backend(backend, program=program)
     profile = backend.profile()
     pipeline = selected_passes() if passes is None else tuple(passes)
     optimized, decisions = optimize(program, target=profile, passes=pipeline)
+    check_coverage(optimized, backend, profile)
     plan = plan_program(
         optimized,
         profile,
@@ -160,8 +266,9 @@ def prepare(
 class ProgramCache:
     """The programs of one pipeline, each built, bound and prepared once per key on one backend.
 
-    backend: a backend name, None for the default (`DIF_BACKEND`, else the available one of highest
-    priority), or "interp" for the reference interpreter (no plan, no backend). vram_budget: each
+    backend: a backend name, None for the default (`DIF_BACKEND`, else per program the available one of
+    highest priority that has its ops and dtypes, see `get_backend`), or "interp" for the reference
+    interpreter (no plan, no backend). vram_budget: each
     program is planned for the backend's free memory capped at this many bytes (`capped_budget`); the
     backend's free memory already excludes what the programs prepared before hold on the device.
     """
@@ -173,16 +280,24 @@ class ProgramCache:
     budget: RuntimeBudget | None = field(init=False, default=None)  # what the latest plan was made against
     residency: dict[str, dict[str, int]] = field(init=False, factory=dict)  # by program name: `memory_report`
     _runners: dict[Hashable, Runner] = field(init=False, factory=dict)
-    _backend: Backend | None = field(init=False, default=None)
+    _backend: Backend | None = field(init=False, default=None)  # the latest program's
+    _backends: dict[str, Backend] = field(init=False, factory=dict)  # by name: each created once
 
     @property
     def backend_name(self) -> str:
-        """The backend that runs the programs ("interp" = the reference interpreter)."""
+        """The backend that ran the latest program prepared, before any the default one ("interp" =
+        the reference interpreter)."""
         if self.backend == INTERP:
             return INTERP
         if self._backend is None:
-            self._backend = get_backend(self.backend)
+            self._backend = get_backend(self.backend, create=self._instance)
         return str(self._backend.name)
+
+    def _instance(self, info: BackendInfo) -> Backend:
+        """The backend `info` registers, created once for all the programs (one device context)."""
+        if info.name not in self._backends:
+            self._backends[info.name] = _create(info)
+        return self._backends[info.name]
 
     def get(self, key: Hashable, build: Callable[[], tuple[Program, Mapping[str, np.ndarray]]]) -> Runner:
         """The runner cached under `key`; on a miss `build()` returns (program, bound weights)."""
@@ -196,17 +311,16 @@ class ProgramCache:
 
     def prepare(self, program: Program, weights: Mapping[str, np.ndarray]) -> Runner:
         """`program` ready to run: interpreted with its weights read now for "interp", otherwise
-        planned and prepared by `prepare` on the backend (resolved once)."""
+        planned and prepared by `prepare` on the backend chosen for it (`get_backend`)."""
         if self.backend == INTERP:
             from dif.interp import interpret
 
             resolved = dict(weights)
             return lambda inputs: interpret(program, inputs, resolved)
-        _ = self.backend_name  # resolves the backend once
-        assert self._backend is not None
-        self.budget = capped_budget(self._backend.budget(), self.vram_budget)
+        backend = self._backend = get_backend(self.backend, program=program, create=self._instance)
+        self.budget = capped_budget(backend.budget(), self.vram_budget)
         try:
-            executable, plan = prepare(program, weights, backend=self._backend, budget=self.budget)
+            executable, plan = prepare(program, weights, backend=backend, budget=self.budget)
         except PlanError as exc:
             if self.vram_budget is None:
                 raise

@@ -63,7 +63,7 @@ def run(
             weights, _ = load_tensors(weights_path)
             ev["bytes"] = sum(int(a.nbytes) for a in weights.values())
     bind_check(program, inputs, weights)
-    backend = get_backend(backend_name)
+    backend = get_backend(backend_name, program=program)  # one that has every op and dtype of it
     profile, budget = backend.profile(), backend.budget()
     with log.span("prepare", backend=backend.name):
         executable, plan = prepare(program, weights, backend, budget)
