@@ -31,6 +31,9 @@ class TargetProfile:
     tensor_core_formats: tuple[str, ...] = field(default=(), converter=strs)
     capabilities: tuple[str, ...] = field(default=(), converter=strs)
     libraries: dict[str, str] = field(factory=dict)
+    host_threshold_bytes: int | None = None
+    """Nodes touching at most this many bytes run faster on the host than as a launch (measured by the
+    backend); the planner places such host-known nodes there (`dif.plan.placement`). None: all on the device."""
 
     def fingerprint(self) -> str:
         """Hash of everything that affects what a plan may assume (not free memory)."""

@@ -2,7 +2,8 @@
 backend's `prepare`).
 
 The file is a `dif.serialize.container` with one section, `plan`: the plan as canonical JSON
-(sorted keys). Loading validates everything (container checksum, schema, arena soundness) and
+(sorted keys). Loading validates everything (container checksum, schema, arena soundness, the
+streaming schedule and node placement) and
 raises only `FormatError` subclasses. `check_binding` then fails closed, naming every condition
 that differs from what the plan was made for.
 """
@@ -20,6 +21,7 @@ from dif.plan.plan import (
     Plan,
     check_arena,
     check_plan,
+    check_records,
     compiler_revision,
     plan_from_dict,
     plan_to_dict,
@@ -28,10 +30,10 @@ from dif.serialize.container import pack, read_bytes, unpack, write_atomic
 from dif.target import RuntimeBudget, TargetProfile
 
 MAGIC = b"DIFPLAN\x00"
-VERSION = 3
+VERSION = 4
 """Container version; follows `PLAN_FORMAT_REV` (2: buffers carry `alias_of`; 3: views with offsets and
-pitched rows). Older files are refused
-with a `VersionError` rather than read with guessed fields: re-plan them."""
+pitched rows; 4: the streaming schedule and node placement). Older files are refused with a
+`VersionError` rather than read with guessed fields: re-plan them."""
 SUFFIX = ".difplan"
 
 
@@ -61,6 +63,7 @@ def plan_from_bytes(data: bytes, *, what: str = "<difplan bytes>") -> Plan:
     try:
         plan = plan_from_dict(doc)
         check_arena(plan)
+        check_records(plan)
     except PlanError as exc:
         raise FormatError(f"{what}: {exc}") from None
     bad = sorted(r for r in set(plan.residency.values()) if r not in RESIDENCIES)

@@ -2,8 +2,10 @@
 backend's `prepare`).
 
 A plan fixes the execution order, where every intermediate value lives in one byte arena, which
-weights stay resident, and what it is bound to (program, compiler, target, budget, precision). It
-is plain data: frozen attrs classes that cattrs turns into JSON-able dicts for `.difplan`.
+weights stay resident and how the others stream (`dif.plan.streaming`), which nodes run on the host
+(`dif.plan.placement`), and what it is bound to (program, compiler, target, budget, precision). A
+backend executes these decisions and re-derives none of them. It is plain data: frozen attrs
+classes that cattrs turns into JSON-able dicts for `.difplan`.
 """
 
 from __future__ import annotations
@@ -17,15 +19,18 @@ from attrs import frozen
 
 import dif
 from dif.errors import PlanError
+from dif.plan.placement import DEVICE, check_placement
+from dif.plan.streaming import Streaming, check_streaming, check_streaming_fits
 from dif.target import TargetProfile
 
 if TYPE_CHECKING:
     from dif.ir.program import Program
 
-PLAN_FORMAT_REV = 3
+PLAN_FORMAT_REV = 4
 """Bumped whenever the meaning of a plan field changes; part of the compiler revision.
 Rev 2: buffers may alias another buffer's bytes (`Buffer.alias_of`).
-Rev 3: an alias may sit anywhere inside its root, contiguous or as pitched rows (`dif.plan.views`)."""
+Rev 3: an alias may sit anywhere inside its root, contiguous or as pitched rows (`dif.plan.views`).
+Rev 4: the plan records the weight-streaming schedule (`Plan.streaming`) and each node's placement."""
 
 ALIGNMENT = 256
 """Every buffer starts on and spans a multiple of this many bytes (GPU-friendly; harmless on CPU)."""
@@ -121,7 +126,8 @@ class Plan:
 
     Memory figures are bytes. `peak_bytes` is the most arena bytes live at any schedule step (a
     lower bound for `arena_bytes`; the gap is packing fragmentation). `min_memory_bytes` in the
-    binding is arena + resident weights + streaming staging.
+    binding is arena + resident weights + streaming staging (`streaming.staging_bytes`).
+    `placement[i]` says where the node at schedule step i runs ("device" or "host").
     """
 
     program_name: str
@@ -137,6 +143,8 @@ class Plan:
     precision: str
     binding: Binding
     decisions: tuple[Decision, ...]
+    streaming: Streaming
+    placement: tuple[str, ...]
     alignment: int = ALIGNMENT
 
     @cached_property
@@ -147,13 +155,19 @@ class Plan:
     def streamed(self) -> tuple[str, ...]:
         return tuple(name for name, r in self.residency.items() if r == STREAMED)
 
+    @property
+    def host_nodes(self) -> tuple[int, ...]:
+        """Ids of the nodes placed on the host, in schedule order."""
+        return tuple(n for n, where in zip(self.schedule, self.placement, strict=True) if where != DEVICE)
+
     def describe(self) -> str:
         """A short human summary (used by `dif plan` and in error messages)."""
         lines = [
             f"plan for '{self.program_name}' ({self.program_fingerprint}) on {self.binding.target_backend}",
             f"  nodes {len(self.schedule)}, buffers {len(self.buffers)}, arena {self.arena_bytes} B, "
             f"peak {self.peak_bytes} B, params {self.param_bytes} B "
-            f"({len(self.streamed)} streamed), min memory {self.binding.min_memory_bytes} B",
+            f"({len(self.streamed)} streamed in {len(self.streaming.blocks)} blocks, {self.streaming.slots} staging "
+            f"slots), {len(self.host_nodes)} nodes on the host, min memory {self.binding.min_memory_bytes} B",
             f"  precision {self.precision}, compiler {self.binding.compiler_revision}",
         ]
         lines += [f"  - {d.what}: {d.why}" for d in self.decisions]
@@ -296,6 +310,16 @@ def check_plan(plan: Plan, program: Program) -> None:
     param_names = {p.name for p in program.params}
     if set(plan.residency) != param_names:
         raise PlanError("plan residency does not list exactly the program's parameters")
+    check_records(plan)
+    check_streaming_fits(plan, program)
+    check_placement(plan.placement, plan.schedule, program)
+
+
+def check_records(plan: Plan) -> None:
+    """Raise `PlanError` unless the streaming schedule and the placement are sound on their own (what a
+    `.difplan` loader can check without the program)."""
+    check_streaming(plan)
+    check_placement(plan.placement, plan.schedule)
 
 
 def _strict_int(value: Any, _type: Any) -> int:

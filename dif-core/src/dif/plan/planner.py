@@ -5,7 +5,9 @@ Steps, each recorded as a `Decision`: keep the program's (topological) order as 
 compute each intermediate's lifetime; place reshape/split results and concat operands as views inside
 another value's bytes where the target's executor addresses them (`dif.plan.views`);
 pack lifetimes into one arena (greedy by size, best-fit gap); decide weight residency against the
-budget, streaming the weight blocks that move the fewest bytes when everything does not fit. Inputs and parameters
+budget, streaming the weight blocks that move the fewest bytes when everything does not fit, and lay
+the streamed blocks out in staging slots (`dif.plan.streaming`); place tiny host-known nodes on the
+host where the target declares a `host_threshold_bytes` (`dif.plan.placement`). Inputs and parameters
 never live in the arena. The optimizer's decisions, when given, come first in the plan.
 """
 
@@ -19,6 +21,7 @@ from attrs import evolve
 from dif.errors import PlanError
 from dif.fingerprint import fingerprint
 from dif.ir.program import Program
+from dif.plan.placement import DEVICE, HOST, place_nodes
 from dif.plan.plan import (
     ALIAS_CAPABILITY,
     ALIGNMENT,
@@ -32,6 +35,7 @@ from dif.plan.plan import (
     compiler_revision,
     live_bytes,
 )
+from dif.plan.streaming import Streaming, layout, span, streamable
 from dif.plan.views import VIEW_OPS, plan_views
 from dif.target import RuntimeBudget, TargetProfile
 
@@ -74,10 +78,15 @@ def plan_program(
             "inputs and parameters stay outside the arena",
         )
     )
-    residency, staging, admission = decide_residency(program, arena, budget)
+    residency, chosen, admission = decide_residency(program, arena, budget)
     resident = sum(p.type.nbytes for p in program.params if residency[p.name] == RESIDENT)
     streamed = len(program.params) - sum(1 for r in residency.values() if r == RESIDENT)
     decisions.append(Decision(f"residency: {streamed} of {len(program.params)} parameters streamed", admission))
+    streaming = layout(program, schedule, chosen)
+    staging = streaming.staging_bytes
+    decisions += _streaming_decisions(program, streaming, arena + resident, budget)
+    placed = place_nodes(program, schedule, profile.host_threshold_bytes)
+    decisions += _placement_decisions(program, schedule, placed.placement, placed.host_reasons, profile)
     decisions.append(Decision(f"precision: {precision}", "precision policy requested by the caller"))
     binding = Binding(
         compiler_revision=compiler_revision(),
@@ -101,8 +110,65 @@ def plan_program(
         precision=precision,
         binding=binding,
         decisions=tuple(decisions),
+        streaming=streaming,
+        placement=placed.placement,
         alignment=alignment,
     )
+
+
+def _streaming_decisions(program: Program, s: Streaming, fixed: int, budget: RuntimeBudget) -> list[Decision]:
+    """The layout of the streamed blocks, as decisions; `PlanError` when blocks read out of order need
+    more staging slots than the budget holds."""
+    if not s.blocks:
+        return []
+    available = budget.free_memory_bytes - budget.workspace_bytes
+    if fixed + s.staging_bytes > available:
+        crowded = max(s.blocks, key=lambda b: (b.slot, -b.first_use))
+        raise PlanError(
+            f"program '{program.name}' does not fit: its streamed weight blocks are read out of order and need "
+            f"{s.slots} staging slots ({s.staging_bytes} B; '{crowded.key}' opens slot {crowded.slot} at step "
+            f"{crowded.first_use} while every other slot still holds a block read later), so arena + resident "
+            f"{fixed} + staging {s.staging_bytes} B > available {available} B",
+            hint="plan with a larger budget so one of these blocks stays resident, or give the frontend's weights "
+            "provenance blocks that are used one after another",
+        )
+    return [
+        Decision(
+            f"streaming: {len(s.blocks)} blocks through {s.slots} staging slots of {s.slot_bytes} B",
+            "blocks are copied in first-use order, each into the slot released earliest (its previous tenant's "
+            "last reader ran before the block's first); parameters start on 256-byte boundaries in their slot; a "
+            "block must have arrived before its first reader and frees its slot after its last (dif.plan.streaming)",
+        )
+    ]
+
+
+def _placement_decisions(
+    program: Program,
+    schedule: tuple[int, ...],
+    placement: tuple[str, ...],
+    reasons: dict[int, str],
+    profile: TargetProfile,
+) -> list[Decision]:
+    threshold = profile.host_threshold_bytes
+    if not threshold:
+        return [
+            Decision(
+                f"placement: all {len(schedule)} nodes on the device",
+                f"target '{profile.backend}' declares no host_threshold_bytes",
+            )
+        ]
+    nodes = program.node_by_id
+    hosted = [n for n, where in zip(schedule, placement, strict=True) if where == HOST]
+    out = [
+        Decision(
+            f"placement: {len(hosted)} of {len(schedule)} nodes on the host, {placement.count(DEVICE)} on the device",
+            f"target '{profile.backend}' measured the host faster for nodes touching at most {threshold} B "
+            "(host_threshold_bytes); such a node runs on the host when it reads only inputs, weights and host "
+            "results, every other node on the device",
+        )
+    ]
+    out += [Decision(f"placement: node {n} ({nodes[n].op}) on the host", reasons[n]) for n in hosted]
+    return out
 
 
 def lifetimes(program: Program, schedule: tuple[int, ...], alignment: int = ALIGNMENT) -> list[Buffer]:
@@ -196,11 +262,15 @@ def _best_fit(starts: np.ndarray, ends: np.ndarray, size: int) -> int:
 
 
 def weight_blocks(program: Program) -> dict[str, list[str]]:
-    """Parameters grouped into streaming blocks: the provenance block of their first user (as the
-    frontend declared it), else the parameter alone. Blocks are streamed whole."""
+    """Streamable parameters (`dif.plan.streaming.streamable`) grouped into streaming blocks: the
+    provenance block of their first user (as the frontend declared it), else the parameter alone.
+    Blocks are streamed whole; the other parameters are always resident."""
     users = program.users
+    ok = streamable(program)
     blocks: dict[str, list[str]] = {}
     for p in program.params:
+        if p.name not in ok:
+            continue
         first_user = users.get(p.name, ())
         prov = program.provenance.get(first_user[0].id) if first_user else None
         key = f"block {prov.block}" if prov is not None and prov.block else f"param {p.name}"
@@ -208,8 +278,10 @@ def weight_blocks(program: Program) -> dict[str, list[str]]:
     return blocks
 
 
-def decide_residency(program: Program, arena: int, budget: RuntimeBudget) -> tuple[dict[str, str], int, str]:
-    """(residency by parameter, staging bytes, admission arithmetic as text).
+def decide_residency(
+    program: Program, arena: int, budget: RuntimeBudget
+) -> tuple[dict[str, str], list[tuple[str, list[str]]], str]:
+    """(residency by parameter, the streamed blocks as (key, parameter names), admission arithmetic as text).
 
     Everything is resident if arena + weights fit the budget. Otherwise whole weight blocks are streamed:
     staging holds two of the largest streamed block (one in use, one being prefetched), so streaming one
@@ -223,28 +295,28 @@ def decide_residency(program: Program, arena: int, budget: RuntimeBudget) -> tup
     total = sum(sizes.values())
     head = f"available {available} B (free {budget.free_memory_bytes} - workspace {budget.workspace_bytes})"
     if arena + total <= available:
-        return {name: RESIDENT for name in sizes}, 0, f"arena {arena} + weights {total} = {arena + total} B <= {head}"
+        return {name: RESIDENT for name in sizes}, [], f"arena {arena} + weights {total} = {arena + total} B <= {head}"
     # (bytes, staged bytes: each parameter starting on an aligned address in a staging slot, key, names)
     blocks = sorted(
-        ((sum(sizes[n] for n in names), sum(align_up(sizes[n]) for n in names), key, names)
+        ((sum(sizes[n] for n in names), span(program, names), key, names)
          for key, names in weight_blocks(program).items()),
         key=lambda b: (-b[0], b[2]),
     )  # fmt: skip
-    best: tuple[int, int, list[tuple[str, ...]]] | None = None  # (streamed bytes, staging, blocks)
+    best: tuple[int, int, list[tuple[str, list[str]]]] | None = None  # (streamed bytes, staging, blocks)
     for bound in sorted({b[1] for b in blocks}):
         resident, staging, chosen = total, 0, []
-        for nbytes, staged, _key, names in blocks:
+        for nbytes, staged, key, names in blocks:
             if arena + resident + staging <= available:
                 break
             if staged <= bound:
                 resident, staging = resident - nbytes, max(staging, 2 * staged)
-                chosen.append(names)
+                chosen.append((key, names))
         if arena + resident + staging <= available and (best is None or (total - resident, staging) < best[:2]):
             best = (total - resident, staging, chosen)
     if best is not None:
         streamed, staging, chosen = best
         residency = {name: RESIDENT for name in sizes}
-        residency.update((n, STREAMED) for names in chosen for n in names)
+        residency.update((n, STREAMED) for _key, names in chosen for n in names)
         need = arena + (total - streamed) + staging
         why = (
             f"arena {arena} + weights {total} = {arena + total} B > {head}; streamed {len(chosen)} of "
@@ -252,11 +324,12 @@ def decide_residency(program: Program, arena: int, budget: RuntimeBudget) -> tup
             f"streamed block size): arena {arena} + resident {total - streamed} + staging {staging} "
             f"(2 x largest streamed block) = {need} B <= available"
         )
-        return residency, staging, why
+        return residency, chosen, why
     staging = 2 * max((b[1] for b in blocks), default=0)
-    need = arena + staging
+    fixed = total - sum(b[0] for b in blocks)  # parameters no node reads, or outputs: never streamed
+    need = arena + fixed + staging
     raise PlanError(
-        f"program '{program.name}' does not fit: even streaming all weights needs arena {arena} + staging "
-        f"{staging} = {need} B, but only {head}",
+        f"program '{program.name}' does not fit: even streaming all weights needs arena {arena} + unstreamable "
+        f"weights {fixed} + staging {staging} = {need} B, but only {head}",
         hint="free device memory, use a smaller resolution/batch, or a lower-precision weight format",
     )
