@@ -1,7 +1,8 @@
-"""Weight streaming in the CUDA executor. Without a GPU: the block order, slots, layout and the
-interleaving of copies and waits (`dif_backend_cuda.streaming.stream_schedule`, no cupy). On a GPU
-(marker `cuda`, skipped with the reason otherwise): a program whose blocks are mostly streamed gives
-bit for bit what the all-resident plan gives, with the graph and without."""
+"""Weight streaming in the CUDA executor. Without a GPU: the executor takes the plan's streaming
+schedule as recorded (blocks, slots, offsets, slot tenants) and interleaves copies and waits with the
+schedule (`dif_backend_cuda.streaming.stream_schedule`, no cupy). On a GPU (marker `cuda`, skipped with
+the reason otherwise): a program whose blocks are mostly streamed gives bit for bit what the
+all-resident plan gives, with the graph and without, also when a block read again keeps its slot."""
 
 from __future__ import annotations
 
@@ -9,12 +10,14 @@ from typing import Any
 
 import numpy as np
 import pytest
+from attrs import evolve
 
-from dif.errors import BackendError
+from dif.errors import BackendError, PlanError
 from dif.ir.builder import ProgramBuilder
 from dif.ir.program import Program
-from dif.plan.plan import RESIDENT, STREAMED, Plan
+from dif.plan.plan import RESIDENT, STREAMED, Plan, check_plan
 from dif.plan.planner import plan_program
+from dif.plan.streaming import NO_STREAMING, layout
 from dif.target import RuntimeBudget, TargetProfile
 from dif_backend_cuda.streaming import COPY, FORK, FREE, JOIN, WAIT, StreamOp, fill_pinned, stream_schedule
 
@@ -52,34 +55,51 @@ def plan_keeping(program: Program, resident_blocks: int, profile: TargetProfile 
     return plan_program(program, profile, budget)
 
 
+def streaming_blocks(program: Program, plan: Plan, blocks: list[tuple[str, list[str]]]) -> Plan:
+    """`plan` re-planned by hand to stream exactly `blocks` (laid out as the planner lays blocks out)."""
+    streaming = layout(program, plan.schedule, blocks)
+    residency = {name: RESIDENT for name in plan.residency}
+    residency.update((name, STREAMED) for _key, names in blocks for name in names)
+    resident = sum(p.type.nbytes for p in program.params if residency[p.name] == RESIDENT)
+    binding = evolve(plan.binding, min_memory_bytes=plan.arena_bytes + resident + streaming.staging_bytes)
+    edited = evolve(
+        plan, residency=residency, streaming=streaming, staging_bytes=streaming.staging_bytes,
+        resident_bytes=resident, binding=binding,
+    )  # fmt: skip
+    check_plan(edited, program)
+    return edited
+
+
 def test_everything_resident_means_no_streaming() -> None:
     program = mlp()
     plan = plan_program(program, PROFILE, RuntimeBudget(free_memory_bytes=1 << 40))
+    assert plan.streaming == NO_STREAMING
     s = stream_schedule(program, plan)
     assert s.blocks == () and s.slots == 0 and s.pinned_bytes == 0 and s.staging_bytes == 0
     assert s.timeline == tuple(range(len(plan.schedule)))
     assert s.resident == tuple(p.name for p in program.params)
 
 
-def test_blocks_follow_first_use_and_alternate_slots() -> None:
+def test_the_executor_takes_the_plans_blocks_slots_and_offsets() -> None:
     program = mlp()
     plan = plan_keeping(program, resident_blocks=0)
     assert set(plan.residency.values()) == {STREAMED}
     s = stream_schedule(program, plan)
+    assert s.blocks == plan.streaming.blocks  # as recorded, not regrouped
     assert [b.key for b in s.blocks] == [f"block blk{i}" for i in range(4)]
     assert [b.params for b in s.blocks] == [(f"w{i}", f"b{i}") for i in range(4)]
-    assert [b.slot for b in s.blocks] == [0, 1, 0, 1]
+    assert [b.slot for b in s.blocks] == [0, 1, 0, 1] and [b.after for b in s.blocks] == [-1, -1, 0, 1]
     # linear is node 2i in the schedule; the block's weight and bias are read there only
     assert [(b.first_use, b.last_use) for b in s.blocks] == [(2 * i, 2 * i) for i in range(4)]
     # parameters start on 256-byte boundaries; blocks lie back to back in pinned memory
     assert [b.offsets for b in s.blocks] == [(0, WIDTH * WIDTH * 4)] * 4
-    assert [b.host_offset for b in s.blocks] == [i * BLOCK_BYTES for i in range(4)]
+    assert s.host_offsets == tuple(i * BLOCK_BYTES for i in range(4))
     assert s.slot_bytes == BLOCK_BYTES and s.slots == 2 and s.staging_bytes == 2 * BLOCK_BYTES
-    assert s.pinned_bytes == 4 * BLOCK_BYTES and s.resident == ()
+    assert s.pinned_bytes == 4 * BLOCK_BYTES and s.resident == () and s.streamed_bytes == 4 * BLOCK_BYTES
     placed = s.placements()
     w_bytes = WIDTH * WIDTH * 4
     assert placed["w2"] == (0, 2 * BLOCK_BYTES) and placed["b3"] == (BLOCK_BYTES + w_bytes, 3 * BLOCK_BYTES + w_bytes)
-    assert s.staging_bytes <= plan.staging_bytes  # f32 sizes are multiples of 256 here: no padding
+    assert s.staging_bytes == plan.staging_bytes == plan.streaming.staging_bytes
 
 
 def test_copies_and_waits_interleave_with_the_schedule() -> None:
@@ -112,38 +132,67 @@ def test_resident_blocks_are_left_out_of_the_timeline() -> None:
 def test_a_single_streamed_block_uses_one_slot() -> None:
     program = mlp(blocks=2)
     plan = plan_program(program, PROFILE, RuntimeBudget(free_memory_bytes=1 << 40))
-    plan = _with_residency(plan, {"w0": STREAMED, "b0": STREAMED})
+    plan = streaming_blocks(program, plan, [("block blk0", ["w0", "b0"])])
     s = stream_schedule(program, plan)
     assert len(s.blocks) == 1 and s.slots == 1 and s.staging_bytes == BLOCK_BYTES
     assert s.timeline == (StreamOp(FORK), StreamOp(COPY, 0), StreamOp(WAIT, 0), 0, 1, 2, 3, StreamOp(JOIN))
 
 
-def test_a_block_still_in_use_when_its_slot_is_needed_is_refused() -> None:
-    program = mlp(reuse_first_at=2)  # w0 (block blk0) is read again after blk2, while blk2 holds its slot
-    with pytest.raises(BackendError, match=r"block blk0 is still read at schedule step 6 .* block blk2"):
-        stream_schedule(program, plan_keeping(program, resident_blocks=0))
+def test_a_block_read_again_keeps_its_slot() -> None:
+    program = mlp(reuse_first_at=2)  # w0 (block blk0) is read again at step 6, after blk2
+    plan = plan_keeping(program, resident_blocks=0)
+    s = stream_schedule(program, plan)
+    assert [(b.first_use, b.last_use) for b in s.blocks] == [(0, 6), (2, 2), (4, 4), (7, 7)]
+    # blk2 takes blk1's slot (blk0 still holds slot 0); blk3 the slot released earliest (blk2's, at step 4)
+    assert [b.slot for b in s.blocks] == [0, 1, 1, 1] and [b.after for b in s.blocks] == [-1, -1, 1, 2]
+    assert s.slots == 2
+    t = s.timeline
+    assert t.index(StreamOp(COPY, 2)) == t.index(StreamOp(FREE, 1)) + 1
+    assert t.index(StreamOp(COPY, 3)) == t.index(StreamOp(FREE, 2)) + 1
+    assert StreamOp(FREE, 0) not in t  # no block follows blk0 into slot 0
 
 
-def test_reuse_within_the_next_block_is_fine() -> None:
-    program = mlp(reuse_first_at=1)  # blk0 is read until step 4; blk2 (its slot's next tenant) starts at 5
+def test_reuse_within_the_next_block_takes_the_slot_released_first() -> None:
+    program = mlp(reuse_first_at=1)  # blk0 is read until step 4; blk1's slot is free from step 2
     s = stream_schedule(program, plan_keeping(program, resident_blocks=0))
     assert (s.blocks[0].first_use, s.blocks[0].last_use, s.blocks[2].first_use) == (0, 4, 5)
-    assert s.timeline.index(StreamOp(COPY, 2)) == s.timeline.index(StreamOp(FREE, 0)) + 1
+    assert (s.blocks[2].slot, s.blocks[2].after, s.blocks[3].slot, s.blocks[3].after) == (1, 1, 0, 0)
+    assert s.timeline.index(StreamOp(COPY, 2)) == s.timeline.index(StreamOp(FREE, 1)) + 1
 
 
-def test_unread_or_output_parameters_stay_resident() -> None:
-    b = ProgramBuilder("odd-params")
-    x = b.input("x", (8, WIDTH), "f32")
-    w = b.param("w", (WIDTH, WIDTH), "f32")
-    b.param("unused", (WIDTH,), "f32")
-    with b.scope(block="blk0"):
-        y = b.emit("linear", x, w)
-    b.output(y, w)
-    program = b.build()
+def overlapping() -> Program:
+    """Three blocks all read again at the end: at blk2's first read, blk0 and blk1 are both still in use."""
+    b = ProgramBuilder("overlapping")
+    h = b.input("x", (8, WIDTH), "f32")
+    ws = [b.param(f"w{i}", (WIDTH, WIDTH), "f32") for i in range(3)]
+    for i, w in enumerate(ws):
+        with b.scope(block=f"blk{i}"):
+            h = b.emit("linear", h, w)
+    for w in ws:
+        with b.scope(block="tail"):
+            h = b.emit("linear", h, w)
+    b.output(h)
+    return b.build()
+
+
+def test_blocks_in_use_together_get_a_slot_each() -> None:
+    program = overlapping()
     plan = plan_program(program, PROFILE, RuntimeBudget(free_memory_bytes=1 << 40))
-    plan = _with_residency(plan, {"w": STREAMED, "unused": STREAMED})
+    plan = streaming_blocks(program, plan, [(f"block blk{i}", [f"w{i}"]) for i in range(3)])
     s = stream_schedule(program, plan)
-    assert s.blocks == () and s.resident == ("w", "unused")
+    assert [b.slot for b in s.blocks] == [0, 1, 2] and s.slots == 3 and s.staging_bytes == 3 * WIDTH * WIDTH * 4
+    assert s.timeline[:4] == (StreamOp(FORK), StreamOp(COPY, 0), StreamOp(COPY, 1), StreamOp(COPY, 2))
+    assert not any(isinstance(item, StreamOp) and item.kind == FREE for item in s.timeline)
+
+
+def test_a_plan_whose_blocks_and_residency_disagree_is_refused() -> None:
+    program = mlp()
+    plan = plan_keeping(program, resident_blocks=0)
+    hand_edited = evolve(plan, residency={**plan.residency, "w0": RESIDENT})
+    with pytest.raises(BackendError, match="streams 8 parameters in its blocks but marks 7 streamed"):
+        stream_schedule(program, hand_edited)
+    with pytest.raises(PlanError, match="residency marks 7 streamed"):
+        check_plan(hand_edited, program)
 
 
 def test_fill_pinned_lays_arrays_out_at_their_offsets() -> None:
@@ -151,12 +200,6 @@ def test_fill_pinned_lays_arrays_out_at_their_offsets() -> None:
     fill_pinned(pinned, [(4, np.arange(3, dtype=np.uint8)), (16, np.array([1.0], np.float32))])
     assert pinned[4:7].tolist() == [0, 1, 2] and pinned[16:20].view(np.float32)[0] == 1.0
     assert not pinned[:4].any() and not pinned[7:16].any()
-
-
-def _with_residency(plan: Plan, changes: dict[str, str]) -> Plan:
-    from attrs import evolve
-
-    return evolve(plan, residency={**plan.residency, **changes})
 
 
 # -- on the GPU -----------------------------------------------------------------------------------------
@@ -229,8 +272,28 @@ def test_profile_times_the_stream_steps_under_their_kind() -> None:
 
 
 @pytest.mark.cuda
-def test_refused_before_anything_is_allocated() -> None:
+def test_a_block_keeping_its_slot_gives_the_resident_result_bit_for_bit() -> None:
     backend = _backend(True)
     program = mlp(reuse_first_at=2)
-    with pytest.raises(BackendError, match="staging slots"):
-        backend.prepare(program, plan_keeping(program, 0, profile=backend.profile()), _weights(program))
+    weights = _weights(program)
+    profile = backend.profile()
+    resident = backend.prepare(program, plan_program(program, profile, backend.budget()), weights)
+    plan = plan_keeping(program, 0, profile=profile)
+    assert [b.slot for b in plan.streaming.blocks] == [0, 1, 1, 1]
+    streamed = backend.prepare(program, plan, weights)
+    assert streamed.graph is not None, streamed.graph_error
+    x = np.random.default_rng(5).standard_normal((8, WIDTH)).astype(np.float32)
+    out = program.outputs[0]
+    want = resident.run({"x": x})[out]
+    for _ in range(2):
+        np.testing.assert_array_equal(streamed.run({"x": x})[out], want)
+
+
+@pytest.mark.cuda
+def test_refused_before_anything_is_allocated() -> None:
+    backend = _backend(True)
+    program = mlp()
+    plan = plan_keeping(program, 0, profile=backend.profile())
+    hand_edited = evolve(plan, residency={**plan.residency, "w0": RESIDENT})
+    with pytest.raises(PlanError, match="residency marks"):
+        backend.prepare(program, hand_edited, _weights(program))

@@ -1,15 +1,18 @@
 """Weight streaming for the CUDA executor (backend side, after planning, while `create` builds its steps).
 
-The planner marked some parameters "streamed". `stream_schedule` (pure Python, no cupy) groups them
-into the planner's weight blocks, orders the blocks by first use, lays each out once in pinned host
-memory and in one of two device staging slots (block i in slot i % 2), and interleaves the
-side-stream operations with the schedule positions. `WeightStreamer` turns those operations into
-steps `step(stream)`, so the copies are captured in the executor's one CUDA graph with the kernels:
+The plan records the streaming schedule (`dif.plan.streaming`: blocks in copy order, their slot and
+offsets there, first and last use, the slot's previous tenant). `stream_schedule` (pure Python, no
+cupy) executes exactly that: it lays the blocks out back to back in one pinned host buffer (each in
+the layout of its slot, so one copy moves a block) and interleaves the side-stream operations with
+the schedule positions. `WeightStreamer` turns those operations into steps `step(stream)`, so the
+copies are captured in the executor's one CUDA graph with the kernels:
 
     fork                      main records an event; the side stream waits on it (joins the capture)
-    copy i                    side: wait until block i-2 is released, copy block i H2D, record loaded[i]
+    copy i                    side: wait until the slot's previous tenant is released, copy block i H2D,
+                              record loaded[i]
     wait i                    main: wait for loaded[i], just before the first step that reads block i
-    free i                    main: record that block i is done, after its last step (block i+2 may come in)
+    free i                    main: record that block i is done, after its last step (its slot's next
+                              tenant may come in)
     join                      main waits for the side stream's last copy (every forked stream rejoins)
 """
 
@@ -22,30 +25,11 @@ from attrs import frozen
 
 from dif.errors import BackendError
 from dif.ir.program import Program
-from dif.plan.plan import ALIGNMENT, STREAMED, Plan, align_up
-from dif.plan.planner import weight_blocks
+from dif.plan.plan import Plan
+from dif.plan.streaming import StreamBlock
 
 FORK, COPY, WAIT, FREE, JOIN = "fork", "copy", "wait", "free", "join"
-SLOTS = 2
 H2D = 1
-
-
-@frozen
-class StreamBlock:
-    """Streamed parameters copied together. `offsets[k]` is where `params[k]` starts inside the block,
-    the same in its pinned region (at `host_offset`) and in its device slot; `nbytes` spans the block
-    (every parameter starts on an `ALIGNMENT` boundary), `param_bytes` is what its parameters hold.
-    `first_use` / `last_use` are schedule positions."""
-
-    key: str
-    params: tuple[str, ...]
-    offsets: tuple[int, ...]
-    nbytes: int
-    param_bytes: int
-    host_offset: int
-    slot: int
-    first_use: int
-    last_use: int
 
 
 @frozen
@@ -58,18 +42,18 @@ class StreamOp:
 
 @frozen
 class StreamSchedule:
-    """Where streamed weights live and when they move. `timeline` lists schedule positions (ints: lower
-    node `plan.schedule[p]` there) and `StreamOp`s in the order the executor issues them. `resident`
-    names the parameters kept on the device for the whole run, in program order."""
+    """The plan's streaming schedule as the executor issues it. `blocks` are the plan's; block i lies at
+    `host_offsets[i]` of the pinned buffer. `timeline` lists schedule positions (ints: lower node
+    `plan.schedule[p]` there) and `StreamOp`s in issue order. `resident` names the parameters kept on
+    the device for the whole run, in program order; `streamed_bytes` is what the streamed ones hold."""
 
     blocks: tuple[StreamBlock, ...]
+    host_offsets: tuple[int, ...]
     timeline: tuple[int | StreamOp, ...]
     resident: tuple[str, ...]
+    slots: int
     slot_bytes: int
-
-    @property
-    def slots(self) -> int:
-        return min(SLOTS, len(self.blocks))
+    streamed_bytes: int
 
     @property
     def staging_bytes(self) -> int:
@@ -86,68 +70,39 @@ class StreamSchedule:
     def placements(self) -> dict[str, tuple[int, int]]:
         """(device offset from the staging base, pinned offset) of every streamed parameter."""
         out = {}
-        for b in self.blocks:
+        for b, host in zip(self.blocks, self.host_offsets, strict=True):
             for name, off in zip(b.params, b.offsets, strict=True):
-                out[name] = (b.slot * self.slot_bytes + off, b.host_offset + off)
+                out[name] = (b.slot * self.slot_bytes + off, host + off)
         return out
 
 
 def stream_schedule(program: Program, plan: Plan) -> StreamSchedule:
-    """The streaming layout and timeline of `plan`'s streamed parameters (see the module docstring).
+    """The pinned layout and the timeline of `plan.streaming` (see the module docstring).
 
-    A streamed parameter that no node reads, or that is a program output, stays resident: the first
-    has no use to copy it before, the second must still be in place when `run` reads the outputs.
-    Raises `BackendError` when double buffering cannot work: block i reuses the slot of block i-2, so
-    block i-2 must be done (last use) before block i is first needed."""
-    users: dict[str, list[int]] = {}
-    nodes = program.node_by_id
-    for pos, node_id in enumerate(plan.schedule):
-        for name in dict.fromkeys(nodes[node_id].operands):
-            users.setdefault(name, []).append(pos)
-    outputs = set(program.outputs)
-    streamed = {
-        p.name
-        for p in program.params
-        if plan.residency.get(p.name) == STREAMED and p.name in users and p.name not in outputs
-    }
-    sizes = {p.name: p.type.nbytes for p in program.params}
-    groups = []
-    for key, names in weight_blocks(program).items():
-        members = [n for n in names if n in streamed]  # program order
-        if members:
-            groups.append((min(users[n][0] for n in members), key, members))
-    groups.sort()
-    blocks: list[StreamBlock] = []
-    host = 0
-    for i, (first, key, members) in enumerate(groups):
-        offsets, end = [], 0
-        for name in members:
-            offsets.append(end)
-            end += align_up(sizes[name], ALIGNMENT)
-        last = max(users[n][-1] for n in members)
-        held = sum(sizes[n] for n in members)
-        blocks.append(StreamBlock(key, tuple(members), tuple(offsets), end, held, host, i % SLOTS, first, last))
-        host += end
-    _check_double_buffering(program, plan, blocks)
+    `check_plan` has checked the schedule against the program (offsets, slots, reads inside each
+    block's steps, slot tenants one after another). Raises `BackendError` for a plan this executor
+    cannot run: a streamed parameter the plan's residency marks resident, or the reverse."""
+    s = plan.streaming
+    streamed = set(s.streamed)
+    if streamed != set(plan.streamed):
+        raise BackendError(
+            f"cuda backend: the plan of '{program.name}' streams {len(streamed)} parameters in its blocks but "
+            f"marks {len(plan.streamed)} streamed",
+            hint="re-plan the program",
+        )
+    host, offsets = 0, []
+    for b in s.blocks:
+        offsets.append(host)
+        host += b.nbytes
+    types = program.types
     resident = tuple(p.name for p in program.params if p.name not in streamed)
-    slot_bytes = max((b.nbytes for b in blocks), default=0)
-    return StreamSchedule(tuple(blocks), _timeline(len(plan.schedule), blocks), resident, slot_bytes)
+    held = sum(types[n].nbytes for n in streamed)
+    return StreamSchedule(
+        s.blocks, tuple(offsets), _timeline(len(plan.schedule), s.blocks), resident, s.slots, s.slot_bytes, held
+    )
 
 
-def _check_double_buffering(program: Program, plan: Plan, blocks: list[StreamBlock]) -> None:
-    for prev, block in zip(blocks, blocks[SLOTS:], strict=False):
-        if prev.last_use >= block.first_use:
-            raise BackendError(
-                f"cuda backend: cannot stream the weights of '{program.name}' through {SLOTS} staging slots: "
-                f"{prev.key} is still read at schedule step {prev.last_use} (node {plan.schedule[prev.last_use]}), "
-                f"but {block.key}, which takes over its slot, is first read at step {block.first_use} "
-                f"(node {plan.schedule[block.first_use]})",
-                hint="plan with a larger budget so one of these blocks stays resident, or give the frontend's "
-                "weights provenance blocks that are used one after another",
-            )
-
-
-def _timeline(steps: int, blocks: list[StreamBlock]) -> tuple[int | StreamOp, ...]:
+def _timeline(steps: int, blocks: tuple[StreamBlock, ...]) -> tuple[int | StreamOp, ...]:
     if not blocks:
         return tuple(range(steps))
     first: dict[int, list[int]] = {}
@@ -155,6 +110,7 @@ def _timeline(steps: int, blocks: list[StreamBlock]) -> tuple[int | StreamOp, ..
     for i, b in enumerate(blocks):
         first.setdefault(b.first_use, []).append(i)
         last.setdefault(b.last_use, []).append(i)
+    followed = {b.after for b in blocks if b.after >= 0}
     out: list[int | StreamOp] = [StreamOp(FORK)]
     freed: set[int] = set()
     issued = 0
@@ -163,18 +119,19 @@ def _timeline(steps: int, blocks: list[StreamBlock]) -> tuple[int | StreamOp, ..
         # copies go out in block order, each as soon as the slot it overwrites is released: the side
         # stream is in order, so a later block issued first would only delay an earlier one
         nonlocal issued
-        while issued < len(blocks) and (issued < SLOTS or issued - SLOTS in freed):
+        while issued < len(blocks) and (blocks[issued].after < 0 or blocks[issued].after in freed):
             out.append(StreamOp(COPY, issued))
             issued += 1
 
     issue()
     for pos in range(steps):
         for i in first.get(pos, ()):
-            assert i < issued, "double buffering was checked: every block is copied before it is waited for"
+            if i >= issued:  # check_streaming rules this out: a slot's tenant is released before the next arrives
+                raise BackendError(f"cuda backend: streamed block {i} would be waited for before it is copied")
             out.append(StreamOp(WAIT, i))
         out.append(pos)
         for i in last.get(pos, ()):
-            if i + SLOTS < len(blocks):  # nobody waits for the release of the last two blocks
+            if i in followed:  # nobody waits for the release of a slot's last tenant
                 out.append(StreamOp(FREE, i))
                 freed.add(i)
         issue()
@@ -245,10 +202,11 @@ class WeightStreamer:
 
     def _copy(self, i: int) -> None:
         block = self.schedule.blocks[i]
-        if i >= SLOTS:
-            self.side.wait_event(self.released[i - SLOTS])
+        if block.after >= 0:
+            self.side.wait_event(self.released[block.after])
         dst = self.staging_ptr + block.slot * self.schedule.slot_bytes
-        self._memcpy(dst, self.pinned_ptr + block.host_offset, block.nbytes, H2D, self.side.ptr)
+        host = self.pinned_ptr + self.schedule.host_offsets[i]
+        self._memcpy(dst, host, block.nbytes, H2D, self.side.ptr)
         self.loaded[i].record(self.side)
 
     def _join(self, stream: Any) -> None:
