@@ -2,11 +2,11 @@
 
 `CudaExecutable.create` checks the plan, makes the plan's arena ONE device allocation, uploads the
 resident weights into one more (from host or mmap'd arrays, through two pinned staging buffers with
-async copies), copies the streamed weights once into one pinned host buffer and gives them two device
-staging slots (`streaming`), gives the program inputs fixed slots, lowers every node to steps over
-those addresses with the streaming copies and waits interleaved, runs the steps once, and captures
-them all as one CUDA graph. `run` copies the inputs into their slots, replays the graph (or the
-steps, with graph=False) and reads the outputs back.
+async copies), copies the streamed weights once into one pinned host buffer and gives them the plan's
+device staging slots (`streaming` executes the plan's streaming schedule), gives the program inputs
+fixed slots, lowers every node to steps over those addresses with the streaming copies and waits
+interleaved, runs the steps once, and captures them all as one CUDA graph. `run` copies the inputs
+into their slots, replays the graph (or the steps, with graph=False) and reads the outputs back.
 """
 
 from __future__ import annotations
@@ -305,7 +305,7 @@ def _residency_figures(streams: StreamSchedule, resident_bytes: int) -> dict[str
     allocations (each parameter aligned)."""
     return {
         "resident_bytes": resident_bytes,
-        "streamed_bytes": sum(b.param_bytes for b in streams.blocks),
+        "streamed_bytes": streams.streamed_bytes,
         "streamed_params": len(streams.streamed),
         "streamed_blocks": len(streams.blocks),
         "pinned_bytes": streams.pinned_bytes,
