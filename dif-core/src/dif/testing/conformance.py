@@ -14,6 +14,9 @@ A backend's test file needs only:
     @pytest.mark.parametrize("case", pytest_params("mine", dtypes=(DType.F32,)))
     def test_op_float64(case):
         assert_float64(BACKEND, case)
+
+A backend that runs only some ops passes `ops=sorted(INFO.declared_ops())`; `declared_conformance(INFO)`
+runs the kit on a registration as it declares itself (its ops, the dtypes its profile lists).
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from typing import Any
 import numpy as np
 from attrs import frozen
 
-from dif.backend import Backend
+from dif.backend import Backend, BackendInfo
 from dif.dtypes import DType, dtype_of
 from dif.errors import DifError, NotImplementedOnBackend
 from dif.interp import interpret
@@ -239,6 +242,26 @@ def run_conformance(
         if float64:
             results.append(check_against_float64(case, backend, table=table))
     return ConformanceReport(getattr(backend, "name", type(backend).__name__), tuple(results))
+
+
+def declared_conformance(
+    info: BackendInfo,
+    dtypes: Sequence[DType] = DEFAULT_DTYPES,
+    *,
+    float64: bool = False,
+    table: OpTable = OPS,
+    seed: int = 0,
+) -> ConformanceReport:
+    """`run_conformance` on `info.create()` for what the registration declares: every case of its
+    `supported_ops` (the whole table when it declares none; an op the table lacks is an
+    `UnknownOpError`) at those of `dtypes` its profile lists (all of them when it lists none)."""
+    backend = info.create()
+    listed = set(backend.profile().dtypes)
+    chosen = [DType(d) for d in dtypes if not listed or DType(d).value in listed]
+    ops = info.declared_ops()
+    return run_conformance(
+        backend, None if ops is None else sorted(ops), chosen, float64=float64, table=table, seed=seed
+    )
 
 
 # -- pytest glue -------------------------------------------------------------------------------
