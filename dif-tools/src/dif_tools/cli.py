@@ -16,6 +16,7 @@ from dif.errors import DifError, PluginError
 
 # name -> (module, attribute, one-line summary shown by `dif --help` without importing the module)
 BUILTINS: dict[str, tuple[str, str, str]] = {
+    "bench": ("dif_tools.commands.bench", "bench", "Time a recipe's stages as fresh processes: prompt to saved file."),
     "formats-table": (
         "dif_tools.commands.formats_table",
         "formats_table",
