@@ -13,9 +13,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-MODEL_CONFIGS = REPO_ROOT.parent / "shared" / "model-configs"
-
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "oracle: needs torch + diffusers/transformers as reference oracles")
@@ -30,11 +27,11 @@ def torch():  # type: ignore[no-untyped-def]
 
 
 @pytest.fixture(scope="session")
-def model_configs() -> Path:
-    """The published FLUX.2 [klein] configs (../shared/model-configs next to the repo)."""
-    if not (MODEL_CONFIGS / "flux2-klein-9b" / "transformer" / "config.json").is_file():
-        pytest.skip(f"published model configs not found at {MODEL_CONFIGS}")
-    return MODEL_CONFIGS
+def model_configs() -> Callable[[str], Path]:
+    """variant ("klein-4b", ...) -> the folder of its published configs (the package's `configs/` data)."""
+    from dif_frontend_flux2.configs import published
+
+    return published
 
 
 def read_safetensors(path: Path) -> dict[str, np.ndarray]:

@@ -14,7 +14,10 @@ from dif_frontend_flux2.model import build_transformer
 from dif_frontend_flux2.text_encoder import KLEIN_TAPS, build_text_encoder
 from dif_frontend_flux2.vae import build_vae_decoder, build_vae_encoder
 
-VARIANTS = {"flux2-klein-9b": 9_078_581_248, "flux2-klein-4b": 3_875_544_576}
+# Published parameter counts (transformer per variant, VAE of every variant), counted from the configs on
+# the meta device with diffusers 0.42.1; provenance in dif_frontend_flux2/configs/SOURCES.md.
+VARIANTS = {"klein-9b": 9_078_581_248, "klein-4b": 3_875_544_576}
+VAE_PARAMS = 84_046_115
 
 
 def _shapes(program: Program) -> dict[str, tuple[int, ...]]:
@@ -31,25 +34,24 @@ def _config_dict(path: Path) -> dict:  # type: ignore[type-arg]
 
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
 def test_param_counts_match_published(model_configs, variant):  # type: ignore[no-untyped-def]
-    cfgs = load_configs(model_configs / variant)
-    published = json.loads((model_configs / "param_counts.json").read_text())[variant]
+    cfgs = load_configs(model_configs(variant))
     prog = build_transformer(cfgs.transformer, batch=1, n_img=4, n_txt=3, dtype="bf16")
-    assert prog.param_count() == VARIANTS[variant] == published["transformer"]
+    assert prog.param_count() == VARIANTS[variant]
     dec = build_vae_decoder(cfgs.vae, batch=1, latent_h=2, latent_w=2)
     enc = build_vae_encoder(cfgs.vae, batch=1, height=16, width=16)
-    assert dec.param_count() + enc.param_count() == published["vae"]  # bn buffers are not parameters
+    assert dec.param_count() + enc.param_count() == VAE_PARAMS  # bn buffers are not parameters
     assert cfgs.pipeline.is_distilled is True
-    assert load_configs(model_configs / variant.replace("klein-", "klein-base-")).pipeline.is_distilled is False
+    assert load_configs(model_configs(variant.replace("klein-", "klein-base-"))).pipeline.is_distilled is False
 
 
 @pytest.mark.oracle
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
 def test_transformer_params_equal_diffusers(torch, model_configs, variant):  # type: ignore[no-untyped-def]
     diffusers = pytest.importorskip("diffusers", reason="needs diffusers")
-    cfg_path = model_configs / variant / "transformer" / "config.json"
+    cfg_path = model_configs(variant) / "transformer" / "config.json"
     with torch.device("meta"):
         ref = diffusers.Flux2Transformer2DModel.from_config(_config_dict(cfg_path))
-    prog = build_transformer(load_configs(model_configs / variant).transformer, batch=1, n_img=4, n_txt=3)
+    prog = build_transformer(load_configs(model_configs(variant)).transformer, batch=1, n_img=4, n_txt=3)
     assert _shapes(prog) == _state_shapes(ref)
     assert prog.param_count() == VARIANTS[variant]
 
@@ -58,10 +60,10 @@ def test_transformer_params_equal_diffusers(torch, model_configs, variant):  # t
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
 def test_text_encoder_params_are_the_truncated_state_dict(torch, model_configs, variant):  # type: ignore[no-untyped-def]
     transformers = pytest.importorskip("transformers", reason="needs transformers")
-    config = transformers.Qwen3Config.from_json_file(str(model_configs / variant / "text_encoder" / "config.json"))
+    config = transformers.Qwen3Config.from_json_file(str(model_configs(variant) / "text_encoder" / "config.json"))
     with torch.device("meta"):
         ref = transformers.Qwen3ForCausalLM(config)
-    cfg = load_configs(model_configs / variant).text_encoder
+    cfg = load_configs(model_configs(variant)).text_encoder
     prog = build_text_encoder(cfg, batch=1, seq_len=4, dtype="bf16")
     n = max(KLEIN_TAPS)
     needed = {
@@ -76,11 +78,11 @@ def test_text_encoder_params_are_the_truncated_state_dict(torch, model_configs, 
 @pytest.mark.oracle
 def test_vae_params_equal_diffusers(torch, model_configs):  # type: ignore[no-untyped-def]
     diffusers = pytest.importorskip("diffusers", reason="needs diffusers")
-    cfg_path = model_configs / "flux2-klein-9b" / "vae" / "config.json"
+    cfg_path = model_configs("klein-9b") / "vae" / "config.json"
     with torch.device("meta"):
         ref = diffusers.AutoencoderKLFlux2.from_config(_config_dict(cfg_path))
     state = _state_shapes(ref)
-    cfg = load_configs(model_configs / "flux2-klein-9b").vae
+    cfg = load_configs(model_configs("klein-9b")).vae
     bn = {k: state[k] for k in ("bn.running_mean", "bn.running_var")}
 
     dec = build_vae_decoder(cfg, batch=1, latent_h=2, latent_w=2, from_packed=True)
@@ -96,7 +98,7 @@ def test_vae_params_equal_diffusers(torch, model_configs):  # type: ignore[no-un
 
 
 def test_published_configs_parse(model_configs):  # type: ignore[no-untyped-def]
-    cfgs = load_configs(model_configs / "flux2-klein-4b")
+    cfgs = load_configs(model_configs("klein-4b"))
     assert (cfgs.transformer.inner_dim, cfgs.transformer.mlp_hidden, cfgs.transformer.out_dim) == (3072, 9216, 128)
     assert cfgs.text_encoder.hidden_size * len(KLEIN_TAPS) == cfgs.transformer.joint_attention_dim
     assert cfgs.text_encoder.rope_theta == 1e6 and cfgs.text_encoder.tie_word_embeddings is True
@@ -116,7 +118,7 @@ def test_published_configs_parse(model_configs):  # type: ignore[no-untyped-def]
 def test_bad_transformer_config_is_a_config_error(model_configs, tmp_path, change, message):  # type: ignore[no-untyped-def]
     from dif_frontend_flux2.config import ConfigError, Flux2TransformerConfig
 
-    data = json.loads((model_configs / "flux2-klein-4b" / "transformer" / "config.json").read_text())
+    data = json.loads((model_configs("klein-4b") / "transformer" / "config.json").read_text())
     path = tmp_path / "config.json"
     path.write_text(json.dumps({**data, **change}))
     with pytest.raises(ConfigError, match=message) as info:

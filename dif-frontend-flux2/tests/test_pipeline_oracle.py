@@ -9,18 +9,20 @@ distilled path (no CFG) and the base path (CFG with the empty negative prompt).
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from dif.dtypes import DType
+from dif_frontend_flux2 import DEFAULT_CHECKPOINT
 from dif_frontend_flux2.pipeline import Flux2Pipeline, GenerationRequest, klein_schedule
 from dif_frontend_flux2.weights import open_checkpoint
 
 pytestmark = pytest.mark.oracle
 
-QWEN = Path(__file__).resolve().parents[3] / "shared" / "tokenizers" / "qwen3-vl"
+QWEN = DEFAULT_CHECKPOINT / "tokenizer"  # the real Qwen3 tokenizer files FLUX.2 [klein] ships
 PROMPT = "A tiny red fox, watercolor, 35mm"
 HEIGHT, WIDTH = 48, 64  # 3 x 4 tokens: non-square catches h/w mix-ups
 TOL = 1e-5
@@ -35,12 +37,10 @@ QWEN3_TEMPLATE = (
 )
 
 
-def build_reference(torch, randomize, model_configs: Path, *, distilled: bool):  # type: ignore[no-untyped-def]
+def build_reference(torch, randomize, model_configs: Callable[[str], Path], *, distilled: bool):  # type: ignore[no-untyped-def]
     """A tiny Flux2KleinPipeline with randomized weights (fp32)."""
     diffusers = pytest.importorskip("diffusers")
     transformers = pytest.importorskip("transformers")
-    if not (QWEN / "vocab.json").is_file():
-        pytest.skip(f"Qwen tokenizer files not found at {QWEN}")
     torch.manual_seed(0)
     transformer = diffusers.Flux2Transformer2DModel(
         num_layers=2,
@@ -80,9 +80,7 @@ def build_reference(torch, randomize, model_configs: Path, *, distilled: bool): 
     )
     for i, module in enumerate((transformer, text_encoder, vae)):
         randomize(module, torch, seed=10 + i)
-    scheduler_config = json.loads(
-        (model_configs / "flux2-klein-4b" / "scheduler" / "scheduler_config.json").read_text()
-    )
+    scheduler_config = json.loads((model_configs("klein-4b") / "scheduler" / "scheduler_config.json").read_text())
     scheduler = diffusers.FlowMatchEulerDiscreteScheduler.from_config(scheduler_config)
     tokenizer = transformers.AutoTokenizer.from_pretrained(str(QWEN))
     tokenizer.chat_template = QWEN3_TEMPLATE

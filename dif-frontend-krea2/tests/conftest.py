@@ -17,10 +17,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-SHARED = REPO_ROOT.parent / "shared"
-MODEL_CONFIGS = SHARED / "model-configs"
-TOKENIZER_DIR = SHARED / "tokenizers" / "qwen3-vl"
+from dif_frontend_krea2 import DEFAULT_CHECKPOINT
+
+TOKENIZER_DIR = DEFAULT_CHECKPOINT / "tokenizer"  # the real Qwen3-VL tokenizer files Krea 2 ships
 
 # Tiny but structurally complete: GQA everywhere, 2 layerwise + 1 refiner fusion blocks, 3 taps
 # (one of them the final-normed last layer), a 4-level VAE with temporal up blocks.
@@ -84,16 +83,16 @@ def torch():  # type: ignore[no-untyped-def]
 
 
 @pytest.fixture(scope="session")
-def model_configs() -> Path:
-    if not (MODEL_CONFIGS / "krea2-turbo" / "transformer" / "config.json").is_file():
-        pytest.skip(f"published model configs not found at {MODEL_CONFIGS}")
-    return MODEL_CONFIGS
+def model_configs() -> Callable[[str], Path]:
+    """variant ("turbo" | "raw") -> the folder of its published configs (the package's `configs/` data)."""
+    from dif_frontend_krea2.configs import published
+
+    return published
 
 
 @pytest.fixture(scope="session")
 def tokenizer_dir() -> Path:
-    if not (TOKENIZER_DIR / "vocab.json").is_file():
-        pytest.skip(f"Qwen tokenizer files not found at {TOKENIZER_DIR}")
+    """The Qwen3-VL tokenizer folder (vocab.json, merges.txt, tokenizer_config.json) of the embedded checkpoint."""
     return TOKENIZER_DIR
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -24,9 +25,9 @@ from dif_frontend_krea2.pipeline import (
 from dif_frontend_krea2.plugin import INFO
 
 
-def test_published_configs_load(model_configs: Path) -> None:
-    turbo = load_configs(model_configs / "krea2-turbo")
-    raw = load_configs(model_configs / "krea2-raw")
+def test_published_configs_load(model_configs: Callable[[str], Path]) -> None:
+    turbo = load_configs(model_configs("turbo"))
+    raw = load_configs(model_configs("raw"))
     assert turbo.pipeline.is_distilled and turbo.pipeline.variant == "turbo"
     assert not raw.pipeline.is_distilled and raw.pipeline.variant == "raw"
     t = turbo.transformer
@@ -37,9 +38,9 @@ def test_published_configs_load(model_configs: Path) -> None:
     assert turbo.transformer == raw.transformer and turbo.scheduler == raw.scheduler
 
 
-def test_schedules_follow_model_index(model_configs: Path) -> None:
-    turbo = load_configs(model_configs / "krea2-turbo")
-    raw = load_configs(model_configs / "krea2-raw")
+def test_schedules_follow_model_index(model_configs: Callable[[str], Path]) -> None:
+    turbo = load_configs(model_configs("turbo"))
+    raw = load_configs(model_configs("raw"))
     assert default_steps_guidance(turbo) == (8, 0.0)
     assert default_steps_guidance(raw) == (28, 4.5)
     n = 4096  # 1024 x 1024
@@ -59,8 +60,8 @@ def test_schedules_follow_model_index(model_configs: Path) -> None:
 
 
 def test_size_rounding_and_packing() -> None:
-    assert round_size(1024, 1024)[:2] == (1024, 1024)
-    w, h, warnings = round_size(1000, 770)
+    assert round_size(1024, 1024, 16)[:2] == (1024, 1024)
+    w, h, warnings = round_size(1000, 770, 16)
     assert (w, h) == (1008, 784) and len(warnings) == 2 and "1000" in warnings[0]
     x = np.random.default_rng(0).standard_normal((1, 16, 6, 8)).astype(np.float32)
     packed = pack_latents(x)
@@ -83,13 +84,13 @@ def test_plugin_settings() -> None:
     assert INFO.resolve_settings({"width": 1000})["width"] == 1000
 
 
-def _copy(model_configs: Path, tmp_path: Path) -> Path:
+def _copy(model_configs: Callable[[str], Path], tmp_path: Path) -> Path:
     dst = tmp_path / "krea2"
-    shutil.copytree(model_configs / "krea2-raw", dst)
+    shutil.copytree(model_configs("raw"), dst)
     return dst
 
 
-def test_config_errors_name_the_file(model_configs: Path, tmp_path: Path) -> None:
+def test_config_errors_name_the_file(model_configs: Callable[[str], Path], tmp_path: Path) -> None:
     root = _copy(model_configs, tmp_path)
     cfg_path = root / "transformer" / "config.json"
     data = json.loads(cfg_path.read_text())

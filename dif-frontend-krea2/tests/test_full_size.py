@@ -4,6 +4,7 @@ the programs' parameters, name by name and shape by shape."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -15,13 +16,13 @@ from dif_frontend_krea2.vae import build_vae_decoder, unused_tensor_patterns
 
 pytestmark = pytest.mark.oracle
 
-KREA2_TRANSFORMER_PARAMS = 12_820_073_036  # shared/model-configs/param_counts.json
+KREA2_TRANSFORMER_PARAMS = 12_820_073_036  # the published count (dif_frontend_krea2/configs/SOURCES.md)
 
 
-@pytest.mark.parametrize("variant", ["krea2-turbo", "krea2-raw"])
-def test_transformer_names_and_shapes(torch, model_configs: Path, variant: str) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize("variant", ["turbo", "raw"])
+def test_transformer_names_and_shapes(torch, model_configs: Callable[[str], Path], variant: str) -> None:  # type: ignore[no-untyped-def]
     diffusers = pytest.importorskip("diffusers")
-    folder = model_configs / variant
+    folder = model_configs(variant)
     cfgs = load_configs(folder)
     prog = build_transformer(cfgs.transformer, image_len=4096, text_len=512, dtype="bf16")
     with torch.device("meta"):
@@ -40,9 +41,9 @@ def test_transformer_names_and_shapes(torch, model_configs: Path, variant: str) 
     assert {"transformer_blocks.27", "text_fusion.refiner_blocks.1", "final_layer", "txt_in"} <= blocks
 
 
-def test_text_encoder_names_and_shapes(torch, model_configs: Path) -> None:  # type: ignore[no-untyped-def]
+def test_text_encoder_names_and_shapes(torch, model_configs: Callable[[str], Path]) -> None:  # type: ignore[no-untyped-def]
     transformers = pytest.importorskip("transformers")
-    folder = model_configs / "krea2-turbo"
+    folder = model_configs("turbo")
     cfgs = load_configs(folder)
     taps = cfgs.pipeline.text_encoder_select_layers
     prog = build_text_encoder(cfgs.text_encoder, seq_len=546, taps=taps, drop_prefix=34, dtype="bf16")
@@ -58,11 +59,11 @@ def test_text_encoder_names_and_shapes(torch, model_configs: Path) -> None:  # t
     assert prog.output_values[0].type.shape == (1, 512, 12, 2560)
 
 
-def test_vae_decoder_names_and_shapes(torch, model_configs: Path) -> None:  # type: ignore[no-untyped-def]
+def test_vae_decoder_names_and_shapes(torch, model_configs: Callable[[str], Path]) -> None:  # type: ignore[no-untyped-def]
     import re
 
     diffusers = pytest.importorskip("diffusers")
-    folder = model_configs / "krea2-turbo"
+    folder = model_configs("turbo")
     cfgs = load_configs(folder)
     prog = build_vae_decoder(cfgs.vae, latent_h=128, latent_w=128, dtype="bf16")
     with torch.device("meta"):
