@@ -20,8 +20,10 @@ def register_backends(register: Callable[[Any], None]) -> None:
     """Register execution backends.
 
     Call `register(info)` with a `dif.backend.BackendInfo` for each backend the plugin offers.
-    `BackendInfo.is_available()` and `create()` must import device libraries lazily, so that
-    listing backends works on a machine without the hardware.
+    `BackendInfo.is_available()`, `probe()` and `create()` must import device libraries lazily, so
+    that listing backends works on a machine without the hardware. `supported_ops` (and the
+    profile's `dtypes`) decide which programs the backend is chosen for (`dif.runtime.get_backend`):
+    declare exactly the ops its `prepare` lowers. docs/hooks.md has a complete minimal backend.
     """
 
 
