@@ -76,8 +76,8 @@ DIF_LOAD_PLUGINS = declare(
 )
 DIF_BACKEND = declare(
     "DIF_BACKEND",
-    "Backend used when a command or `dif.runtime.get_backend()` is given no name; unset picks the "
-    "available backend with the highest priority.",
+    "Backend used when a command or `dif.runtime.get_backend()` is given no name; unset picks, per program, "
+    "the available backend with the highest priority that has every op and dtype of it.",
 )
 DIF_PASSES = declare(
     "DIF_PASSES",
