@@ -24,19 +24,21 @@ LINEAR_ONLY = frozenset({"linear"})
 
 
 class FakeBackend:
-    def __init__(self, name: str, dtypes: tuple[str, ...] = ("f32", "bf16")) -> None:
+    def __init__(self, name: str, dtypes: tuple[str, ...] = ("f32", "bf16"), caps: tuple[str, ...] = ()) -> None:
         self.name = name
         self.dtypes = dtypes
+        self.caps = caps
         self.prepared: list[str] = []
 
     def profile(self) -> TargetProfile:
-        return TargetProfile(backend=self.name, device="fake", dtypes=self.dtypes)
+        return TargetProfile(backend=self.name, device="fake", dtypes=self.dtypes, capabilities=self.caps)
 
     def budget(self) -> RuntimeBudget:
         return RuntimeBudget(free_memory_bytes=1 << 30)
 
     def prepare(self, program, plan, weights):
         self.prepared.append(program.name)
+        self.last_histogram = program.op_histogram()
         return self
 
     def run(self, inputs):
@@ -58,10 +60,11 @@ class Fleet:
         dtypes: tuple[str, ...] = ("f32", "bf16"),
         ok: bool = True,
         probe: bool = False,
+        caps: tuple[str, ...] = (),
     ) -> BackendInfo:
         def create() -> FakeBackend:
             self.created.append(name)
-            return self.backends.setdefault(name, FakeBackend(name, dtypes))
+            return self.backends.setdefault(name, FakeBackend(name, dtypes, caps))
 
         return BackendInfo(
             name,
@@ -162,6 +165,35 @@ def test_a_backend_instance_is_refused_before_prepare_when_its_registration_lack
     with pytest.raises(BackendUnavailableError, match="fast lacks op silu"):
         prepare(_program(), _weights(), backend=fast)
     assert fleet.backends["fast"].prepared == []
+
+
+def _norm_then_modulate() -> Program:
+    b = ProgramBuilder("mod")
+    x, scale, shift = (
+        b.input("x", (2, 5, 16), "f32"),
+        b.input("scale", (2, 1, 16), "f32"),
+        b.input("shift", (2, 1, 16), "f32"),
+    )
+    b.output(b.emit("modulate", b.emit("layer_norm", x, eps=1e-6), scale, shift))
+    return b.build()
+
+
+def test_an_op_the_optimizer_made_is_checked_on_the_program_actually_prepared():
+    fleet = Fleet()
+    fused = ("op:norm_modulate",)  # the profile lets the optimizer fuse...
+    register_plugin(Plugin(fleet.info("sloppy", 10, {"layer_norm", "modulate"}, caps=fused)), "p")
+    with pytest.raises(BackendUnavailableError, match="program 'mod': sloppy lacks op norm_modulate"):
+        prepare(_norm_then_modulate(), {}, passes=["fuse_norm_modulate"])  # ...but the registration has no lowering
+    assert fleet.backends["sloppy"].prepared == []
+
+
+def test_a_fused_op_declared_on_both_sides_is_prepared():
+    fleet = Fleet()
+    ops = {"layer_norm", "modulate", "norm_modulate"}
+    register_plugin(Plugin(fleet.info("fuses", 10, ops, caps=("op:norm_modulate",))), "p")
+    _executable, plan = prepare(_norm_then_modulate(), {}, passes=["fuse_norm_modulate"])
+    assert plan.binding.target_backend == "fuses" and fleet.backends["fuses"].prepared == ["mod"]
+    assert fleet.backends["fuses"].last_histogram == {"norm_modulate": 1}
 
 
 def test_a_missing_dtype_falls_through_and_a_probe_spares_creating_the_backend():
