@@ -1,8 +1,8 @@
 """The CUDA executor (last stage of the pipeline): a program + plan prepared on one device.
 
 `CudaExecutable.create` checks the plan, makes the plan's arena ONE device allocation, uploads the
-resident weights into one more (from host or mmap'd arrays, through two pinned staging buffers with
-async copies), copies the streamed weights once into one pinned host buffer and gives them the plan's
+resident weights into one more (from host or mmap'd arrays, on several threads and streams: `upload`),
+copies the streamed weights once into one pinned host buffer and gives them the plan's
 device staging slots (`streaming` executes the plan's streaming schedule), gives the program inputs
 fixed slots, lowers every node to steps over those addresses with the streaming copies and waits
 interleaved, runs the steps once, and captures them all as one CUDA graph. `run` copies the inputs
@@ -25,10 +25,10 @@ from dif.ir.types import TensorType
 from dif.plan.plan import Plan, align_up
 from dif_backend_cuda.lower import DevTensor, Launch, LowerCtx, arena_tensor, lower_node
 from dif_backend_cuda.streaming import StreamOp, StreamSchedule, WeightStreamer, fill_pinned, stream_schedule
+from dif_backend_cuda.upload import upload
 
 BACKEND = "cuda"
 H2D, D2H = 1, 2
-STAGE_BYTES = 64 << 20
 STREAM_STEP = -1
 """`step_nodes` entry of a weight-streaming step (it belongs to no node)."""
 
@@ -52,38 +52,6 @@ def _device_alloc(nbytes: int, what: str) -> Any:
             f"cuda backend: cannot allocate {nbytes} B for the {what}: {exc}",
             hint="free device memory, or plan with a smaller budget so weights are streamed",
         ) from exc
-
-
-def upload(dst_ptr: int, arrays: list[tuple[int, np.ndarray]], stream: Any) -> float:
-    """Copy host arrays to `dst_ptr + offset` through two pinned staging buffers (copy of chunk i
-    overlaps the host fill of chunk i+1). Returns seconds spent."""
-    import cupy
-    import cupyx
-
-    t0 = time.perf_counter()
-    total = sum(a.nbytes for _, a in arrays)
-    if total == 0:
-        return 0.0
-    size = min(STAGE_BYTES, total)
-    stages = [cupyx.empty_pinned((size,), dtype=np.uint8) for _ in range(2)]
-    events = [cupy.cuda.Event(), cupy.cuda.Event()]
-    used = [False, False]
-    turn = 0
-    for offset, arr in arrays:
-        src = np.ascontiguousarray(arr).reshape(-1).view(np.uint8)
-        for start in range(0, src.size, size):
-            chunk = src[start : start + size]
-            if used[turn]:
-                events[turn].synchronize()  # the copy out of this stage has finished
-            stages[turn][: chunk.size] = chunk
-            cupy.cuda.runtime.memcpyAsync(
-                dst_ptr + offset + start, stages[turn].ctypes.data, chunk.size, H2D, stream.ptr
-            )
-            events[turn].record(stream)
-            used[turn] = True
-            turn ^= 1
-    stream.synchronize()
-    return time.perf_counter() - t0
 
 
 @define
