@@ -165,7 +165,7 @@ def test_broadcast_strides_and_collapse() -> None:
 
 
 def test_widen_moves_aligned_contiguous_runs_as_wider_words() -> None:
-    from dif_backend_cuda.lower_layout import widen
+    from dif_backend_cuda.lower.layout import widen
 
     assert widen([4, 8], [8, 1], [8, 1], 16, 0, 256) == ([4], [1], [1], 128)  # 32 bf16 = 4 x 16 bytes
     assert widen([3, 6], [6, 1], [12, 1], 16, 0, 0) == ([3, 3], [3, 1], [6, 1], 32)  # concat half of a row
@@ -181,12 +181,11 @@ def test_planned_views_lower_to_matching_kernels_without_copies(sigs: dict[str, 
     from dif.plan.planner import plan_program
     from dif.plan.views import CONCAT_CAPABILITY, SPLIT_CAPABILITY, view_capability
     from dif.target import RuntimeBudget, TargetProfile
-    from dif_backend_cuda.lower import PITCHED_ROWS, arena_tensor
-    from dif_backend_cuda.lower_fused import FUSED_OPS
+    from dif_backend_cuda.lower import LOWERINGS, PITCHED_ROWS, arena_tensor
 
     from .programs import single_block
 
-    caps = ("alias:reshape", SPLIT_CAPABILITY, CONCAT_CAPABILITY, *(f"op:{op}" for op in FUSED_OPS))
+    caps = ("alias:reshape", SPLIT_CAPABILITY, CONCAT_CAPABILITY, *LOWERINGS.op_capabilities())
     caps += tuple(view_capability(op, axes) for op, axes in PITCHED_ROWS.items())
     target = TargetProfile(backend="cuda", device="fake", memory_bytes=1 << 34, capabilities=caps)
     program, _ = optimize(single_block("bf16"), target=target)

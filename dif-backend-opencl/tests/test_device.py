@@ -105,7 +105,7 @@ def test_build_options_never_relax_math() -> None:
 
 
 def test_kernel_sources_ship_as_package_data() -> None:
-    for name in ("common", "elementwise", "layout", "norm", "matmul", "conv", "attention"):
+    for name in ("common", "elementwise", "layout", "norm", "linalg", "conv", "attention", "fused"):
         assert "__kernel" in library.source(name) or name == "common"
     assert "fast-relaxed" not in library.full_source("norm").replace("Never built with -cl-fast-relaxed-math", "")
 

@@ -10,18 +10,18 @@ from dif_backend_opencl.memory import BufferPool, bucket
 
 
 def test_contiguous_and_broadcast_strides() -> None:
-    assert contiguous_strides((2, 3, 4)) == (12, 4, 1)
-    assert broadcast_strides((3, 1), (2, 3, 4)) == (0, 1, 0)
-    assert broadcast_strides((4,), (2, 3, 4)) == (0, 0, 1)
+    assert contiguous_strides((2, 3, 4)) == [12, 4, 1]
+    assert broadcast_strides((3, 1), (2, 3, 4)) == [0, 1, 0]
+    assert broadcast_strides((4,), (2, 3, 4)) == [0, 0, 1]
 
 
 def test_collapse_merges_contiguous_dims_and_drops_ones() -> None:
-    shape, (a, b) = collapse((2, 1, 3, 4), (12, 12, 4, 1), (0, 0, 0, 1))
-    assert shape == (6, 4) and a == (4, 1) and b == (0, 1)
-    shape, (t,) = collapse((2, 3, 4), (1, 8, 2))  # the last two dims are contiguous with each other
-    assert shape == (2, 12) and t == (1, 2)
-    shape, (t,) = collapse((2, 3, 4), (1, 2, 6))  # a fully reversed view stays 3-d
-    assert shape == (2, 3, 4) and t == (1, 2, 6)
+    shape, (a, b) = collapse((2, 1, 3, 4), [(12, 12, 4, 1), (0, 0, 0, 1)])
+    assert shape == [6, 4] and a == [4, 1] and b == [0, 1]
+    shape, (t,) = collapse((2, 3, 4), [(1, 8, 2)])  # the last two dims are contiguous with each other
+    assert shape == [2, 12] and t == [1, 2]
+    shape, (t,) = collapse((2, 3, 4), [(1, 2, 6)])  # a fully reversed view stays 3-d
+    assert shape == [2, 3, 4] and t == [1, 2, 6]
 
 
 def test_views_beyond_rank_8_are_unsupported_not_wrong() -> None:

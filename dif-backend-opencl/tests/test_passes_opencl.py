@@ -16,7 +16,7 @@ from dif.plan.planner import plan_program
 from dif.runtime import prepare
 from dif.testing.conformance import assert_case, case_program, conformance_cases
 from dif.testing.tolerances import compare, tolerance_for
-from dif_backend_opencl.lower_fused import FUSED_OPS
+from dif_backend_opencl.lower import LOWERINGS
 
 from .blocks import random_bindings, transformer_block
 
@@ -24,7 +24,7 @@ from .blocks import random_bindings, transformer_block
 def test_profile_declares_the_fused_ops_and_aliasing(ocl) -> None:
     caps = ocl.profile().capabilities
     assert ALIAS_CAPABILITY in caps
-    assert {f"op:{op}" for op in FUSED_OPS} <= set(caps) and "op:*" not in caps
+    assert set(LOWERINGS.op_capabilities()) <= set(caps) and "op:*" not in caps
 
 
 @pytest.mark.parametrize("dtype", ["f32", "bf16", "f16"])
@@ -90,7 +90,7 @@ def test_runtime_prepare_optimizes_for_the_backend(ocl, monkeypatch: pytest.Monk
 
 @pytest.mark.parametrize("dtype", [DType.F32, DType.BF16])
 def test_rms_norm_rope_rows_too_long_for_local_memory_use_two_kernels(fresh_backend, monkeypatch, dtype) -> None:
-    import dif_backend_opencl.lower_fused as lower_fused
+    import dif_backend_opencl.lower.fused as lower_fused
 
     monkeypatch.setattr(lower_fused, "MAX_LOCAL_HEAD_DIM", 8)
     backend = fresh_backend(host_eval_max_bytes=0)

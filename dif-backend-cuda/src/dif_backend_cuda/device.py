@@ -21,8 +21,7 @@ from dif.ops.registry import OPS, OpTable
 from dif.plan.plan import ALIAS_CAPABILITY
 from dif.plan.views import CONCAT_CAPABILITY, SPLIT_CAPABILITY, view_capability
 from dif.target import RuntimeBudget, TargetProfile
-from dif_backend_cuda.lower import PITCHED_ROWS
-from dif_backend_cuda.lower_fused import FUSED_OPS
+from dif_backend_cuda.lower import LOWERINGS, PITCHED_ROWS
 
 if TYPE_CHECKING:
     import numpy as np
@@ -143,7 +142,7 @@ def probe_profile(device: int = 0) -> TargetProfile:
     libs = library_versions()
     dtypes = [d.value for d in DType if p["major"] * 10 + p["minor"] >= 89 or d not in (DType.F8E4M3, DType.F8E5M2)]
     caps = ["arena", "cuda-graphs", "nvrtc", f"smem-optin-{p['smem_optin']}", f"l2-{p['l2_bytes']}"]
-    caps += [ALIAS_CAPABILITY, SPLIT_CAPABILITY, CONCAT_CAPABILITY, *(f"op:{op}" for op in FUSED_OPS)]
+    caps += [ALIAS_CAPABILITY, SPLIT_CAPABILITY, CONCAT_CAPABILITY, *LOWERINGS.op_capabilities()]
     caps += [view_capability(op, axes) for op, axes in PITCHED_ROWS.items()]
     if "nvmath" in libs:
         caps.append("cublaslt")

@@ -1,6 +1,7 @@
 """Entry point of dif-backend-cuda (`[project.entry-points.dif] cuda = "dif_backend_cuda.plugin"`):
 registers the CUDA backend with dif's plugin manager. Importing this module imports no device
-library; `is_available` imports cupy only to answer, and reports why not instead of raising."""
+library; `is_available` imports cupy only to answer, and reports why not instead of raising. The ops it
+declares are its lowering table's (`lower/`), imported when selection first asks."""
 
 from __future__ import annotations
 
@@ -23,12 +24,19 @@ def _available() -> Availability:
     return cuda_availability()
 
 
+def _supported_ops() -> frozenset[str]:
+    from dif_backend_cuda.lower import LOWERINGS
+
+    return LOWERINGS.ops
+
+
 INFO = BackendInfo(
     name="cuda",
     priority=100,
     description="NVIDIA GPUs: NVRTC kernels, cuBLASLt GEMMs, cuDNN attention, one CUDA graph per program",
     is_available=_available,
     create=_create,
+    supported_ops=_supported_ops,
 )
 
 

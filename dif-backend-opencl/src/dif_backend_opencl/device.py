@@ -222,7 +222,7 @@ def storage_dtypes(info: DeviceInfo) -> tuple[str, ...]:
 def profile_of(info: DeviceInfo) -> TargetProfile:
     import pyopencl as cl
 
-    from dif_backend_opencl.lower_fused import FUSED_OPS
+    from dif_backend_opencl.lower import LOWERINGS
 
     caps = ["arena", "fp16-storage"]
     if info.fp16_arithmetic:
@@ -237,7 +237,7 @@ def profile_of(info: DeviceInfo) -> TargetProfile:
     ]
     caps += [f"ext:{e}" for e in info.extensions]
     caps.append(ALIAS_CAPABILITY)  # the executor reads aliased reshape results from their operand's bytes
-    caps += [f"op:{op}" for op in FUSED_OPS]  # lowered in lower_fused: the optimizer may make them
+    caps += LOWERINGS.op_capabilities()  # the fused ops lowered in lower/fused.py: the optimizer may make them
     return TargetProfile(
         backend=NAME,
         device=info.name,

@@ -264,7 +264,8 @@ class _Builder:
                 continue
             for name in first_use.get(node.id, ()):
                 ctx.steps.append(Upload(node.id, self.refs[name], _bytes_of(self.weights[name])))
-            lower_node(ctx, node, [self.refs[o] for o in node.operands], [self.refs[r.name] for r in node.results])
+            ins, outs = [self.refs[o] for o in node.operands], [self.refs[r.name] for r in node.results]
+            ctx.steps += lower_node(ctx, node, ins, outs)
         self._slot("scratch", ctx.scratch_bytes)
         self._allocate()
         queue = self.backend.queue

@@ -1,5 +1,6 @@
 """Entry point of dif-backend-opencl (`[project.entry-points.dif] opencl = "dif_backend_opencl.plugin"`):
-registers the OpenCL backend. pyopencl is imported only when availability or priority is asked.
+registers the OpenCL backend. pyopencl is imported only when availability or priority is asked; the
+ops it declares are its lowering table's (`lower/`), imported when selection first asks.
 
 Priority: 10 (above cpu's 0, below cuda) when a GPU or accelerator OpenCL device exists; -10 when
 the only devices are CPUs (PoCL), so the numpy CPU backend stays the default there. Deciding it
@@ -26,6 +27,12 @@ def _available() -> Availability:
     return availability()
 
 
+def _supported_ops() -> frozenset[str]:
+    from dif_backend_opencl.lower import LOWERINGS
+
+    return LOWERINGS.ops
+
+
 def _priority() -> int:
     from dif_backend_opencl.device import PRIORITY_CPU_ONLY, priority
 
@@ -42,6 +49,7 @@ def info() -> BackendInfo:
         description="pyopencl kernels on any OpenCL 1.2+ device (PoCL on CPUs, AMD / Intel / NVIDIA GPUs)",
         is_available=_available,
         create=_create,
+        supported_ops=_supported_ops,
     )
 
 

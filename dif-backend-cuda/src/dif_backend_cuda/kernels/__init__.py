@@ -1,9 +1,11 @@
 """CUDA C sources of the CUDA backend and their compilation: NVRTC -> cubin, cached on disk keyed by
 (source hash, arch, NVRTC version) under `dif.env.cache_dir()/cuda`, loaded as CuPy modules.
 
-Each module is `common.cuh` + one `.cu` file of this folder; every kernel is an `extern "C"` function
-named `<op>_<dtype...>` (see the instantiation macros at the bottom of each file). Nothing here
-imports cupy or NVRTC until a module is first needed.
+Each module is `common.cuh` + its preludes (`PRELUDES`) + one `.cu` file of this folder, named after the
+`dif.ops` module whose lowerings (`lower/<name>.py`) launch most of its kernels; every kernel is an
+`extern "C"` function named `<op>_<dtype...>` (see the instantiation macros at the bottom of each file).
+The cache key hashes that whole source, so editing a prelude recompiles every module that includes it.
+Nothing here imports cupy or NVRTC until a module is first needed.
 """
 
 from __future__ import annotations
@@ -19,16 +21,19 @@ from typing import Any
 
 from dif.errors import BackendError
 
-MODULES = ("elementwise", "norm", "layout", "gemm", "attention", "fused")
+MODULES = ("elementwise", "norm", "layout", "linalg", "conv", "attention", "fused")
+PRELUDES: dict[str, tuple[str, ...]] = {"linalg": ("gemm_tile.cuh",), "conv": ("gemm_tile.cuh",)}
+"""Headers a module needs after `common.cuh` (the portable GEMM's tile loop serves linalg and conv)."""
 OPTIONS = ("-std=c++17", "-default-device")
 
 
 def module_source(name: str) -> str:
-    """The full CUDA source of module `name` (prelude + file)."""
+    """The full CUDA source of module `name` (common.cuh, its preludes, then `<name>.cu`)."""
     if name not in MODULES:
         raise BackendError(f"cuda backend: no kernel module '{name}' (known: {', '.join(MODULES)})")
     folder = resources.files(__name__)
-    return folder.joinpath("common.cuh").read_text() + "\n" + folder.joinpath(f"{name}.cu").read_text()
+    files = ("common.cuh", *PRELUDES.get(name, ()), f"{name}.cu")
+    return "\n".join(folder.joinpath(f).read_text() for f in files)
 
 
 def cache_key(source: str, arch: str, compiler: str) -> str:

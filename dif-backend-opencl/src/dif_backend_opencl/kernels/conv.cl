@@ -1,5 +1,5 @@
 // Convolution: a direct 3x3 kernel (stride 1, dilation 1, one group: the VAE's workhorse) and
-// im2col for everything else (the GEMM in matmul.cl then multiplies weights by the columns).
+// im2col for everything else (the GEMM in linalg.cl then multiplies weights by the columns).
 
 #define TW 16
 #define TH 16

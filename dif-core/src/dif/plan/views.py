@@ -28,6 +28,7 @@ from attrs import evolve, frozen
 from dif.errors import PlanError
 from dif.ir.program import Node, Program
 from dif.plan.plan import ALIAS_CAPABILITY, VIEW_ALIGNMENT, Buffer, Plan
+from dif.strides import contiguous_strides
 
 SPLIT_CAPABILITY = "alias:split"
 CONCAT_CAPABILITY = "alias:concat"
@@ -67,14 +68,9 @@ def part_loc(root: str, shape: tuple[int, ...], axis: int, start: int, size: int
 def byte_strides(shape: tuple[int, ...], itemsize: int, row_bytes: int = 0, pitch_bytes: int = 0) -> tuple[int, ...]:
     """Byte strides of a value of `shape` laid out contiguously, or as rows of `row_bytes` every
     `pitch_bytes` (the axes a row spans are contiguous; the axes before step over rows)."""
-    strides, acc = [0] * len(shape), itemsize
-    split = len(shape) - row_axes(shape, row_bytes, itemsize) if pitch_bytes else -1
-    for i in reversed(range(len(shape))):
-        if i == split - 1:
-            acc = pitch_bytes
-        strides[i] = acc
-        acc *= shape[i]
-    return tuple(strides)
+    split = len(shape) - row_axes(shape, row_bytes, itemsize) if pitch_bytes else 0
+    rows, within = contiguous_strides(shape[:split]), contiguous_strides(shape[split:])
+    return tuple([s * pitch_bytes for s in rows] + [s * itemsize for s in within])
 
 
 def row_axes(shape: tuple[int, ...], row_bytes: int, itemsize: int) -> int:

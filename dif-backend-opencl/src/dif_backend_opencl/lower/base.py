@@ -1,29 +1,38 @@
-"""Lowering: each DiffIR node becomes a few pre-bound kernel launches (prepare time, before `run`).
+"""What every OpenCL lowering shares (backend side, after planning): tensor handles (`Ref`: a symbolic
+buffer `Slot` + element offset + type), the steps (`Launch`, `Copy`, `Upload`), the `LowerCtx` that makes
+steps and hands out per-node scratch, argument helpers, and the backend's `LoweringTable`.
 
-A lowering reads operand / result `Ref`s (a symbolic buffer `Slot` + element offset + type) and
-appends `Launch` / `Copy` steps to a `LowerCtx`. Slots are resolved to real `cl.Buffer`s only
-after every node is lowered (the arena, inputs, weights and the per-node scratch area are known
-by then), and each launch gets its own `cl.Kernel` with arguments set once, so `run` only
-enqueues. Per-op lowerings live in `lower_elementwise`, `lower_layout`, `lower_nn` and `lower_fused`.
+Lowerings return the steps of a node; the executor appends them. Slots are resolved to real
+`cl.Buffer`s only after every node is lowered (the arena, inputs, weights and the per-node scratch area
+are known by then), and each launch gets its own `cl.Kernel` with arguments set once, so `run` only
+enqueues.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 from attrs import define, field, frozen
 
 from dif.dtypes import DType
 from dif.errors import NotImplementedOnBackend
-from dif.ir.program import Node
 from dif.ir.types import TensorType
+from dif.lowering import LoweringTable
+from dif.strides import broadcast_strides, collapse, contiguous_strides
+
+__all__ = ["broadcast_strides", "collapse", "contiguous_strides"]  # re-exported: the lowerings' index math
 
 BACKEND = "opencl"
+
+
 SCRATCH_ALIGN = 256
+
+
 GROUP_1D = 256  # global sizes of 1-d launches are rounded up to this (kernels guard with `n`)
+
 
 DT_CODE: dict[DType, int] = {
     DType.F32: 0,
@@ -35,6 +44,8 @@ DT_CODE: dict[DType, int] = {
     DType.U8: 6,
     DType.BOOL: 7,
 }
+
+
 FLOATS = frozenset({DType.F32, DType.F16, DType.BF16})
 
 
@@ -164,8 +175,9 @@ class LowerOptions:
 
 
 class LowerCtx:
-    """Collects steps while lowering; hands out per-node scratch (reused by the next node, which
-    is safe because launches run in order on one in-order queue)."""
+    """Makes steps while lowering and hands out per-node scratch (reused by the next node, which is safe
+    because launches run in order on one in-order queue). `steps` is the executor's list: it appends
+    what each lowering returns (and its weight uploads) there."""
 
     def __init__(self, *, row_group: int, max_group: int, options: LowerOptions) -> None:
         self.row_group = row_group
@@ -195,10 +207,11 @@ class LowerCtx:
         lsize: Sequence[int] | None,
         *args: Any,
         defines: dict[str, int] | None = None,
-    ) -> None:
+    ) -> list[Step]:
+        """One launch of `kernel` from `kernels/<program>.cl` (none when the grid is empty)."""
         if any(g == 0 for g in gsize):
-            return
-        self.steps.append(
+            return []
+        return [
             Launch(
                 self.node_id,
                 program,
@@ -208,86 +221,37 @@ class LowerCtx:
                 args,
                 defines or {},
             )
-        )
+        ]
 
-    def launch_1d(self, program: str, kernel: str, n: int, *args: Any) -> None:
+    def launch_1d(self, program: str, kernel: str, n: int, *args: Any) -> list[Step]:
         """One work-item per element; the kernel's `n` argument guards the rounded-up tail."""
-        self.launch(program, kernel, (-(-n // GROUP_1D) * GROUP_1D,), None, *args)
+        return self.launch(program, kernel, (-(-n // GROUP_1D) * GROUP_1D,), None, *args)
 
-    def launch_rows(self, program: str, kernel: str, rows: int, *args: Any) -> None:
+    def launch_rows(self, program: str, kernel: str, rows: int, *args: Any) -> list[Step]:
         """One work-group of `row_group` work-items per row."""
-        self.launch(program, kernel, (rows * self.row_group,), (self.row_group,), *args)
+        return self.launch(program, kernel, (rows * self.row_group,), (self.row_group,), *args)
 
-    def copy(self, dst: Ref, src: Ref) -> None:
-        if dst.type.nbytes:
-            self.steps.append(Copy(self.node_id, dst, src, dst.type.nbytes))
-
-
-Lowering = Callable[[LowerCtx, Node, list[Ref], list[Ref]], None]
-LOWERINGS: dict[str, Lowering] = {}
+    def copy(self, dst: Ref, src: Ref) -> list[Step]:
+        return [Copy(self.node_id, dst, src, dst.type.nbytes)] if dst.type.nbytes else []
 
 
-def lowers(*ops: str) -> Callable[[Lowering], Lowering]:
-    """Decorator: register a lowering for `ops`."""
-
-    def wrap(fn: Lowering) -> Lowering:
-        for op in ops:
-            LOWERINGS[op] = fn
-        return fn
-
-    return wrap
+Attrs = dict[str, Any]
+Refs = list[Ref]
+Steps = list[Step]
+LOWERINGS = LoweringTable(BACKEND)
+"""op -> lowering, filled by `lower/<group>.py` as `lower/__init__.py` imports them."""
+lowers = LOWERINGS.register
 
 
-def at(node: Node) -> dict[str, Any]:
-    """A node's attributes, typed loosely for the lowerings (the op table has validated them)."""
-    return cast(dict[str, Any], node.attrs)
+def i32s(*values: int) -> tuple[np.int32, ...]:
+    return tuple(np.int32(v) for v in values)
 
 
-def lower_node(ctx: LowerCtx, node: Node, ins: list[Ref], outs: list[Ref]) -> None:
-    """Append the steps of one node; `NotImplementedOnBackend` names op and node when none exists."""
-    from dif_backend_opencl import lower_elementwise, lower_fused, lower_layout, lower_nn  # noqa: F401  (registration)
+def i64s(*values: int) -> tuple[np.int64, ...]:
+    return tuple(np.int64(v) for v in values)
 
-    fn = LOWERINGS.get(node.op)
-    if fn is None:
-        raise NotImplementedOnBackend(node.op, BACKEND, f"node {node.id}: no lowering")
-    for r in (*ins, *outs):
-        if r.dtype not in DT_CODE:
-            raise NotImplementedOnBackend(node.op, BACKEND, f"node {node.id}: dtype {r.dtype.value} is not supported")
-    ctx.begin(node.id)
-    fn(ctx, node, ins, outs)
-
-
-# -- shape helpers shared by the lowerings -------------------------------------------------------
 
 MAX_RANK = 8
-
-
-def contiguous_strides(shape: Sequence[int]) -> tuple[int, ...]:
-    out = [1] * len(shape)
-    for i in range(len(shape) - 2, -1, -1):
-        out[i] = out[i + 1] * max(shape[i + 1], 1)
-    return tuple(out)
-
-
-def broadcast_strides(shape: Sequence[int], out_shape: Sequence[int]) -> tuple[int, ...]:
-    """Element strides of a contiguous `shape` read as the broadcast `out_shape` (0 on broadcast dims)."""
-    pad = len(out_shape) - len(shape)
-    full = (1,) * pad + tuple(shape)
-    st = (0,) * pad + contiguous_strides(shape)
-    return tuple(0 if d == 1 and o != 1 else s for d, o, s in zip(full, out_shape, st, strict=True))
-
-
-def collapse(shape: Sequence[int], *strides: Sequence[int]) -> tuple[tuple[int, ...], list[tuple[int, ...]]]:
-    """Drop size-1 dims and merge neighbours that are contiguous in every stride set."""
-    dims = [(d, [s[i] for s in strides]) for i, d in enumerate(shape) if d != 1]
-    merged: list[tuple[int, list[int]]] = []
-    for d, st in dims:
-        if merged and all(p == q * d for p, q in zip(merged[-1][1], st, strict=True)):
-            merged[-1] = (merged[-1][0] * d, st)
-        else:
-            merged.append((d, st))
-    new_shape = tuple(d for d, _ in merged)
-    return new_shape, [tuple(st[k] for _, st in merged) for k in range(len(strides))]
 
 
 def vec8(values: Sequence[int], fill: int) -> Any:
@@ -304,7 +268,7 @@ def vec8(values: Sequence[int], fill: int) -> Any:
 
 def strided_args(out_shape: Sequence[int], *strides: Sequence[int]) -> tuple[Any, ...]:
     """(shape int8, stride int8 per operand..., flat bitmask) for the broadcasting kernels."""
-    shape, sts = collapse(out_shape, contiguous_strides(out_shape), *strides)
+    shape, sts = collapse(out_shape, [contiguous_strides(out_shape), *strides])
     contig, rest = sts[0], sts[1:]
     flat = sum(1 << k for k, st in enumerate(rest) if st == contig)
     return (vec8(shape, 1), *(vec8(st, 0) for st in rest), np.int32(flat))
@@ -312,3 +276,18 @@ def strided_args(out_shape: Sequence[int], *strides: Sequence[int]) -> tuple[Any
 
 def numel(shape: Sequence[int]) -> int:
     return math.prod(shape)
+
+
+def fill_bits(value: float | np.ndarray, dtype: DType) -> tuple[int, np.uint64]:
+    """(element size, raw bits) of `value` stored as `dtype`, converted the way numpy does."""
+    arr = np.asarray(value).astype(dtype.np).reshape(1)
+    size = dtype.itemsize
+    raw = arr.view({1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}[size])[0]
+    return size, np.uint64(int(raw))
+
+
+def fill(ctx: LowerCtx, y: Ref, bits: tuple[int, np.uint64]) -> Steps:
+    """`y` set to one value given as (element size, raw bits): the fill kernels of `kernels/layout.cl`."""
+    size, raw = bits
+    n = y.numel
+    return ctx.launch_1d("layout", f"fill{size}", n, *y.ptr(), np.int64(n), raw)

@@ -1,6 +1,6 @@
-"""Lowering of the data-movement ops (reshape, transpose, broadcast_to, concat, split, slice, pad,
-upsample_nearest, take, embedding) to device copies and the dtype-agnostic kernels of `kernels/layout.cu`
-(elements moved as 1/2/4/8/16-byte words; `widen` picks the widest word the layout allows).
+"""CUDA lowerings of `dif.ops.layout` (reshape, transpose, broadcast_to, concat, split, slice, pad, take,
+embedding) to device copies and the dtype-agnostic kernels of `kernels/layout.cu` (elements moved as
+1/2/4/8/16-byte words; `widen` picks the widest word the layout allows).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from dif.ir.program import Node
-from dif_backend_cuda.lower import (
+from dif_backend_cuda.lower.base import (
     INTS,
     Attrs,
     Copy,
@@ -20,7 +20,6 @@ from dif_backend_cuda.lower import (
     LowerCtx,
     Steps,
     Ts,
-    aligned,
     bits,
     broadcast_strides,
     collapse,
@@ -145,19 +144,6 @@ def _slice(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Ts, outs: Ts) -> Steps:
     src = list(xs)
     src[axis] = xs[axis] * attrs["step"]
     return copy_steps(ctx, x.at(first * xs[axis]), y.ptr, y.shape, src, contiguous_strides(y.shape), bits(y))
-
-
-@lowering("upsample_nearest")
-def _upsample(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Ts, outs: Ts) -> Steps:
-    (x,), (y,) = ins, outs
-    n, c, h, w = x.shape
-    s = attrs["scale"]
-    width = bits(y)
-    if s == 2 and w % 4 == 0 and width in (16, 32) and aligned(4, x, y):
-        rows = n * c * h
-        return [ctx.flat("layout", f"upsample2x_u{width}", rows * w // 4, [ptr(x), ptr(y), i64(rows), i64(w)])]
-    shape = (n, c, h, s, w, s)
-    return copy_steps(ctx, x.ptr, y.ptr, shape, [c * h * w, h * w, w, 0, 1, 0], contiguous_strides(shape), bits(y))
 
 
 @lowering("pad")

@@ -1,6 +1,6 @@
-"""Lowering of the fused ops that optimizer passes make (`dif.ops.fused`) to `kernels/fused.cu`.
-
-The backend advertises them as `op:<name>` capabilities, so `dif.passes` only fuses what is here.
+"""CUDA lowerings of `dif.ops.fused`, the ops optimizer passes make, onto `kernels/fused.cu`. The backend
+declares the fused ops of its lowering table as `op:<name>` (`LoweringTable.op_capabilities`), so
+`dif.passes` fuses only what is lowered here.
 """
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from dif.ir.program import Node
-from dif_backend_cuda.lower import (
+from dif_backend_cuda.lower.base import (
     FLOATS,
     ILP,
     THREADS,
@@ -16,8 +16,8 @@ from dif_backend_cuda.lower import (
     LowerCtx,
     Steps,
     Ts,
-    _bcast,
     aligned,
+    bcast_meta,
     broadcast_strides,
     chunk_elements,
     f32,
@@ -31,8 +31,9 @@ from dif_backend_cuda.lower import (
     unsupported,
 )
 
-FUSED_OPS = ("norm_modulate", "gated_residual", "rms_norm_rope")
 ROPE_ROWS = (8, 4)  # heads per warp of the rms_norm_rope_vec<RR> kernels, preferred first
+
+
 WARP_CHUNKS = (4, 8, 12, 16, 20, 24)  # 16-byte chunks per lane of the norm_modulate_warp<N> kernels
 
 
@@ -79,7 +80,7 @@ def _gated_residual(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Ts, outs: Ts) 
         n4 = y.numel // 4
         args = [ptr(x), ptr(g), ptr(u), ptr(y), i64(n4), i64(d), i64(rows // groups)]
         return [ctx.flat("fused", f"gated_residual_rows_{dt}", n4 * ILP, args)]
-    meta = _bcast(ctx, [x, g, u], y)
+    meta = bcast_meta(ctx, [x, g, u], y)
     return [ctx.flat("fused", f"gated_residual_{dt}", y.numel, [ptr(x), ptr(g), ptr(u), ptr(y), meta, i64(y.numel)])]
 
 

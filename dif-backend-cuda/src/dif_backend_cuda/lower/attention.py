@@ -1,18 +1,17 @@
-"""Lowering of matrix products, convolution and attention: cuBLASLt / cuDNN when the backend has them
-and the problem fits, else the NVRTC kernels of `kernels/gemm.cu` and `kernels/attention.cu`. The path
-taken per node is recorded in `LowerCtx.choices` (shown by the executable and the smoke script).
+"""CUDA lowerings of `dif.ops.attention`: sdpa (cuDNN when eligible, cuBLASLt GEMMs for very wide heads,
+else the NVRTC flash kernel of `kernels/attention.cu`; the path is recorded in `LowerCtx.choices`) and
+rope (the rotation kernels of `kernels/norm.cu`).
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any
 
 import numpy as np
 from attrs import evolve
 
 from dif.ir.program import Node
-from dif_backend_cuda.lower import (
+from dif_backend_cuda.lower.base import (
     FLOATS,
     THREADS,
     Attrs,
@@ -20,9 +19,6 @@ from dif_backend_cuda.lower import (
     LowerCtx,
     Steps,
     Ts,
-    broadcast_strides,
-    collapse,
-    contiguous_strides,
     f32,
     i64,
     lowering,
@@ -30,169 +26,25 @@ from dif_backend_cuda.lower import (
     ptr,
     row_stride,
     row_threads,
-    strided_meta,
     unsupported,
 )
 
-TILE = 64
-MAX_GRID_Z = 65535
 
-
-def _lt_step(ctx: LowerCtx, node: Node, problem: Any) -> Any | None:
-    """A cuBLASLt step for `problem`, or None (reason recorded) when the NVRTC GEMM must run."""
-    if ctx.backend.options["gemm"] == "nvrtc":
-        return None
-    lt = ctx.backend.lt()
-    if lt is None:
-        if ctx.backend.options["gemm"] == "cublaslt":
-            raise unsupported(node, f"cuBLASLt requested but unavailable: {ctx.backend._lt_error}")
-        return None
-    from dif_backend_cuda.gemm import LtMatmul
-
-    try:
-        step = LtMatmul(lt, problem)
-    except Exception as exc:
-        if ctx.backend.options["gemm"] == "cublaslt":
-            raise unsupported(node, f"cuBLASLt rejected the problem: {exc}") from exc
-        ctx.choices[node.id] = f"nvrtc-gemm (cuBLASLt: {type(exc).__name__}: {exc})"
-        return None
-    tuned = step.tune(ctx.backend.stream) if ctx.backend.options["gemm_tune"] else "heuristic's first"
-    ctx.choices[node.id] = f"cublaslt ({tuned})"
-    return step
-
-
-def _gemm_kernel(
-    ctx: LowerCtx,
-    node: Node,
-    dt: str,
-    a: int,
-    b: int,
-    bias: int,
-    c: int,
-    batch_meta: list[int],
-    batch: int,
-    m: int,
-    n: int,
-    k: int,
-    strides: tuple[int, int, int, int, int],
-) -> Any:
-    ctx.choices.setdefault(node.id, "nvrtc-gemm")
-    grid = (-(-n // TILE), -(-m // TILE), max(1, min(batch, MAX_GRID_Z)))
-    args = [
-        np.uint64(a),
-        np.uint64(b),
-        np.uint64(bias),
-        np.uint64(c),
-        ctx.meta(batch_meta),
-        i64(batch),
-        i64(m),
-        i64(n),
-        i64(k),
-        *(i64(s) for s in strides),
-    ]
-    return ctx.kernel("gemm", f"gemm_{dt}", grid, (256,), args)
-
-
-@lowering("linear")
-def _linear(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Ts, outs: Ts) -> Steps:
-    x, w = ins[0], ins[1]
-    bias = ins[2] if len(ins) > 2 else None
-    (y,) = outs
+@lowering("rope")
+def _rope(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Ts, outs: Ts) -> Steps:
+    (x, c, s), (y,) = ins, outs
     dt = need(node, x.dtype, FLOATS)
-    k, out = x.shape[-1], w.shape[0]
-    rows = x.numel // k if k else 0
-    if k == 0:
-        raise unsupported(node, "zero-length contraction")
-    from dif_backend_cuda.gemm import linear_problem
-
-    lds = (row_stride(node, x, 1), row_stride(node, w, 1), row_stride(node, y, 1))
-    problem = linear_problem(x.dtype, x.ptr, w.ptr, y.ptr, bias.ptr if bias else 0, rows, k, out, lds)
-    step = _lt_step(ctx, node, problem)
-    if step is not None:
-        return [step]
-    ldx, ldw, ldy = lds
-    return [
-        _gemm_kernel(
-            ctx, node, dt, x.ptr, w.ptr, ptr(bias).item(), y.ptr, [1, 1, 0, 0], 1, rows, out, k, (ldx, 1, 1, ldw, ldy)
-        )
-    ]
-
-
-@lowering("matmul")
-def _matmul(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Ts, outs: Ts) -> Steps:
-    (a, b), (c,) = ins, outs
-    dt = need(node, a.dtype, FLOATS)
-    m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
-    if k == 0:
-        raise unsupported(node, "zero-length contraction")
-    batch_shape = c.shape[:-2]
-    batch = math.prod(batch_shape)
-    a_st = [s * m * k for s in broadcast_strides(a.shape[:-2], batch_shape)]
-    b_st = [s * k * n for s in broadcast_strides(b.shape[:-2], batch_shape)]
-    cshape, (ca, cb) = collapse(batch_shape, [a_st, b_st])
-    if len(cshape) == 1:
-        from dif_backend_cuda.gemm import matmul_problem
-
-        step = _lt_step(ctx, node, matmul_problem(a.dtype, a.ptr, b.ptr, c.ptr, m, k, n, batch, ca[0], cb[0]))
-        if step is not None:
-            return [step]
-    meta = [len(cshape), *cshape, *ca, *cb]
-    return [_gemm_kernel(ctx, node, dt, a.ptr, b.ptr, 0, c.ptr, meta, batch, m, n, k, (k, 1, n, 1, n))]
-
-
-@lowering("conv2d")
-def _conv2d(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Ts, outs: Ts) -> Steps:
-    x, w = ins[0], ins[1]
-    bias = ins[2] if len(ins) > 2 else None
-    (y,) = outs
-    dt = need(node, x.dtype, FLOATS)
-    n, c, h, wd = x.shape
-    o, _cg, kh, kw = w.shape
-    ho, wo = y.shape[2], y.shape[3]
-    groups = attrs["groups"]
-    (sh, sw), (pt, _pb, pl, _pr), (dh, dw) = attrs["stride"], attrs["padding"], attrs["dilation"]
-    if groups > MAX_GRID_Z:
-        raise unsupported(node, f"{groups} groups")
-    step = _cudnn_conv_step(ctx, node, x, w, y, attrs)
-    if step is not None:
-        if bias is None:
-            return [step]
-        # y += bias[channel]: the broadcast add kernel, in place (each element read, then written, once)
-        b4 = DevTensor(bias.ptr, (1, o, 1, 1), bias.dtype)
-        meta = ctx.meta(strided_meta(y.shape, [contiguous_strides(y.shape), broadcast_strides(b4.shape, y.shape)]))
-        add = ctx.flat("elementwise", f"binary_add_{dt}", y.numel, [ptr(y), ptr(b4), ptr(y), meta, i64(y.numel)])
-        return [step, add]
-    ctx.choices.setdefault(node.id, "nvrtc-implicit-gemm")
-    grid = (-(-(n * ho * wo) // TILE), -(-(o // groups) // TILE), groups)
-    geometry = (n, c, h, wd, o, kh, kw, ho, wo, sh, sw, pt, pl, dh, dw, groups)
-    args = [ptr(x), ptr(w), ptr(bias), ptr(y), *(i64(v) for v in geometry)]
-    return [ctx.kernel("gemm", f"conv2d_{dt}", grid, (256,), args)]
-
-
-def _cudnn_conv_step(ctx: LowerCtx, node: Node, x: DevTensor, w: DevTensor, y: DevTensor, attrs: Attrs) -> Any:
-    """A cuDNN convolution step, or None (reason recorded) when the NVRTC implicit GEMM must run."""
-    if ctx.backend.options["gemm"] == "nvrtc":  # the portable kernels were asked for
-        return None
-    from dif_backend_cuda.conv import CudnnConv, eligible
-
-    reason = eligible(x.dtype, attrs["groups"], attrs["padding"])
-    handle = ctx.backend.cudnn() if not reason else None
-    if handle is None and not reason:
-        reason = f"cuDNN unavailable: {ctx.backend._cudnn_error}"
-    if not reason:
-        pt, _pb, pl, _pr = attrs["padding"]
-        try:
-            step = CudnnConv(
-                handle, x.dtype, x.shape, w.shape, y.shape, x.ptr, w.ptr, y.ptr, (pt, pl), attrs["stride"],
-                attrs["dilation"],
-            )  # fmt: skip
-        except Exception as exc:
-            reason = f"cuDNN rejected it: {type(exc).__name__}: {str(exc)[:200]}"
-        else:
-            ctx.choices[node.id] = f"cudnn-conv ({step.choice})"
-            return step
-    ctx.choices[node.id] = f"nvrtc-implicit-gemm ({reason})"
-    return None
+    if c.dtype != s.dtype:
+        raise unsupported(node, f"cos {c.dtype.value} and sin {s.dtype.value} differ in dtype")
+    ct = need(node, c.dtype, FLOATS)
+    _b, seq, heads, dim = x.shape
+    rows = y.numel // dim
+    tx = min(THREADS, -(-((dim + 1) // 2) // 32) * 32)  # threads over channel pairs
+    ty = max(1, THREADS // tx)  # rows per block
+    grid = (max(1, min(-(-rows // ty), ctx.sm_count * 32)),)
+    pairs = np.int32(attrs["mode"] == "pairs")
+    args = [ptr(x), ptr(c), ptr(s), ptr(y), i64(rows), i64(seq), i64(heads), i64(dim), i64(c.shape[1]), pairs]
+    return [ctx.kernel("norm", f"rope_{dt}_{ct}", grid, (tx, ty), args)]
 
 
 FA_WARPS, FA_TILE, FA_MAX_DV, FA_WIDE_DV = 4, 32, 256, 512

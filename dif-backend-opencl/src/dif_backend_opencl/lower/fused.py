@@ -1,0 +1,54 @@
+"""OpenCL lowerings of `dif.ops.fused`, the ops optimizer passes make, onto `kernels/fused.cl`. The backend
+declares the fused ops of its lowering table as `op:<name>` (`LoweringTable.op_capabilities`), so
+`dif.passes` fuses only what is lowered here."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from dif.ir.program import Node
+from dif_backend_opencl.lower.attention import lower_rope
+from dif_backend_opencl.lower.base import Attrs, LowerCtx, Refs, Steps, lowers, strided_args
+from dif_backend_opencl.lower.elementwise import bstrides
+from dif_backend_opencl.lower.norm import lower_rms_norm
+
+FUSED = "fused"
+MAX_LOCAL_HEAD_DIM = 1024
+"""rms_norm_rope keeps one normalized row (head dim floats) in local memory up to this size; longer
+rows run rms_norm then rope through scratch (same roundings, two launches)."""
+
+
+@lowers("gated_residual")
+def lower_gated_residual(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Refs, outs: Refs) -> Steps:
+    (x, g, v), (y,) = ins, outs
+    shape = y.type.shape
+    n = y.numel
+    extra = strided_args(shape, bstrides(x, shape), bstrides(g, shape), bstrides(v, shape))
+    return ctx.launch_1d(FUSED, "gated_residual", n, *y.full(), *x.full(), *g.full(), *v.full(), np.int64(n), *extra)
+
+
+@lowers("norm_modulate")
+def lower_norm_modulate(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Refs, outs: Refs) -> Steps:
+    (x, s, t), (y,) = ins, outs
+    shape = y.type.shape
+    length = shape[-1] if shape else 1
+    extra = strided_args(shape, bstrides(s, shape), bstrides(t, shape))
+    args = (*y.full(), *x.full(), *s.full(), *t.full(), np.int32(length), np.int32(attrs["kind"] == "rms"),
+            np.float32(attrs["eps"]), *extra)  # fmt: skip
+    return ctx.launch_rows(FUSED, "norm_modulate", y.numel // max(length, 1), *args)
+
+
+@lowers("rms_norm_rope")
+def lower_rms_norm_rope(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Refs, outs: Refs) -> Steps:
+    (x, w, cos, sin), (y,) = ins, outs
+    _, s, h, d = x.type.shape
+    a = attrs
+    if d > MAX_LOCAL_HEAD_DIM:  # the row does not fit in local memory: the unfused kernels via scratch
+        normed = ctx.scratch(x.type.shape, x.dtype)
+        steps = lower_rms_norm(ctx, node, attrs, [x, w], [normed])
+        return steps + lower_rope(ctx, node, attrs, [normed, cos, sin], [y])
+    dims = (np.int32(s), np.int32(h), np.int32(cos.type.shape[1]), np.int32(a["mode"] == "half"))
+    args = (*y.full(), *x.full(), *w.full(), *cos.full(), *sin.full(), *dims, np.float32(a["eps"]),
+            np.float32(a["offset"]), np.int32(a["round_before_weight"]))  # fmt: skip
+    rows = x.numel // max(d, 1)
+    return ctx.launch(FUSED, "rms_norm_rope", (rows * ctx.row_group,), (ctx.row_group,), *args, defines={"HD": d})
