@@ -1,4 +1,4 @@
-"""dif.text: ChatML formatting and the tokenizer over real Qwen files (vocab.json + merges.txt)."""
+"""dif.text: the tokenizer over real Qwen files (vocab.json + merges.txt); chat templates: test_chat_template.py."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from dif.errors import CheckpointError
-from dif.text import Message, TextTokenizer, chatml
+from dif.text import TextTokenizer
 
 QWEN = Path(__file__).resolve().parents[3] / "shared" / "tokenizers" / "qwen3-vl"
 needs_qwen = pytest.mark.skipif(not QWEN.is_dir(), reason=f"Qwen tokenizer files not found at {QWEN}")
@@ -23,20 +23,16 @@ PROMPTS = [
 ]
 
 
-def test_chatml_qwen3_no_thinking() -> None:
-    text = chatml([Message("user", "a cat")], enable_thinking=False)
-    assert text == "<|im_start|>user\na cat<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n"
-    assert chatml([Message("user", "x")]).endswith("<|im_start|>assistant\n")
-    assert chatml([Message("system", "s"), Message("user", "u")], add_generation_prompt=False) == (
-        "<|im_start|>system\ns<|im_end|>\n<|im_start|>user\nu<|im_end|>\n"
-    )
+def chat_text(prompt: str) -> str:
+    """Qwen3's rendering of one user turn with thinking off: tokenizer input full of special tokens."""
+    return f"<|im_start|>user\n{prompt}<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n"
 
 
 @needs_qwen
 def test_special_tokens_and_padding() -> None:
     tok = TextTokenizer.from_folder(QWEN)
     assert tok.pad_id == 151643  # <|endoftext|>
-    ids = tok.encode(chatml([Message("user", "hi")], enable_thinking=False))
+    ids = tok.encode(chat_text("hi"))
     assert ids[0] == tok.token_to_id("<|im_start|>") == 151644
     assert tok.token_to_id("<think>") in ids and tok.token_to_id("</think>") in ids
     batch, mask = tok.encode_batch(["hi", "word " * 600], max_length=16)
@@ -65,7 +61,7 @@ def test_matches_transformers_tokenizer(tmp_path: Path) -> None:
     transformers = pytest.importorskip("transformers")
     ref = transformers.AutoTokenizer.from_pretrained(str(QWEN))
     ours = TextTokenizer.from_folder(QWEN)
-    texts = [chatml([Message("user", p)], enable_thinking=False) for p in PROMPTS]
+    texts = [chat_text(p) for p in PROMPTS]
     ids, mask = ours.encode_batch(texts, 64)
     r = ref(texts, padding="max_length", max_length=64, truncation=True)
     np.testing.assert_array_equal(ids, np.array(r["input_ids"]))

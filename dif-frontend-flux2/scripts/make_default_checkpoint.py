@@ -121,16 +121,9 @@ SCHEDULER = {
     "use_exponential_sigmas": False,
     "use_karras_sigmas": False,
 }
-# Qwen3's chat behaviour for the one case the klein pipeline renders (written for dif; dif itself
-# formats prompts in Python, see dif.text.chat — this template is for tools that load the folder).
-CHAT_TEMPLATE = (
-    "{%- for message in messages %}"
-    "{{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>\\n' }}"
-    "{%- endfor %}"
-    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}"
-    "{%- if enable_thinking is defined and enable_thinking is false %}{{- '<think>\\n\\n</think>\\n\\n' }}{%- endif %}"
-    "{%- endif %}"
-)
+# Qwen3's published chat template (the tokenizer_config.json "chat_template" of Qwen3-4B/8B, whose
+# tokenizer FLUX.2 [klein] ships); dif renders it as transformers does (dif.text.chat).
+CHAT_TEMPLATE = (HERE / "qwen3_chat_template.jinja").read_text(encoding="utf-8")
 
 
 def tensor_for(name: str, shape: tuple[int, ...]) -> np.ndarray:

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dif.text import Message, TextTokenizer, chatml
+from dif.text import Message, TextTokenizer
 from dif_frontend_krea2.tokenize import (
     PREFIX_TOKENS,
     PROMPT_PREFIX,
@@ -25,8 +25,10 @@ def tok(tokenizer_dir: Path) -> TextTokenizer:
     return TextTokenizer.from_folder(tokenizer_dir)
 
 
-def test_template_is_the_qwen_chat_layout() -> None:
-    rendered = chatml([Message("system", SYSTEM_PROMPT), Message("user", "a fox")], add_generation_prompt=True)
+def test_template_is_the_qwen_chat_layout(tok: TextTokenizer) -> None:
+    # the reference's fixed strings are what the checkpoint's own (Qwen3-VL) template renders
+    messages = [Message("system", SYSTEM_PROMPT), Message("user", "a fox")]
+    rendered = tok.apply_chat_template(messages, add_generation_prompt=True)
     assert rendered == PROMPT_PREFIX + "a fox" + PROMPT_SUFFIX
 
 

@@ -1,9 +1,11 @@
 """FLUX.2 [klein] prompt -> token ids, exactly as Flux2KleinPipeline prepares them for Qwen3.
 
-Frontend stage, before the text encoder: each prompt becomes one user turn of the Qwen3 chat
-template rendered with `add_generation_prompt=True, enable_thinking=False`:
+Frontend stage, before the text encoder: each prompt becomes one user turn rendered with the
+checkpoint's own chat template (tokenizer/), as the reference does with
+`apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True, enable_thinking=False)`;
+for Qwen3's template that is
     <|im_start|>user\\n{prompt}<|im_end|>\\n<|im_start|>assistant\\n<think>\\n\\n</think>\\n\\n
-then is tokenized with the checkpoint's own tokenizer files, truncated to 512 tokens and padded on
+then is tokenized with the checkpoint's tokenizer files, truncated to 512 tokens and padded on
 the right with <|endoftext|> to exactly 512 (every pad row still reaches the denoiser, pitfall 7).
 """
 
@@ -14,14 +16,14 @@ from pathlib import Path
 
 import numpy as np
 
-from dif.text import Message, TextTokenizer, chatml
+from dif.text import Message, TextTokenizer
 
 MAX_LENGTH = 512
 
 
-def klein_prompt_text(prompt: str) -> str:
+def klein_prompt_text(tokenizer: TextTokenizer, prompt: str) -> str:
     """The chat-formatted text the reference pipeline tokenizes for `prompt`."""
-    return chatml([Message("user", prompt)], add_generation_prompt=True, enable_thinking=False)
+    return tokenizer.apply_chat_template([Message("user", prompt)], add_generation_prompt=True, enable_thinking=False)
 
 
 def load_tokenizer(folder: str | Path) -> TextTokenizer:
@@ -32,5 +34,5 @@ def tokenize_prompts(
     tokenizer: TextTokenizer, prompts: Sequence[str], max_length: int = MAX_LENGTH
 ) -> tuple[np.ndarray, np.ndarray]:
     """(input_ids int64, attention_mask bool), both (len(prompts), max_length)."""
-    ids, mask = tokenizer.encode_batch([klein_prompt_text(p) for p in prompts], max_length)
+    ids, mask = tokenizer.encode_batch([klein_prompt_text(tokenizer, p) for p in prompts], max_length)
     return ids, mask.astype(bool)

@@ -3,6 +3,10 @@
 Frontend stage 1a (before `text_encoder.py`). The reference formats a Qwen chat prompt with a
 fixed system message, pads the *prompt part* to a fixed length and appends the assistant suffix
 after the padding, so pads sit mid-sequence: `[prefix (34) | prompt | PAD ... | suffix (5)]`.
+Prefix and suffix are the reference pipeline's own constants (Krea2Pipeline writes them out and
+never calls `apply_chat_template`), so they are fixed here too, whatever chat template the
+checkpoint's tokenizer folder carries; they equal Qwen3-VL's template rendered for
+[system, user] + generation prompt (checked in the tests), and the 34 dropped rows depend on them.
 Positions count real tokens only (`cumsum(mask) - 1`, clamped at 0), so the suffix continues
 right after the last prompt token. The first 34 rows (the system prefix) are dropped after encoding.
 """

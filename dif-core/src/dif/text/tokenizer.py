@@ -1,11 +1,13 @@
 """Text conditioning, step 1: a checkpoint's own tokenizer files -> token ids and attention masks.
 
-Where it sits: a frontend formats the prompt (`dif.text.chat`), tokenizes it here, and feeds the
-ids and mask to its text-encoder program. Built on the `tokenizers` library, loaded from either
+Where it sits: a frontend formats the prompt (with the folder's chat template, `dif.text.chat`),
+tokenizes it here, and feeds the ids and mask to its text-encoder program. Built on the `tokenizers`
+library, loaded from either
   tokenizer.json                         (the serialized fast tokenizer), or
   vocab.json + merges.txt                (byte-level BPE, Qwen2-style pre-tokenization), plus
   tokenizer_config.json                  (added/special tokens with their ids, pad token;
-                                          `additional_special_tokens` not yet known get the next ids).
+                                          `additional_special_tokens` not yet known get the next ids),
+  the chat template                      (found as `dif.text.chat.find_chat_template` says).
 Padding and truncation are done here in numpy, not by the library, so the rule is explicit:
 truncate to the first `max_length` tokens, pad on the right with the pad token, mask 1/0.
 """
@@ -19,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from dif.errors import CheckpointError, DifError
+from dif.text.chat import ChatTemplate, Message, find_chat_template, missing_template_error, token_text
 
 # Qwen2/Qwen3 pre-tokenization: contractions, letter runs with one optional leading non-letter,
 # single digits, punctuation runs with trailing newlines, newline runs, and whitespace (a space
@@ -35,18 +38,15 @@ QWEN2_SPLIT_PATTERN = (
 )
 
 
-def _token_text(value: Any) -> str | None:
-    if isinstance(value, dict):
-        value = value.get("content")
-    return value if isinstance(value, str) else None
-
-
 class TextTokenizer:
     """Ids and masks for prompts; see the module docstring for where the files come from."""
 
-    def __init__(self, backend: Any, *, pad_token: str | None, source: str) -> None:
+    def __init__(
+        self, backend: Any, *, pad_token: str | None, source: str, chat_template: ChatTemplate | None = None
+    ) -> None:
         self.backend = backend
         self.source = source
+        self.chat_template = chat_template
         self.pad_token = pad_token
         self.pad_id = None if pad_token is None else backend.token_to_id(pad_token)
         if pad_token is not None and self.pad_id is None:
@@ -79,9 +79,23 @@ class TextTokenizer:
                 f"{folder}: no tokenizer.json and no vocab.json + merges.txt",
                 hint="point at the checkpoint's tokenizer/ folder",
             )
-        return cls(backend, pad_token=_token_text(config.get("pad_token")), source=str(folder))
+        return cls(
+            backend,
+            pad_token=token_text(config.get("pad_token")),
+            source=str(folder),
+            chat_template=find_chat_template(folder, config),
+        )
 
     # -- use -----------------------------------------------------------------------------------
+    def apply_chat_template(
+        self, messages: Sequence[Message | dict[str, Any]], *, add_generation_prompt: bool = False, **kwargs: Any
+    ) -> str:
+        """The folder's chat template rendered for one conversation: the text transformers'
+        `apply_chat_template(messages, tokenize=False, add_generation_prompt=..., **kwargs)` returns."""
+        if self.chat_template is None:
+            raise missing_template_error(self.source)
+        return self.chat_template.render(messages, add_generation_prompt=add_generation_prompt, **kwargs)
+
     def encode(self, text: str) -> list[int]:
         """Token ids of `text`, special-token strings in it recognised, nothing added around it."""
         return list(self.backend.encode(text, add_special_tokens=False).ids)
@@ -154,7 +168,7 @@ def _byte_level_bpe(folder: Path, config: dict[str, Any]) -> Any:
             )
     # Special tokens named only in `additional_special_tokens` get the next free ids, in list order.
     for extra in config.get("additional_special_tokens") or []:
-        text = _token_text(extra)
+        text = token_text(extra)
         if text is not None and backend.token_to_id(text) is None:
             backend.add_special_tokens([AddedToken(text, special=True, normalized=False)])
     return backend
