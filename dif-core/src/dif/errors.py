@@ -95,3 +95,8 @@ class PluginError(DifError):
 
 class UsageError(DifError):
     """A user-facing option has an invalid value (size not a multiple of 16, ...)."""
+
+
+class DifWarning(UserWarning):
+    """Something the user should know that does not stop the work (a stale cache entry rebuilt, ...).
+    Tools print it as one `warning: ...` line on stderr."""
