@@ -1,18 +1,20 @@
 """The `dif` command: a click group whose built-in subcommands are imported only when invoked,
 plus whatever plugins add through the `register_commands(cli)` hook.
 
-A `DifError` anywhere below ends the command with one line on stderr and exit status 1.
+A `DifError` anywhere below ends the command with one line on stderr and exit status 1; Ctrl-C ends it
+with status 130; a `DifWarning` prints one `warning: ...` line on stderr.
 """
 
 from __future__ import annotations
 
 import importlib
+import warnings
 from typing import Any
 
 import click
 
 import dif
-from dif.errors import DifError, PluginError
+from dif.errors import DifError, DifWarning, PluginError
 
 # name -> (module, attribute, one-line summary shown by `dif --help` without importing the module)
 BUILTINS: dict[str, tuple[str, str, str]] = {
@@ -81,10 +83,28 @@ class DifGroup(click.Group):
                 formatter.write_dl(rows)
 
     def invoke(self, ctx: click.Context) -> Any:
-        try:
-            return super().invoke(ctx)
-        except DifError as exc:
-            raise click.ClickException(one_line(exc)) from None
+        with warnings.catch_warnings():
+            warnings.simplefilter("always", DifWarning)
+            warnings.showwarning = _show_warning
+            try:
+                return super().invoke(ctx)
+            except DifError as exc:
+                raise click.ClickException(one_line(exc)) from None
+            except KeyboardInterrupt:
+                # the shell convention for SIGINT; files are written by rename, so none is left half-way
+                what = " ".join(filter(None, (ctx.command_path, ctx.invoked_subcommand)))
+                click.echo(f"\n{what}: interrupted", err=True)
+                raise click.exceptions.Exit(130) from None
+
+
+def _show_warning(
+    message: Warning | str, category: type[Warning], filename: str, lineno: int, file: Any = None, line: Any = None
+) -> None:
+    """dif's warnings as one `warning: ...` line on stderr; others as Python prints them."""
+    if issubclass(category, DifWarning):
+        click.echo(f"warning: {one_line(Exception(str(message)))}", err=True)
+    else:
+        click.echo(warnings.formatwarning(message, category, filename, lineno, line).rstrip(), err=True)
 
 
 def build_cli() -> DifGroup:
