@@ -51,13 +51,12 @@ def dispatch(backend: OpenCLBackend, sizes: list[int], length: int, repeat: int)
     for n in sizes:
         program = _chain("add", n, length)
         inputs = {"x": rng.standard_normal(n).astype(np.float32), "y": rng.standard_normal(n).astype(np.float32)}
-        plan = plan_program(program, backend.profile(), backend.budget())
         saved = backend.host_eval_max_bytes
-        backend.host_eval_max_bytes = 0
-        dev = backend.prepare(program, plan, {})
+        backend.host_eval_max_bytes = 0  # the profile's host threshold: the plan places every node on the device
+        dev = backend.prepare(program, plan_program(program, backend.profile(), backend.budget()), {})
         t_dev = _median_time(lambda: dev.run(inputs), repeat)  # noqa: B023
-        backend.host_eval_max_bytes = 1 << 62
-        host = backend.prepare(program, plan, {})
+        backend.host_eval_max_bytes = 1 << 62  # ... and here every node on the host
+        host = backend.prepare(program, plan_program(program, backend.profile(), backend.budget()), {})
         t_host = _median_time(lambda: host.run(inputs), repeat)  # noqa: B023
         backend.host_eval_max_bytes = saved
         want = interpret(program, inputs, {})

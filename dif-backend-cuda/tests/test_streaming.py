@@ -16,8 +16,8 @@ from dif.errors import BackendError, PlanError
 from dif.ir.builder import ProgramBuilder
 from dif.ir.program import Program
 from dif.plan.plan import RESIDENT, STREAMED, Plan, check_plan
-from dif.plan.planner import plan_program
-from dif.plan.streaming import NO_STREAMING, layout
+from dif.plan.planner import plan_program, restream
+from dif.plan.streaming import NO_STREAMING
 from dif.target import RuntimeBudget, TargetProfile
 from dif_backend_cuda.streaming import COPY, FORK, FREE, JOIN, WAIT, StreamOp, fill_pinned, stream_schedule
 
@@ -53,21 +53,6 @@ def plan_keeping(program: Program, resident_blocks: int, profile: TargetProfile 
     arena = plan_program(program, profile, RuntimeBudget(free_memory_bytes=1 << 40)).arena_bytes
     budget = RuntimeBudget(free_memory_bytes=arena + (resident_blocks + 2) * BLOCK_BYTES)
     return plan_program(program, profile, budget)
-
-
-def streaming_blocks(program: Program, plan: Plan, blocks: list[tuple[str, list[str]]]) -> Plan:
-    """`plan` re-planned by hand to stream exactly `blocks` (laid out as the planner lays blocks out)."""
-    streaming = layout(program, plan.schedule, blocks)
-    residency = {name: RESIDENT for name in plan.residency}
-    residency.update((name, STREAMED) for _key, names in blocks for name in names)
-    resident = sum(p.type.nbytes for p in program.params if residency[p.name] == RESIDENT)
-    binding = evolve(plan.binding, min_memory_bytes=plan.arena_bytes + resident + streaming.staging_bytes)
-    edited = evolve(
-        plan, residency=residency, streaming=streaming, staging_bytes=streaming.staging_bytes,
-        resident_bytes=resident, binding=binding,
-    )  # fmt: skip
-    check_plan(edited, program)
-    return edited
 
 
 def test_everything_resident_means_no_streaming() -> None:
@@ -132,7 +117,7 @@ def test_resident_blocks_are_left_out_of_the_timeline() -> None:
 def test_a_single_streamed_block_uses_one_slot() -> None:
     program = mlp(blocks=2)
     plan = plan_program(program, PROFILE, RuntimeBudget(free_memory_bytes=1 << 40))
-    plan = streaming_blocks(program, plan, [("block blk0", ["w0", "b0"])])
+    plan = restream(plan, program, [("block blk0", ["w0", "b0"])])
     s = stream_schedule(program, plan)
     assert len(s.blocks) == 1 and s.slots == 1 and s.staging_bytes == BLOCK_BYTES
     assert s.timeline == (StreamOp(FORK), StreamOp(COPY, 0), StreamOp(WAIT, 0), 0, 1, 2, 3, StreamOp(JOIN))
@@ -178,7 +163,7 @@ def overlapping() -> Program:
 def test_blocks_in_use_together_get_a_slot_each() -> None:
     program = overlapping()
     plan = plan_program(program, PROFILE, RuntimeBudget(free_memory_bytes=1 << 40))
-    plan = streaming_blocks(program, plan, [(f"block blk{i}", [f"w{i}"]) for i in range(3)])
+    plan = restream(plan, program, [(f"block blk{i}", [f"w{i}"]) for i in range(3)])
     s = stream_schedule(program, plan)
     assert [b.slot for b in s.blocks] == [0, 1, 2] and s.slots == 3 and s.staging_bytes == 3 * WIDTH * WIDTH * 4
     assert s.timeline[:4] == (StreamOp(FORK), StreamOp(COPY, 0), StreamOp(COPY, 1), StreamOp(COPY, 2))

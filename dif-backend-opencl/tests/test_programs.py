@@ -1,6 +1,7 @@
-"""Whole programs on OpenCL against the reference interpreter, and the executor's placement rules:
-arena vs per-value pool buffers, streamed weights, host evaluation of tiny host-known nodes,
-outputs as the only read-backs, buffers returned to the pool on close."""
+"""Whole programs on OpenCL against the reference interpreter, and the executor following the plan:
+arena vs per-value pool buffers, streamed weights where the plan's streaming schedule puts them,
+nodes on the host exactly where the plan places them (hand-edited placements included), outputs as
+the only read-backs, buffers returned to the pool on close."""
 
 from __future__ import annotations
 
@@ -8,12 +9,13 @@ import attrs
 import numpy as np
 import pytest
 
-from dif.errors import DifError, PlanBindingError, WeightError
+from dif.errors import DifError, PlanBindingError, PlanError, WeightError
 from dif.interp import interpret
 from dif.ir.builder import ProgramBuilder
 from dif.ir.program import Program
-from dif.plan.plan import STREAMED
-from dif.plan.planner import plan_program
+from dif.plan.placement import DEVICE, HOST
+from dif.plan.planner import plan_program, restream
+from dif.plan.streaming import streamable
 from dif.testing.tolerances import compare, tolerance_for
 
 from .blocks import random_bindings, transformer_block, vae_block
@@ -91,18 +93,99 @@ def test_pool_mode_when_the_arena_exceeds_the_largest_allocation(fresh_backend) 
     _check(program, exe.run(inputs), interpret(program, inputs, weights))
 
 
-def test_streamed_weights_are_uploaded_before_first_use(ocl) -> None:
+def test_streamed_weights_sit_where_the_plans_streaming_schedule_puts_them(ocl) -> None:
     program = transformer_block("f32")
     inputs, weights = random_bindings(program)
     plan = plan_program(program, ocl.profile(), ocl.budget())
-    plan = attrs.evolve(plan, residency={p.name: STREAMED for p in program.params})
+    ok = streamable(program)
+    plan = restream(plan, program, [(f"param {p.name}", [p.name]) for p in program.params if p.name in ok])
     exe = ocl.prepare(program, plan, weights)
-    uploads = [s for s in exe.steps if type(s).__name__ == "Upload"]
-    assert len(uploads) == len(program.params)
+    steps = exe.steps
+    uploads = {i: s for i, s in enumerate(steps) if type(s).__name__ == "Upload"}
+    assert len(uploads) == len(ok) == len(plan.streaming.blocks)
+    offsets = plan.streaming.offsets()
+    assert sorted((u.dst.slot.key, u.dst.byte_offset) for u in uploads.values()) == sorted(
+        ("stream", off) for off in offsets.values()
+    )
     assert not any(k.key.startswith("w:") for k in exe.buffers)
     total = sum(w.nbytes for w in weights.values())
-    assert exe.buffers[next(k for k in exe.buffers if k.key == "stream")].size < total  # lifetimes share bytes
+    assert plan.streaming.staging_bytes < total  # blocks take turns in the plan's slots
+    # every upload comes after the last launch of the slot's previous tenant's readers
+    position = {n: i for i, n in enumerate(plan.schedule)}
+    at = {u.dst.byte_offset: i for i, u in uploads.items()}
+    for block in plan.streaming.blocks:
+        if block.after < 0:
+            continue
+        prev = plan.streaming.blocks[block.after]
+        last_read = max(i for i, s in enumerate(steps) if i not in uploads and position[s.node_id] <= prev.last_use)
+        assert at[offsets[block.params[0]]] > last_read
     _check(program, exe.run(inputs), interpret(program, inputs, weights))
+
+
+def placed_chain() -> Program:
+    """mul, add, neg, mul on f32[4, 8]: every node tiny, reading the input and the weight."""
+    b = ProgramBuilder("placed")
+    x = b.input("x", (4, 8), "f32")
+    w = b.param("w", (8,), "f32")
+    a = b.emit("mul", x, w)
+    c = b.emit("add", a, x)
+    d = b.emit("neg", c)
+    b.output(b.emit("mul", d, a))
+    return b.build()
+
+
+def test_the_planner_places_tiny_host_known_nodes_by_the_profiles_threshold(fresh_backend) -> None:
+    program = placed_chain()
+    backend = fresh_backend(host_eval_max_bytes=4096)
+    assert backend.profile().host_threshold_bytes == 4096
+    plan = plan_program(program, backend.profile(), backend.budget())
+    assert plan.placement == (HOST,) * 4
+    assert fresh_backend(host_eval_max_bytes=0).profile().host_threshold_bytes is None
+
+
+def test_the_executor_runs_nodes_where_the_plan_places_them(fresh_backend) -> None:
+    program = placed_chain()
+    inputs, weights = random_bindings(program)
+    backend = fresh_backend(host_eval_max_bytes=4096)  # its profile would put every node on the host
+    plan = plan_program(program, backend.profile(), backend.budget())
+    runs = {}
+    for placement in [(HOST,) * 4, (DEVICE,) * 4, (HOST, HOST, DEVICE, DEVICE), (HOST, DEVICE, DEVICE, DEVICE)]:
+        edited = attrs.evolve(plan, placement=placement)
+        exe = backend.prepare(program, edited, weights)
+        assert [n.id for n in exe.host_nodes] == [n for n, p in zip(plan.schedule, placement, strict=True) if p == HOST]
+        assert {s.node_id for s in exe.steps if type(s).__name__ == "Launch"} == {
+            n for n, p in zip(plan.schedule, placement, strict=True) if p == DEVICE
+        }
+        runs[placement] = exe.run(inputs)[program.outputs[0]]
+    want = runs[(DEVICE,) * 4]
+    for placement, got in runs.items():
+        np.testing.assert_array_equal(got, want, err_msg=f"placement {placement}")
+    _check(program, {program.outputs[0]: want}, interpret(program, inputs, weights))
+
+
+def test_host_results_are_written_into_their_planned_arena_slots(fresh_backend) -> None:
+    program = placed_chain()
+    inputs, weights = random_bindings(program)
+    backend = fresh_backend(host_eval_max_bytes=0)  # its own profile places nothing on the host
+    plan = plan_program(program, attrs.evolve(backend.profile(), host_threshold_bytes=4096), backend.budget())
+    plan = attrs.evolve(plan, placement=(HOST, HOST, DEVICE, DEVICE))
+    exe = backend.prepare(program, plan, weights)
+    a, c = (program.nodes[i].results[0].name for i in (0, 1))  # read by nodes 3 and 2 on the device
+    uploads = sorted((s.dst.slot.key, s.dst.byte_offset) for s in exe.steps if type(s).__name__ == "Upload")
+    assert uploads == sorted(("arena", plan.buffer_by_name[name].offset) for name in (a, c))
+    want = exe.run(inputs)
+    backend.info = attrs.evolve(backend.info, max_alloc_bytes=plan.arena_bytes - 1)  # pool mode: own buffers
+    pooled = backend.prepare(program, plan, weights)
+    assert pooled.mode == "pool"
+    np.testing.assert_array_equal(pooled.run(inputs)[program.outputs[0]], want[program.outputs[0]])
+
+
+def test_a_host_node_reading_a_device_value_is_refused(ocl) -> None:
+    program = placed_chain()
+    _inputs, weights = random_bindings(program)
+    plan = plan_program(program, ocl.profile(), ocl.budget())
+    with pytest.raises(PlanError, match=r"node 1 \(add\) is placed on the host but reads %0"):
+        ocl.prepare(program, attrs.evolve(plan, placement=(DEVICE, HOST, DEVICE, DEVICE)), weights)
 
 
 def test_only_outputs_are_read_back(ocl, monkeypatch: pytest.MonkeyPatch) -> None:

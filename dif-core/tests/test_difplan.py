@@ -30,8 +30,9 @@ from dif.plan.difplan import (
     plan_to_bytes,
     save_plan,
 )
+from dif.plan.placement import HOST
 from dif.plan.plan import Plan, plan_from_dict, plan_to_dict
-from dif.plan.planner import plan_program
+from dif.plan.planner import plan_program, restream
 from dif.serialize.container import pack
 from dif.target import RuntimeBudget, TargetProfile
 
@@ -53,6 +54,13 @@ def small_program(op: str = "exp", weight: str = "w") -> Program:
 
 def small_plan() -> Plan:
     return plan_program(small_program(), PROFILE, BUDGET)
+
+
+def recorded_plan() -> Plan:
+    """`small_plan` with its weight streamed and its first node placed on the host."""
+    program = small_program()
+    plan = plan_program(program, evolve(PROFILE, host_threshold_bytes=2048), BUDGET)
+    return restream(plan, program, [("block blk0", ["w"])])
 
 
 def fuzz_cases() -> list[tuple[str, Callable[[bytes], object], Callable[[], bytes]]]:
@@ -83,6 +91,16 @@ def test_round_trip_bytes_and_file(tmp_path: Path) -> None:
     assert plan_from_dict(json.loads(json.dumps(plan_to_dict(plan)))) == plan
 
 
+def test_round_trip_keeps_the_streaming_schedule_and_placement() -> None:
+    plan = recorded_plan()
+    assert plan.streaming.blocks and plan.placement[0] == HOST
+    loaded = plan_from_bytes(plan_to_bytes(plan))
+    assert loaded == plan
+    assert loaded.streaming == plan.streaming and loaded.placement == plan.placement
+    assert loaded.binding.target_profile.host_threshold_bytes == 2048
+    check_binding(loaded, small_program(), plan.binding.target_profile, BUDGET)
+
+
 def _container(doc: object) -> bytes:
     return pack(MAGIC, VERSION, {"plan": json.dumps(doc).encode()})
 
@@ -95,7 +113,7 @@ def test_hostile_bytes_raise_format_errors(tmp_path: Path) -> None:
         plan_from_bytes(b"DIFIR\x00\x00\x00" + data[8:])
     with pytest.raises(VersionError):
         plan_from_bytes(data[:8] + struct.pack("<I", VERSION + 1) + data[12:])
-    for old in (1, 2):  # made before buffers could alias / be views at offsets: re-plan
+    for old in (1, 2, 3):  # made before aliases / views at offsets / recorded streaming and placement: re-plan
         with pytest.raises(VersionError, match=f"version {old}"):
             plan_from_bytes(data[:8] + struct.pack("<I", old) + data[12:])
     flipped = bytearray(data)
@@ -127,6 +145,24 @@ def test_schema_violations_are_rejected() -> None:
         bad = json.loads(json.dumps(doc))
         mutate(bad)
         with pytest.raises(FormatError):
+            plan_from_bytes(_container(bad))
+
+
+def test_unsound_streaming_and_placement_are_rejected_on_load() -> None:
+    doc = plan_to_dict(recorded_plan())
+    for mutate, message in (
+        (lambda d: d.pop("streaming"), "malformed"),
+        (lambda d: d.pop("placement"), "malformed"),
+        (lambda d: d["streaming"]["blocks"][0].update(offsets=[4]), "multiples of 256"),
+        (lambda d: d["streaming"]["blocks"][0].update(slot=1), "staging slots"),
+        (lambda d: d["streaming"].update(slot_bytes=0), "is not 1 slots x 0 B"),
+        (lambda d: d["streaming"].update(blocks=[]), "for 0 blocks"),
+        (lambda d: d.update(placement=["host"]), "placement lists 1 nodes"),
+        (lambda d: d.update(placement=["gpu"] * len(d["schedule"])), "unknown node placement"),
+    ):
+        bad = json.loads(json.dumps(doc))
+        mutate(bad)
+        with pytest.raises(FormatError, match=message):
             plan_from_bytes(_container(bad))
 
 

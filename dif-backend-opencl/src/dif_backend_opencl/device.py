@@ -219,7 +219,9 @@ def storage_dtypes(info: DeviceInfo) -> tuple[str, ...]:
     )
 
 
-def profile_of(info: DeviceInfo) -> TargetProfile:
+def profile_of(info: DeviceInfo, host_threshold_bytes: int | None = None) -> TargetProfile:
+    """The device's capability; `host_threshold_bytes` is what the backend measured for host evaluation
+    of tiny nodes (the planner places nodes by it; None: all on the device)."""
     import pyopencl as cl
 
     from dif_backend_opencl.lower import LOWERINGS
@@ -254,6 +256,7 @@ def profile_of(info: DeviceInfo) -> TargetProfile:
             "driver": info.driver,
             "platform": f"{info.platform} ({info.platform_version})",
         },
+        host_threshold_bytes=host_threshold_bytes,
     )
 
 
@@ -274,12 +277,13 @@ def free_memory(device: Any, info: DeviceInfo, used_bytes: int) -> int:
 # -- the backend ----------------------------------------------------------------------------------------
 
 HOST_EVAL_MAX_BYTES_CPU = 196_608
-"""Nodes whose operands are all host-known (program inputs, weights, other such nodes) and that
-touch at most this many bytes (operands + results) run on the host with the op's numpy reference
-instead of as a dispatch. Measured on PoCL (2 EPYC cores, perf/opencl_bench.py, chains of adds):
-a pipelined tiny launch costs 4-6 us, like one numpy call, but PoCL's kernel time grows faster
-(16K-element add: 36-41 us vs 10-11 us on the host); the host stays faster up to 16K elements
-(196,608 B per node) and loses from 32K (393,216 B)."""
+"""The profile's `host_threshold_bytes` on CPU devices: the planner places nodes whose operands are
+all host-known (program inputs, weights, other such nodes) and that touch at most this many bytes
+(operands + results) on the host, where the executor runs them with the op's numpy reference
+instead of as a dispatch (`dif.plan.placement`). Measured on PoCL (2 EPYC cores,
+perf/opencl_bench.py, chains of adds): a pipelined tiny launch costs 4-6 us, like one numpy call,
+but PoCL's kernel time grows faster (16K-element add: 36-41 us vs 10-11 us on the host); the host
+stays faster up to 16K elements (196,608 B per node) and loses from 32K (393,216 B)."""
 HOST_EVAL_MAX_BYTES_GPU = 16 << 10
 """The same threshold for GPUs / accelerators, where a dispatch is cheap and the host result must
 cross the bus: conservative until measured on such a device (perf/opencl_bench.py prints it)."""
@@ -289,8 +293,8 @@ class OpenCLBackend:
     """One OpenCL device: its context, one in-order queue, the kernel library and a buffer pool.
 
     `device` selects the device ('P:D' or a name substring; default: the best GPU, else a CPU).
-    `host_eval_max_bytes` (None: the measured default for the device kind, 0: never) and
-    `options` exist for tests and tuning."""
+    `host_eval_max_bytes` is the host threshold its profile declares to the planner (None: the
+    measured default for the device kind, 0: never); it and `options` exist for tests and tuning."""
 
     name = NAME
 
@@ -327,7 +331,7 @@ class OpenCLBackend:
         self.profiling = profiling
 
     def profile(self) -> TargetProfile:
-        return profile_of(self.info)
+        return profile_of(self.info, self.host_eval_max_bytes or None)
 
     def budget(self) -> RuntimeBudget:
         return RuntimeBudget(

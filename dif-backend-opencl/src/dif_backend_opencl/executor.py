@@ -1,15 +1,19 @@
 """The OpenCL executor: a prepared program whose `run` uploads inputs, enqueues pre-bound launches
 on one in-order queue, and reads back only the outputs (the last stage of the pipeline).
 
-Placement, decided once in `create`:
+The plan decides where everything is (`dif.plan`); `create` follows it and decides nothing:
 - intermediates live in ONE device buffer of `plan.arena_bytes` at the planned offsets (kernels get
   base buffer + element offset, which needs no CL_DEVICE_MEM_BASE_ADDR_ALIGN sub-buffers); when
   the arena exceeds the device's largest allocation, each value gets a pool buffer instead,
   reused after its last consumer in schedule order;
-- inputs, resident weights, per-node scratch and uploaded host results use pool buffers;
-  streamed weights share one staging buffer packed by lifetime and are uploaded before their
-  first consumer in every run;
-- tiny nodes whose operands are all host-known run on the host (see `device.HOST_EVAL_MAX_BYTES_CPU`);
+- nodes the plan places on the host (`Plan.placement`) run there with the op's numpy reference:
+  those reading only weights once in `create` (their results then stay on the device like weights),
+  the others in every run, their results written into their arena slot before the first device
+  node that reads them;
+- inputs, resident weights and per-node scratch use pool buffers; streamed weights sit in one
+  staging buffer laid out as the plan's streaming schedule says (`Plan.streaming`: slot and offset
+  of every parameter) and are uploaded before their first device consumer in every run (the queue
+  is in order, so a slot's next tenant arrives only after its previous one was last read);
 - a reshape whose result the plan aliases to its operand (`Buffer.alias_of`) launches nothing: its
   result is the operand's device bytes seen with the new shape (the plan keeps them alive).
 No kernel is followed by clFinish: the queue orders launches and `run` waits once, for the
@@ -29,7 +33,8 @@ from dif.backend_checks import check_inputs, check_plan_binding, check_weights
 from dif.errors import DifError
 from dif.interp import evaluate_node
 from dif.ir.program import Node, Program
-from dif.plan.plan import Buffer, Plan, align_up
+from dif.plan.placement import HOST
+from dif.plan.plan import Plan
 from dif_backend_opencl.lower import LowerCtx, Ref, Slot, Step, Upload, lower_node
 
 if TYPE_CHECKING:
@@ -43,30 +48,22 @@ def _bytes_of(arr: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(arr).reshape(-1).view(np.uint8)
 
 
-def _node_bytes(program: Program, node: Node) -> int:
-    types = program.types
-    return sum(types[o].nbytes for o in node.operands) + sum(r.type.nbytes for r in node.results)
-
-
-def split_host_nodes(program: Program, plan: Plan, max_bytes: int) -> tuple[list[Node], list[Node], list[Node]]:
-    """(const nodes: params only, evaluated once; host nodes: evaluated every run; device nodes).
-    A node goes to the host when all its operands are host-known and it touches <= max_bytes."""
+def split_by_placement(program: Program, plan: Plan) -> tuple[list[Node], list[Node], list[Node]]:
+    """The plan's placement as (const nodes: on the host, reading weights and const results only, so
+    evaluated once; host nodes: evaluated every run; device nodes), each in schedule order.
+    `check_plan` has checked that host nodes read only inputs, weights and earlier host results."""
     nodes = program.node_by_id
     const_known = {p.name for p in program.params}
-    host_known = const_known | {v.name for v in program.inputs}
     const, host, device = [], [], []
-    for node_id in plan.schedule:
+    for node_id, where in zip(plan.schedule, plan.placement, strict=True):
         node = nodes[node_id]
-        small = max_bytes > 0 and _node_bytes(program, node) <= max_bytes
-        if small and all(o in const_known for o in node.operands):
+        if where != HOST:
+            device.append(node)
+        elif all(o in const_known for o in node.operands):
             const.append(node)
             const_known.update(r.name for r in node.results)
-            host_known.update(r.name for r in node.results)
-        elif small and all(o in host_known for o in node.operands):
-            host.append(node)
-            host_known.update(r.name for r in node.results)
         else:
-            device.append(node)
+            host.append(node)
     return const, host, device
 
 
@@ -87,7 +84,7 @@ class OpenCLExecutable:
     host_nodes: list[Node]
     const_env: dict[str, np.ndarray]
     input_slots: dict[str, Slot]
-    host_uploads: dict[str, Slot]  # run-time host results the device reads
+    host_uploads: dict[str, np.ndarray]  # run-time host results the device reads: bytes its uploads send
     outputs: dict[str, Ref]  # device-resident outputs
     buffers: dict[Slot, Any]
     weights: dict[str, np.ndarray]
@@ -102,7 +99,7 @@ class OpenCLExecutable:
     ) -> OpenCLExecutable:
         check_plan_binding(program, plan, BACKEND)
         bound = check_weights(program, weights, BACKEND)
-        const, host, device = split_host_nodes(program, plan, backend.host_eval_max_bytes)
+        const, host, device = split_by_placement(program, plan)
         const_env: dict[str, np.ndarray] = dict(bound)
         for node in const:
             evaluate(node, const_env)
@@ -134,9 +131,8 @@ class OpenCLExecutable:
             env.update(self.weights)
             for node in self.host_nodes:
                 evaluate(node, env)
-            for name, slot in self.host_uploads.items():
-                if env[name].nbytes:
-                    cl.enqueue_copy(queue, self.buffers[slot], _bytes_of(env[name]), is_blocking=False)
+            for name, staged in self.host_uploads.items():  # sent by Upload steps, before the first reader
+                staged[:] = _bytes_of(env[name])
         events = []
         for step in self.steps:
             event = step.enqueue(queue)
@@ -229,8 +225,10 @@ class _Builder:
         host_results = {r.name for n in self.host for r in n.results}
         inputs = {v.name for v in program.inputs}
         streamed = set(plan.streamed)
-        stream_refs = self._place_streamed(streamed)
-        input_slots, host_uploads = {}, {}
+        stream_refs = self._place_streamed()
+        arena_slot = self._slot("arena", plan.arena_bytes) if self.mode == "arena" else None
+        input_slots: dict[str, Slot] = {}
+        host_uploads: dict[str, np.ndarray] = {}
         for name in used:
             t = types[name]
             if name in inputs:
@@ -241,29 +239,26 @@ class _Builder:
             elif name in self.const_env:
                 self.refs[name] = Ref(self._slot(f"const:{name}", t.nbytes), 0, t)
             elif name in host_results:
-                host_uploads[name] = self._slot(f"host:{name}", t.nbytes)
-                self.refs[name] = Ref(host_uploads[name], 0, t)
+                host_uploads[name] = np.empty(t.nbytes, np.uint8)
+                self.refs[name] = self._value_ref(name, arena_slot)
         self.refs.update(stream_refs)
-        arena_slot = self._slot("arena", plan.arena_bytes) if self.mode == "arena" else None
         aliased = {n.id for n in self.device if all(plan.buffer_by_name[r.name].is_alias for r in n.results)}
         for node in self.device:
             if node.id in aliased:  # a view of its operand, placed when the operand is (below)
                 self.refs[node.results[0].name] = self.refs[node.operands[0]].view(0, node.results[0].type.shape)
                 continue
             for r in node.results:
-                b = plan.buffer_by_name[r.name]
-                if arena_slot is not None:
-                    self.refs[r.name] = Ref(arena_slot, b.offset // r.type.dtype.itemsize, r.type)
-                else:
-                    self.refs[r.name] = Ref(self._slot(f"val:{r.name}", r.type.nbytes), 0, r.type)
+                self.refs[r.name] = self._value_ref(r.name, arena_slot)
         ctx = LowerCtx(row_group=self.backend.row_group, max_group=self.backend.info.max_work_group,
                        options=self.backend.options)  # fmt: skip
-        first_use = self._first_streamed_use(streamed)
+        sent = {name: _bytes_of(self.weights[name]) for name in streamed} | host_uploads
+        sent = {name: data for name, data in sent.items() if data.nbytes}
+        first_use = self._first_device_use(set(sent))
         for node in self.device:
+            for name in first_use.get(node.id, ()):
+                ctx.steps.append(Upload(node.id, self.refs[name], sent[name]))
             if node.id in aliased:
                 continue
-            for name in first_use.get(node.id, ()):
-                ctx.steps.append(Upload(node.id, self.refs[name], _bytes_of(self.weights[name])))
             ins, outs = [self.refs[o] for o in node.operands], [self.refs[r.name] for r in node.results]
             ctx.steps += lower_node(ctx, node, ins, outs)
         self._slot("scratch", ctx.scratch_bytes)
@@ -285,30 +280,30 @@ class _Builder:
             self.buffers, self.weights, self.owned, self.mode,
         )  # fmt: skip
 
-    def _place_streamed(self, streamed: set[str]) -> dict[str, Ref]:
-        """Streamed weights packed by lifetime (device schedule positions) into one 'stream' buffer."""
-        from dif.plan.planner import assign_arena
+    def _value_ref(self, name: str, arena_slot: Slot | None) -> Ref:
+        """A node result at its planned arena offset, or (pool mode) in a pool buffer of its own."""
+        t = self.program.types[name]
+        if arena_slot is not None:
+            return Ref(arena_slot, self.plan.buffer_by_name[name].offset // t.dtype.itemsize, t)
+        return Ref(self._slot(f"val:{name}", t.nbytes), 0, t)
 
-        if not streamed:
+    def _place_streamed(self) -> dict[str, Ref]:
+        """Streamed weights where the plan's streaming schedule puts them in one 'stream' buffer."""
+        streaming = self.plan.streaming
+        if not streaming.blocks:
             return {}
-        position = {n.id: i for i, n in enumerate(self.device)}
-        spans: dict[str, list[int]] = {}
-        for node in self.device:
-            for o in node.operands:
-                if o in streamed:
-                    spans.setdefault(o, []).append(position[node.id])
         types = self.program.types
-        raw = [Buffer(n, types[n].nbytes, align_up(types[n].nbytes), 0, min(s), max(s)) for n, s in spans.items()]
-        placed = assign_arena(raw)
-        slot = self._slot("stream", max((b.offset + b.size for b in placed), default=0))
-        return {b.name: Ref(slot, b.offset // types[b.name].dtype.itemsize, types[b.name]) for b in placed}
+        slot = self._slot("stream", streaming.staging_bytes)
+        offsets = streaming.offsets()
+        return {name: Ref(slot, off // types[name].dtype.itemsize, types[name]) for name, off in offsets.items()}
 
-    def _first_streamed_use(self, streamed: set[str]) -> dict[int, list[str]]:
+    def _first_device_use(self, names: set[str]) -> dict[int, list[str]]:
+        """The first device node reading each of `names`, by node id (uploads go right before it)."""
         seen: set[str] = set()
         out: dict[int, list[str]] = {}
         for node in self.device:
             for o in dict.fromkeys(node.operands):
-                if o in streamed and o not in seen:
+                if o in names and o not in seen:
                     seen.add(o)
                     out.setdefault(node.id, []).append(o)
         return out

@@ -333,3 +333,26 @@ def decide_residency(
         f"weights {fixed} + staging {staging} = {need} B, but only {head}",
         hint="free device memory, use a smaller resolution/batch, or a lower-precision weight format",
     )
+
+
+def restream(plan: Plan, program: Program, blocks: list[tuple[str, list[str]]]) -> Plan:
+    """`plan` with exactly `blocks` ((key, parameter names)) streamed and every other weight resident,
+    laid out as the planner lays blocks out, figures and binding minimum to match; checked against
+    `program`. For tests and tools that pin the streaming by hand (no budget arithmetic)."""
+    from dif.plan.plan import check_plan
+
+    streaming = layout(program, plan.schedule, blocks)
+    residency = {name: RESIDENT for name in plan.residency}
+    residency.update((name, STREAMED) for _key, names in blocks for name in names)
+    resident = sum(p.type.nbytes for p in program.params if residency[p.name] == RESIDENT)
+    staging = streaming.staging_bytes
+    out = evolve(
+        plan,
+        residency=residency,
+        streaming=streaming,
+        staging_bytes=staging,
+        resident_bytes=resident,
+        binding=evolve(plan.binding, min_memory_bytes=plan.arena_bytes + resident + staging),
+    )
+    check_plan(out, program)
+    return out

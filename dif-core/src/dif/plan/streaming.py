@@ -113,6 +113,11 @@ def layout(program: Program, schedule: tuple[int, ...], blocks: list[tuple[str, 
     whole) over `schedule` (see the module docstring)."""
     if not blocks:
         return NO_STREAMING
+    ok = streamable(program)
+    for key, names in blocks:
+        for name in names:
+            if name not in ok:
+                raise PlanError(f"'{key}': parameter '{name}' is not read by a node, or is an output: it cannot stream")
     reads = read_positions(program, schedule)
     types = program.types
     spans = sorted((min(reads[n][0] for n in names), max(reads[n][-1] for n in names), key, names)

@@ -9,7 +9,7 @@ from dif.ir.builder import ProgramBuilder
 from dif.ir.program import Program
 from dif.plan.difplan import MAGIC, VERSION, plan_from_bytes, plan_to_bytes
 from dif.plan.plan import ALIAS_CAPABILITY, Plan
-from dif.plan.planner import plan_program
+from dif.plan.planner import plan_program, restream
 from dif.serialize.container import pack, unpack
 from dif.target import RuntimeBudget, TargetProfile
 
@@ -29,11 +29,15 @@ def tiny_program() -> Program:
 
 
 def tiny_plan() -> Plan:
-    """The plan of `tiny_program` on a target that aliases reshapes (so fuzzing reaches `alias_of`)."""
+    """The plan of `tiny_program` on a target that aliases reshapes and runs tiny nodes on the host, with
+    its weight streamed (so fuzzing reaches `alias_of`, the streaming schedule and the placement)."""
     profile = TargetProfile(
-        backend="fuzz", device="none", arch="x", memory_bytes=1 << 30, dtypes=("f32",), capabilities=(ALIAS_CAPABILITY,)
-    )
-    return plan_program(tiny_program(), profile, RuntimeBudget(free_memory_bytes=1 << 30))
+        backend="fuzz", device="none", arch="x", memory_bytes=1 << 30, dtypes=("f32",),
+        capabilities=(ALIAS_CAPABILITY,), host_threshold_bytes=2048,
+    )  # fmt: skip
+    program = tiny_program()
+    plan = plan_program(program, profile, RuntimeBudget(free_memory_bytes=1 << 30))
+    return restream(plan, program, [("blk0", ["w"])])
 
 
 def _plan_section() -> bytes:
