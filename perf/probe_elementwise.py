@@ -114,7 +114,7 @@ def copy_ms(nbytes: int, reps: int = 25) -> float:
 
 
 def variants() -> dict[str, list[tuple[str, Callable[[], Any]]]]:
-    from dif_backend_cuda import lower_fused
+    from dif_backend_cuda.lower import fused as lower_fused
 
     def plain() -> Any:
         return knob(lower_fused, "THREADS", lower_fused.THREADS)

@@ -1,7 +1,7 @@
 """cuDNN convolution (cudnn frontend graph, `conv_fprop`) for one fp16/bf16 `conv2d` node in DiffIR's
 NCHW layout, given to cuDNN as strides; fp32 accumulation. Built once at prepare time over fixed device
 pointers; executing it is graph-capturable. The bias, when present, is a separate broadcast add (see
-`lower_linalg._conv2d`). Eligibility (else the NVRTC implicit GEMM runs): fp16/bf16, one group,
+`lower/conv.py`). Eligibility (else the NVRTC implicit GEMM runs): fp16/bf16, one group,
 symmetric padding. fp32 stays on the NVRTC kernel: cuDNN may use TF32 for it.
 """
 

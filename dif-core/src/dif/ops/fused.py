@@ -19,9 +19,6 @@ from dif.ops.attention import check_rope_tables, rope, rope_case_tables
 from dif.ops.norm import layer_norm, modulate, modulate_infer, rms_norm
 from dif.ops.registry import AttrSpec, Case, defop
 
-FUSED_OPS = ("gated_residual", "norm_modulate", "rms_norm_rope")
-"""Every op this module defines (the passes that make them live in `dif.passes.fusions`)."""
-
 
 def _stored(value: np.ndarray | tuple[np.ndarray, ...], like: np.ndarray) -> np.ndarray:
     """`value` (one reference result) rounded to `like`'s dtype, as the unfused program stored it,
