@@ -227,8 +227,9 @@ def test_several_templates_without_default_is_an_error(tmp_path: Path) -> None:
     (folder / "additional_chat_templates").mkdir()
     for name in ("a", "b"):
         (folder / "additional_chat_templates" / f"{name}.jinja").write_text(name, encoding="utf-8")
+    tok = TextTokenizer.from_folder(folder)  # loads: only rendering needs the template
     with pytest.raises(CheckpointError, match=r"several chat templates \(a, b\) and none named 'default'"):
-        TextTokenizer.from_folder(folder)
+        tok.apply_chat_template([Message("user", "x")])
 
 
 def test_malformed_config_entry_names_the_file(tmp_path: Path) -> None:
@@ -236,8 +237,9 @@ def test_malformed_config_entry_names_the_file(tmp_path: Path) -> None:
     config = json.loads((folder / "tokenizer_config.json").read_text(encoding="utf-8"))
     config["chat_template"] = {"default": "x"}
     (folder / "tokenizer_config.json").write_text(json.dumps(config), encoding="utf-8")
+    tok = TextTokenizer.from_folder(folder)
     with pytest.raises(CheckpointError, match=r"tokenizer_config.json \"chat_template\": expected a string"):
-        TextTokenizer.from_folder(folder)
+        tok.apply_chat_template([Message("user", "x")])
 
 
 # -- bad templates ------------------------------------------------------------------------------------

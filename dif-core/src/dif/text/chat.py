@@ -14,7 +14,9 @@ Rendering: a sandboxed, immutable Jinja environment with trim_blocks and lstrip_
 controls extension and a pass-through `{% generation %}` block; globals `raise_exception`,
 `strftime_now`, `namespace`, `dict`; a `tojson` filter that does not escape HTML. The template sees
 `messages`, `tools=None`, `documents=None`, `add_generation_prompt`, the named special tokens of
-tokenizer_config.json (bos_token, eos_token, ...) and the caller's extra keywords.
+tokenizer_config.json (bos_token, eos_token, ...) and the caller's extra keywords. Not covered (no
+pipeline here passes them): tools, documents, continue_final_message, assistant-token masks, the
+reasoning-field aliases transformers adds to messages that carry `reasoning_content`/`thinking`.
 """
 
 from __future__ import annotations

@@ -14,7 +14,8 @@ truncate to the first `max_length` tokens, pad on the right with the pad token, 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import functools
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -42,11 +43,18 @@ class TextTokenizer:
     """Ids and masks for prompts; see the module docstring for where the files come from."""
 
     def __init__(
-        self, backend: Any, *, pad_token: str | None, source: str, chat_template: ChatTemplate | None = None
+        self,
+        backend: Any,
+        *,
+        pad_token: str | None,
+        source: str,
+        chat_template: ChatTemplate | Callable[[], ChatTemplate | None] | None = None,
     ) -> None:
+        """`chat_template` may be a finder, called on first use: a frontend that never renders the
+        template (Krea 2) loads a folder whose template entries are broken, as the reference does."""
         self.backend = backend
         self.source = source
-        self.chat_template = chat_template
+        self._chat_template = chat_template
         self.pad_token = pad_token
         self.pad_id = None if pad_token is None else backend.token_to_id(pad_token)
         if pad_token is not None and self.pad_id is None:
@@ -83,10 +91,17 @@ class TextTokenizer:
             backend,
             pad_token=token_text(config.get("pad_token")),
             source=str(folder),
-            chat_template=find_chat_template(folder, config),
+            chat_template=functools.partial(find_chat_template, folder, config),
         )
 
     # -- use -----------------------------------------------------------------------------------
+    @property
+    def chat_template(self) -> ChatTemplate | None:
+        """The folder's chat template, or None when it has none (looked up once, on first use)."""
+        if callable(self._chat_template):
+            self._chat_template = self._chat_template()
+        return self._chat_template
+
     def apply_chat_template(
         self, messages: Sequence[Message | dict[str, Any]], *, add_generation_prompt: bool = False, **kwargs: Any
     ) -> str:
