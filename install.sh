@@ -50,7 +50,7 @@ new_enough() { "$1" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) el
 find_python() {
   # PYTHON wins when set; otherwise the newest python3.x >= 3.11 on PATH, then python3 / python.
   if [[ -n "${PYTHON:-}" ]]; then
-    new_enough "$PYTHON" || die "PYTHON=$PYTHON is not Python 3.11 or newer ($("$PYTHON" --version 2>&1 || echo 'not runnable'))"
+    new_enough "$PYTHON" || die "PYTHON=$PYTHON is not a runnable Python 3.11 or newer"
     echo "$PYTHON"; return
   fi
   local candidate
@@ -102,22 +102,32 @@ print(digest.hexdigest())
 PY
 }
 
+installed() {  # installed LEVEL: .venv runs and its stamp says LEVEL (or test, which covers runtime) is current
+  local have
+  [[ -x "$VENV/bin/python" ]] && new_enough "$VENV/bin/python" || return 1
+  for have in "$1" test; do
+    [[ -f "$VENV/.dif-installed-$have" ]] || continue
+    [[ "$(cat "$VENV/.dif-installed-$have")" == "$(stamp_key "$VENV/bin/python" "$have")" ]] && return 0
+  done
+  return 1
+}
+
 ensure_venv() {  # ensure_venv runtime|test
-  local level=$1 python key
+  local level=$1 python
   [[ "$level" == runtime || "$level" == test ]] || die "--venv takes 'runtime' or 'test', not '$level'"
-  if [[ -x "$VENV/bin/python" ]] && new_enough "$VENV/bin/python"; then
-    # A test install covers a runtime one.
-    for have in "$level" test; do
-      key=$(stamp_key "$VENV/bin/python" "$have")
-      [[ -f "$VENV/.dif-installed-$have" && "$(cat "$VENV/.dif-installed-$have")" == "$key" ]] && return 0
-    done
-  else
+  installed "$level" && return 0
+  if command -v flock >/dev/null 2>&1; then
+    # Two first calls at once (./dif and ./dif-test in two shells) take turns; the second finds the work done.
+    exec 9>"$VENV.lock"
+    flock 9 || die "could not lock $VENV.lock"
+    installed "$level" && return 0
+  fi
+  if ! { [[ -x "$VENV/bin/python" ]] && new_enough "$VENV/bin/python"; }; then
     python=$(find_python)
     say "creating $VENV with $python ($("$python" --version 2>&1)); once per clone"
     "$python" -m venv --clear "$VENV" \
       || die "'$python -m venv' failed; on Debian/Ubuntu install python3-venv (apt-get install python3-venv)"
   fi
-  key=$(stamp_key "$VENV/bin/python" "$level")
   rm -f "$VENV/.dif-installed-runtime" "$VENV/.dif-installed-test"
   local packages=("${EDITABLES[@]}")
   if [[ "$level" == test ]]; then
@@ -129,7 +139,7 @@ ensure_venv() {  # ensure_venv runtime|test
   pip_install "$VENV/bin/python" -q "${packages[@]}"
   check_imports "$VENV/bin/python" "$([[ "$level" == test ]] && echo 1 || echo 0)"
   [[ -x "$VENV/bin/dif" ]] || die "$VENV/bin/dif is missing after installing dif-tools"
-  echo "$key" > "$VENV/.dif-installed-$level"
+  stamp_key "$VENV/bin/python" "$level" > "$VENV/.dif-installed-$level"
 }
 
 if [[ "${1:-}" == "--venv" ]]; then
