@@ -1,11 +1,16 @@
 """Weight streaming in the CUDA executor. Without a GPU: the executor takes the plan's streaming
 schedule as recorded (blocks, slots, offsets, slot tenants) and interleaves copies and waits with the
-schedule (`dif_backend_cuda.streaming.stream_schedule`, no cupy). On a GPU (marker `cuda`, skipped with
+schedule (`dif_backend_cuda.streaming.stream_schedule`, no cupy), and `WeightStreamer` on a fake cupy
+whose two streams honour only their events has every block in place when it is read. On a GPU (marker `cuda`, skipped with
 the reason otherwise): a program whose blocks are mostly streamed gives bit for bit what the
 all-resident plan gives, with the graph and without, also when a block read again keeps its slot."""
 
 from __future__ import annotations
 
+import ctypes
+import sys
+import types
+from collections import deque
 from typing import Any
 
 import numpy as np
@@ -178,6 +183,112 @@ def test_a_plan_whose_blocks_and_residency_disagree_is_refused() -> None:
         stream_schedule(program, hand_edited)
     with pytest.raises(PlanError, match="residency marks 7 streamed"):
         check_plan(hand_edited, program)
+
+
+class _Event:
+    def __init__(self, disable_timing: bool = False) -> None:
+        self.recorded = 0  # records enqueued so far
+        self.done = 0  # records executed so far
+
+    def record(self, stream: _Stream) -> None:
+        self.recorded += 1
+        stream.ops.append(("record", self, self.recorded))
+
+
+class _Stream:
+    """An in-order queue of operations, run later by `_drain` (a wait blocks until its record ran)."""
+
+    registry: dict[int, _Stream] = {}
+
+    def __init__(self, non_blocking: bool = False) -> None:
+        self.ops: deque[tuple[Any, ...]] = deque()
+        self.ptr = 1000 + len(_Stream.registry)
+        _Stream.registry[self.ptr] = self
+
+    def wait_event(self, event: _Event) -> None:
+        self.ops.append(("wait", event, event.recorded))
+
+    def runnable(self) -> bool:
+        if not self.ops:
+            return False
+        op = self.ops[0]
+        return op[0] != "wait" or op[1].done >= op[2]
+
+    def run_one(self) -> None:
+        op = self.ops.popleft()
+        if op[0] == "record":
+            op[1].done = max(op[1].done, op[2])
+        elif op[0] == "copy":
+            ctypes.memmove(op[1], op[2], op[3])
+        elif op[0] == "check":
+            op[1]()
+
+
+def _memcpy_async(dst: int, src: int, size: int, kind: int, stream: int) -> None:
+    _Stream.registry[stream].ops.append(("copy", dst, src, size))
+
+
+def _drain(main: _Stream, side: _Stream, order: str, rng: np.random.Generator) -> None:
+    """Run both queues to the end: the side stream as late as possible ('lazy', so a missing wait
+    reads stale bytes), as early as possible ('eager', so a missing release overwrites a slot in use),
+    or at random."""
+    while main.ops or side.ops:
+        ready = [s for s in (main, side) if s.runnable()]
+        assert ready, "the streams wait for each other: deadlock"
+        if order == "random":
+            pick = ready[int(rng.integers(len(ready)))]
+        else:
+            first, second = (main, side) if order == "lazy" else (side, main)
+            pick = first if first in ready else second
+        pick.run_one()
+
+
+@pytest.mark.parametrize("order", ["lazy", "eager", "random"])
+@pytest.mark.parametrize("case", ["alternating", "kept-slot", "three-slots"])
+def test_the_streamer_has_every_block_in_place_when_it_is_read(
+    monkeypatch: pytest.MonkeyPatch, case: str, order: str
+) -> None:
+    """WeightStreamer on a fake cupy whose two streams run in order and honour events only: whatever
+    the interleaving, every node reads its streamed weights' own bytes, in two runs back to back."""
+    from dif_backend_cuda import streaming
+
+    if case == "three-slots":
+        program = overlapping()
+        base = plan_program(program, PROFILE, RuntimeBudget(free_memory_bytes=1 << 40))
+        plan = restream(base, program, [(f"block blk{i}", [f"w{i}"]) for i in range(3)])
+    else:
+        program = mlp(reuse_first_at=2 if case == "kept-slot" else None)
+        plan = plan_keeping(program, resident_blocks=0)
+    cuda = types.SimpleNamespace(Stream=_Stream, Event=_Event, runtime=types.SimpleNamespace(memcpyAsync=_memcpy_async))
+    monkeypatch.setitem(sys.modules, "cupy", types.SimpleNamespace(cuda=cuda))
+    _Stream.registry.clear()
+    sched = stream_schedule(program, plan)
+    weights = _weights(program)
+    pinned = np.zeros(sched.pinned_bytes, np.uint8)
+    placed = sched.placements()
+    fill_pinned(pinned, [(host, weights[name]) for name, (_dev, host) in placed.items()])
+    staging = np.full(sched.staging_bytes, 0xAB, np.uint8)
+    streamer = streaming.WeightStreamer(sched, staging.ctypes.data, pinned.ctypes.data)
+    main = _Stream()
+    reads: list[int] = []
+
+    def check(pos: int) -> None:
+        node = program.node_by_id[plan.schedule[pos]]
+        for name in node.operands:
+            if name in placed:
+                dev = placed[name][0]
+                want = weights[name].reshape(-1).view(np.uint8)
+                assert np.array_equal(staging[dev : dev + want.size], want), f"step {pos} reads stale '{name}'"
+        reads.append(pos)
+
+    for _run in range(2):
+        for item in sched.timeline:
+            if isinstance(item, StreamOp):
+                streamer.step(item)(main)
+            else:
+                main.ops.append(("check", lambda pos=item: check(pos)))
+    _drain(main, streamer.side, order, np.random.default_rng(11))  # type: ignore[arg-type]
+    assert reads == list(range(len(plan.schedule))) * 2
 
 
 def test_fill_pinned_lays_arrays_out_at_their_offsets() -> None:
