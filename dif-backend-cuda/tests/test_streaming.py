@@ -1,9 +1,10 @@
 """Weight streaming in the CUDA executor. Without a GPU: the executor takes the plan's streaming
 schedule as recorded (blocks, slots, offsets, slot tenants) and interleaves copies and waits with the
 schedule (`dif_backend_cuda.streaming.stream_schedule`, no cupy), and `WeightStreamer` on a fake cupy
-whose two streams honour only their events has every block in place when it is read. On a GPU (marker `cuda`, skipped with
-the reason otherwise): a program whose blocks are mostly streamed gives bit for bit what the
-all-resident plan gives, with the graph and without, also when a block read again keeps its slot."""
+whose two streams honour only their events has every block in place when it is read. On a GPU
+(marker `cuda`, skipped with the reason otherwise): a program whose blocks are mostly streamed gives
+bit for bit what the all-resident plan gives, with the graph and without, also when a block read
+again keeps its slot."""
 
 from __future__ import annotations
 
