@@ -14,7 +14,7 @@ from dif.text import TextTokenizer
 
 # The real Qwen3-VL tokenizer files as Krea 2's embedded checkpoint ships them: a repo path, not an import, since
 # dif-core's tests also run where only dif-core is installed (tests/test_install_smoke.py).
-QWEN = Path(__file__).resolve().parents[2] / "dif-frontend-krea2" / "src" / "dif_frontend_krea2" / "default" / "tokenizer"
+QWEN = Path(__file__).resolve().parents[2] / "dif-frontend-krea2/src/dif_frontend_krea2/default/tokenizer"
 needs_qwen = pytest.mark.skipif(not QWEN.is_dir(), reason=f"Qwen tokenizer files not found at {QWEN}")
 
 PROMPTS = [
