@@ -345,7 +345,7 @@ def dif_once(pipe: Any, noise: np.ndarray, size: int) -> tuple[dict[str, float],
 
     marks: list[tuple[str, float]] = []
     pipe.on_stage = lambda stage, _s: marks.append((stage, time.perf_counter()))
-    pipe.on_step = lambda i, _n: marks.append((f"step_{i}", time.perf_counter()))
+    pipe.on_step = lambda i, _n, _latents: marks.append((f"step_{i}", time.perf_counter()))
     req = GenerationRequest(PROMPT, steps=STEPS, seed=SEED, width=size, height=size, init_noise=noise)
     t0 = time.perf_counter()
     result = pipe.generate(req)

@@ -16,6 +16,7 @@ REPO = Path(__file__).resolve().parents[1]
 DISTRIBUTIONS = sorted(p.name for p in REPO.glob("dif-*") if (p / "src").is_dir())
 ORACLES = {"torch", "diffusers", "transformers"}
 DEVICE_LIBS = {"cupy", "pyopencl", "nvmath", "cudnn", "cuda"}
+CLICK_BUILDER = REPO / "dif-core" / "src" / "dif" / "kit" / "commands.py"  # the one dif-core module importing click
 
 
 def _package(dist: str) -> str:
@@ -59,7 +60,7 @@ def test_import_layering(dist):
     bad = []
     for path in _sources(dist):
         for module, at_top in _imports(path):
-            if module in _forbidden(dist):
+            if module in _forbidden(dist) and not (module == "click" and path == CLICK_BUILDER):
                 bad.append(f"{path.relative_to(REPO)} imports {module}")
             elif module in DEVICE_LIBS and at_top:
                 bad.append(f"{path.relative_to(REPO)} imports {module} at module level (import it inside a function)")

@@ -9,13 +9,15 @@ import types
 from pathlib import Path
 from typing import Any
 
+import attrs
 import numpy as np
 import pytest
 from attrs import define, field
 
 from dif.cli_support import ImageOptions, generate_image, info_text
 from dif.dtypes import DType
-from dif.frontend import FrontendInfo, frontend_hooks
+from dif.errors import UsageError
+from dif.frontend import SEED, FrontendInfo, SettingSpec, frontend_hooks, size_settings
 from dif.image_pipeline import ImageRequest, TextToImagePipeline
 from dif.media import read_png_metadata
 from dif.plugins import add_commands, frontends, isolated_plugins, register_plugin
@@ -25,7 +27,6 @@ from dif.sched import flow_match_schedule
 from dif.serialize.diftensor import load_tensors
 from dif.telemetry import validate_document
 from dif.testing.random_checkpoint import name_rng, param_shapes, random_weight, script_main, write_diffusers_folder
-from dif.weights import ArraySource
 
 GRID = (2, 3)  # latent tokens high, wide; one token is 8x8 pixels here
 
@@ -44,6 +45,10 @@ class ToyPipeline(TextToImagePipeline):
     def __attrs_post_init__(self) -> None:
         self._programs = ProgramCache("interp")
 
+    @property
+    def native_size(self) -> int:
+        return 40
+
     def resolve(self, req: ImageRequest, /) -> tuple[int, float, bool, list[str]]:
         guidance = 2.0 if req.guidance is None else req.guidance
         return req.steps or 3, guidance, guidance > 1, ["toy warning"]
@@ -60,7 +65,7 @@ class ToyPipeline(TextToImagePipeline):
             schedule=schedule,
             guidance=guidance,
             cfg=cfg,
-            size=(req.width, req.height),
+            size=self.size(req),
             grid=GRID,
             warnings=warnings,
             model="toy",
@@ -117,11 +122,6 @@ def _options(**over: Any) -> dict[str, Any]:
     base = {
         "prompt": "a fox",
         "negative_prompt": "",
-        "steps": 2,
-        "guidance": None,
-        "seed": None,
-        "width": None,
-        "height": None,
         "init_noise": None,
         "save_latents": None,
         "backend": None,
@@ -132,52 +132,41 @@ def _options(**over: Any) -> dict[str, Any]:
     return {**base, **over}
 
 
+def _settings(**over: Any) -> dict[str, Any]:
+    return {"steps": 2, "guidance": None, "seed": None, "width": None, "height": None, **over}
+
+
 def test_image_options_fill_seed_and_output_and_find_missing_folders(tmp_path: Path) -> None:
-    opts = ImageOptions.parse("toy", _options())
+    opts = ImageOptions.parse("toy", _options(), _settings())
     assert 0 <= opts.seed < 2**32 and opts.output == Path(f"toy-{opts.seed}.png") and opts.started > 0
+    assert opts.settings["seed"] == opts.seed and opts.settings["steps"] == 2
     assert opts.missing_folder() is None
-    fixed = ImageOptions.parse("toy", _options(seed=9, output=tmp_path / "a.png"))
+    fixed = ImageOptions.parse("toy", _options(output=tmp_path / "a.png"), _settings(seed=9))
     assert fixed.seed == 9 and fixed.output == tmp_path / "a.png"
     gone = tmp_path / "no" / "l.safetensors"
-    assert ImageOptions.parse("toy", _options(output=tmp_path / "a.png", save_latents=gone)).missing_folder() == gone
+    opts = ImageOptions.parse("toy", _options(output=tmp_path / "a.png", save_latents=gone), _settings())
+    assert opts.missing_folder() == gone
 
 
 def test_generate_image_writes_the_png_and_prints_lines_or_json(tmp_path: Path, capsys: Any) -> None:
-    checkpoint = types.SimpleNamespace(root=tmp_path, transformer=ArraySource({"w": np.zeros(2, np.float32)}))
     out = tmp_path / "fox.png"
-
-    def size_warnings(req: ImageRequest) -> list[str]:
-        return [f"size {req.width}x{req.height}"]
-
-    opts = ImageOptions.parse("toy", _options(seed=3, output=out, width=24, height=16))
+    opts = ImageOptions.parse("toy", _options(output=out), _settings(seed=3, width=24, height=16))
+    pipe = ToyPipeline(checkpoint=None)
     text = generate_image(
-        opts,
-        checkpoint,
-        ToyPipeline,
-        ImageRequest,
-        version="9.9",
-        tool="dif toy generate",
-        describe=lambda s: f"{s['model']} ({s['flavour']})",
-        size_warnings=size_warnings,
+        opts, pipe, version="9.9", tool="dif toy generate", describe=lambda s: f"{s['model']} ({s['flavour']})"
     )
-    assert capsys.readouterr().err == "warning: size 24x16\nwarning: toy warning\n"
+    assert capsys.readouterr().err == "warning: toy warning\n"
     assert text.startswith(f"wrote {out}  (24x16, 2 steps, CFG 2.0, seed 3)") and "model toy (plain), f32" in text
+    assert pipe.on_step is not None  # the progress bar
     meta = read_png_metadata(out)
     assert meta["size"] == (24, 16) and meta["dif"]["generator"] == "dif-frontend-toy 9.9"
-    doc = json.loads(
-        generate_image(
-            ImageOptions.parse("toy", _options(seed=3, output=out, as_json=True, dtype="bf16")),
-            checkpoint,
-            ToyPipeline,
-            ImageRequest,
-            version="9.9",
-            tool="dif toy generate",
-            describe=str,
-        )
-    )
+    opts = ImageOptions.parse("toy", _options(output=out, as_json=True), _settings(seed=3))
+    doc = json.loads(generate_image(opts, ToyPipeline(checkpoint=None, dtype=DType.BF16), version="9.9",
+                                    tool="dif toy generate", describe=str))  # fmt: skip
     validate_document(doc)
     assert doc["kind"] == "toy.generate" and doc["provenance"]["tool"] == "dif toy generate"
-    assert doc["data"]["settings"]["dtype"] == "bf16" and doc["data"]["settings"]["width"] == 1024  # the default
+    settings = doc["data"]["settings"]
+    assert settings["dtype"] == "bf16" and settings["width"] == settings["height"] == 40  # the native size
     assert [e["name"] for e in doc["events"]] == ["stage.encode", "stage.denoise", "stage.decode", "stage.save"]
 
 
@@ -269,3 +258,99 @@ def test_param_shapes_of_programs() -> None:
     x = b.input("x", (2, 3), "f32")
     b.output(b.emit("linear", x, b.param("w", (4, 3), "f32")))
     assert param_shapes(b.build()) == {"w": (4, 3)}
+
+
+def _toy_frontend(tmp_path: Path, made: list[dict[str, Any]]) -> FrontendInfo:
+    def pipeline(path: Path, **options: Any) -> ToyPipeline:
+        made.append({"path": path, **options})
+        return ToyPipeline(checkpoint=path)
+
+    def describe(path: Path | None, *, variant: str | None, weight_variant: str | None) -> tuple[str, dict[str, Any]]:
+        part = {"blocks": 1}
+        defaults = {"steps": TOY.default("steps", "fast"), "guidance": 0.0, "cfg": False, "size": 40, "dtype": "f32"}
+        data = {"path": str(path), "transformer": part, "text_encoder": part, "vae": part, "tokenizer": None}
+        return f"toy {variant or 'checkpoint'}", {**data, "defaults": defaults}
+
+    seen: list[dict[str, Any]] = []
+
+    def validate(settings: dict[str, Any]) -> dict[str, Any]:
+        seen.append(dict(settings))
+        return settings
+
+    made.append({"validated": seen})
+    return attrs.evolve(TOY, pipeline=pipeline, describe=describe, validate=validate, default_checkpoint=tmp_path)
+
+
+TOY = FrontendInfo(
+    name="toy",
+    description="a toy",
+    detect=lambda path: True,
+    variants=("small", "large"),
+    settings=(
+        SettingSpec("steps", None, "Denoising steps", minimum=1, by_kind={"fast": 2, "slow": 30}),
+        SettingSpec(
+            "guidance", None, "CFG scale", minimum=0.0, maximum=9.0, kind=float, flags=("--guidance", "--cfg-scale")
+        ),
+        *size_settings("Image {} in pixels"),
+        SEED,
+    ),
+    revision="9.9",
+)
+
+
+def test_the_builder_makes_options_and_help_from_the_frontend_settings(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from dif.kit.commands import image_commands
+
+    made: list[dict[str, Any]] = []
+    info = _toy_frontend(tmp_path, made)
+    group = image_commands(info, help="Toy.", model_help="A toy folder.", describe_run=lambda s: s["model"])
+    generate = group.commands["generate"]
+    options = {p.name: p for p in generate.params}
+    for spec in info.settings:  # one option per setting: its flags, its help, no click default
+        option = options[spec.name]
+        assert option.help == spec.help and option.default is None
+        assert set(option.opts) == set(spec.flags or (f"--{spec.name}",))
+    assert options["steps"].help == "Denoising steps (default: 2 fast, 30 slow)"
+    assert options["width"].help == "Image width in pixels (default: the checkpoint's native size)"
+    assert options["seed"].help == "Noise seed, numpy PCG64 (default: random)"
+    common = {"prompt", "negative_prompt", "model", "weight_variant", "init_noise", "save_latents", "backend"}
+    assert common | {"dtype", "vram_budget", "output", "as_json"} | {s.name for s in info.settings} == set(options)
+
+    runner = CliRunner()
+    out = tmp_path / "toy.png"
+    args = ["-p", "fox", "--cfg-scale", "1.5", "-W", "24", "-H", "16", "--seed", "4", "-o", str(out)]
+    result = runner.invoke(group, ["generate", *args, "--dtype", "bf16", "--vram-budget", "1GB"])
+    assert result.exit_code == 0, result.output
+    assert made[-1] == {
+        "path": tmp_path,
+        "dtype": "bf16",
+        "backend": None,
+        "vram_budget": 10**9,
+        "weight_variant": None,
+    }
+    validated = made[0]["validated"]
+    assert validated == [{"steps": None, "guidance": 1.5, "width": 24, "height": 16, "seed": 4}]  # resolve_settings
+    assert read_png_metadata(out)["dif"]["guidance"] == 1.5 and read_png_metadata(out)["size"] == (24, 16)
+    bad = runner.invoke(group, ["generate", "-p", "x", "--guidance", "10", "-o", str(out)])
+    assert bad.exit_code == 2 and "'--guidance' / '--cfg-scale'" in bad.output and "0.0<=x<=9.0" in bad.output
+
+    shown = runner.invoke(group, ["info", "--variant", "large"])
+    assert shown.exit_code == 0, shown.output
+    assert shown.output.startswith("toy large\n") and "  defaults: 2 steps, no CFG, 40x40, f32" in shown.output
+    assert runner.invoke(group, ["info", "--variant", "huge"]).exit_code == 2  # the registered variants only
+    assert runner.invoke(group, ["info", str(tmp_path), "--variant", "large"]).exit_code == 2
+
+
+def test_setting_specs_derive_defaults_and_help_and_check_values() -> None:
+    steps = TOY.setting("steps")
+    assert (steps.default_for("fast"), steps.default_for("slow"), steps.default_for(None)) == (2, 30, None)
+    assert TOY.defaults("slow")["steps"] == 30 and TOY.default("steps", "fast") == 2
+    assert steps.check("toy", "7") == 7 and steps.check("toy", None) is None
+    with pytest.raises(UsageError, match="below the minimum"):
+        steps.check("toy", 0)
+    with pytest.raises(UsageError, match="unknown setting 'cfg'"):
+        TOY.setting("cfg")
+    resolved = TOY.resolve_settings({"width": "48"})
+    assert resolved == {"steps": None, "guidance": None, "width": 48, "height": None, "seed": None}

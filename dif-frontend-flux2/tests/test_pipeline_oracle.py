@@ -181,13 +181,14 @@ def test_default_steps_and_guidance_follow_is_distilled(torch, randomize, model_
 )
 def test_schedule_follows_the_checkpoint_scheduler_config(tmp_path, config) -> None:  # type: ignore[no-untyped-def]
     diffusers = pytest.importorskip("diffusers")
-    from dif_frontend_flux2.pipeline import empirical_mu, load_scheduler_settings
+    from dif.kit.scheduler import load_scheduler_config
+    from dif_frontend_flux2.pipeline import empirical_mu
 
     (tmp_path / "scheduler").mkdir()
     (tmp_path / "scheduler" / "scheduler_config.json").write_text(json.dumps(config))
     ref = diffusers.FlowMatchEulerDiscreteScheduler(**config)
     for n_img, steps in ((4096, 4), (300, 50), (12, 3)):
         ref.set_timesteps(steps, sigmas=np.linspace(1.0, 1 / steps, steps), mu=empirical_mu(n_img, steps))
-        ours = klein_schedule(n_img, steps, load_scheduler_settings(tmp_path))
+        ours = klein_schedule(n_img, steps, load_scheduler_config(tmp_path))
         np.testing.assert_array_equal(ours.sigmas, ref.sigmas.numpy())
         np.testing.assert_array_equal(ours.timesteps, ref.timesteps.numpy())

@@ -1,11 +1,10 @@
 """The click-free part of the image frontends' commands (`dif flux2 generate`, `dif krea2 info`, ...).
 
-Where it sits: between a frontend's cli.py, which declares the click options (dif-core does not
-import click: tests/test_repo_contracts.py), and its pipeline. `generate_image` runs a whole
-`generate` command for any `dif.image_pipeline.TextToImagePipeline`; what is model-specific (the
-checkpoint, the pipeline and request classes, the storage-dtype rule, size warnings, how the
-summary names the model) comes from the frontend. Warnings go to stderr as they arise; the
-functions return what the command prints on stdout (`--json`: one dif-telemetry/1 document).
+Where it sits: between the click commands that `dif.kit.commands` builds from a frontend's
+`FrontendInfo` and the frontend's pipeline. `generate_image` runs a whole `generate` command on
+any built `dif.image_pipeline.TextToImagePipeline`; `info_text` prints what the frontend's
+`describe` found. Warnings go to stderr as they arise; the functions return what the command
+prints on stdout (`--json`: one dif-telemetry/1 document).
 """
 
 from __future__ import annotations
@@ -16,16 +15,15 @@ import time
 from collections.abc import Callable, Mapping
 from fractions import Fraction
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any
 
 from attrs import field, frozen
 
 from dif.errors import UsageError
 
 if TYPE_CHECKING:  # cli.py modules import this at `dif --help` time: keep it light
-    from dif.image_pipeline import ImageRequest, TextToImagePipeline
+    from dif.image_pipeline import TextToImagePipeline
     from dif.target import RuntimeBudget
-    from dif.weights.source import TensorSource
 
 DTYPE_CHOICES = ("auto", "f32", "bf16", "f16")
 """`--dtype` values; "auto" runs in the checkpoint's storage dtype (`dif.checkpoint.storage_dtype`)."""
@@ -42,17 +40,14 @@ _BYTE_UNITS |= {"kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
 
 @frozen
 class ImageOptions:
-    """The options every image frontend's `generate` command takes, as click parsed them (names as
-    its parameters), for the frontend `frontend`. `started` is when the command began."""
+    """A `generate` command's options as click parsed them, for the frontend `frontend`: the
+    options every image frontend takes, and `settings`, the frontend's own (`FrontendInfo.settings`,
+    None = its default; the seed always set). `started` is when the command began."""
 
     frontend: str
     prompt: str
     negative_prompt: str
-    steps: int | None
-    guidance: float | None
-    seed: int
-    width: int | None
-    height: int | None
+    settings: dict[str, Any]
     init_noise: Path | None
     save_latents: Path | None
     backend: str | None
@@ -62,14 +57,18 @@ class ImageOptions:
     vram_budget: int | None = None  # bytes (`parse_byte_size`); None plans for all the free memory
     started: float = field(factory=time.perf_counter)
 
+    @property
+    def seed(self) -> int:
+        return int(self.settings["seed"])
+
     @classmethod
-    def parse(cls, frontend: str, options: Mapping[str, Any]) -> ImageOptions:
-        """`options` with the defaults filled in: a fresh random seed, output FRONTEND-SEED.png."""
+    def parse(cls, frontend: str, options: Mapping[str, Any], settings: Mapping[str, Any]) -> ImageOptions:
+        """`options` and `settings` with the defaults filled in: a fresh random seed, output FRONTEND-SEED.png."""
         from dif.noise import random_seed
 
-        seed = random_seed() if options["seed"] is None else options["seed"]
+        seed = random_seed() if settings.get("seed") is None else settings["seed"]
         output = options["output"] or Path(f"{frontend}-{seed}.png")
-        return cls(frontend=frontend, **{**options, "seed": seed, "output": output})
+        return cls(frontend=frontend, **{**options, "output": output}, settings={**settings, "seed": seed})
 
     def missing_folder(self) -> Path | None:
         """The first file to write (output, then --save-latents) whose folder does not exist."""
@@ -95,15 +94,6 @@ def parse_byte_size(text: str) -> int:
     return nbytes
 
 
-class ImageCheckpoint(Protocol):
-    """What `generate_image` reads of a frontend's opened checkpoint."""
-
-    @property
-    def root(self) -> Path: ...
-    @property
-    def transformer(self) -> TensorSource: ...
-
-
 def telemetry_text(
     kind: str,
     tool: str,
@@ -123,39 +113,28 @@ def telemetry_text(
 
 def generate_image(
     opts: ImageOptions,
-    checkpoint: ImageCheckpoint,
-    pipeline: Callable[..., TextToImagePipeline],
-    request: type[ImageRequest],
+    pipe: TextToImagePipeline,
     *,
     version: str,
     tool: str,
     describe: Callable[[Mapping[str, Any]], str],
-    auto_dtype: Literal["majority", "first"] = "majority",
-    size_warnings: Callable[[ImageRequest], list[str]] | None = None,
 ) -> str:
-    """One `generate` command on an opened `checkpoint`: the `request` (the frontend's `ImageRequest`,
-    size default `dif.checkpoint.native_size`), the `pipeline(checkpoint, dtype=, backend=, on_step=)`
-    (and `vram_budget=` when the options set one) with a progress bar, its warnings on stderr
-    (`size_warnings(request)` first), then the PNG and latents that `dif.report.save_image_run`
-    writes. Returns what the command prints: the summary document (`--json`, with the pipeline's
-    `memory_report` as "memory") or its lines, naming the model `describe(settings)`."""
-    from dif.checkpoint import native_size, storage_dtype
-    from dif.dtypes import DType
+    """One `generate` command on a built pipeline `pipe`: the request of `opts.settings`
+    (`dif.image_pipeline.image_request`), a progress bar as the pipeline's `on_step`, its warnings
+    on stderr, then the PNG and latents that `dif.report.save_image_run` writes. Returns what the
+    command prints: the summary document (`--json`, with the pipeline's `memory_report` as "memory")
+    or its lines, naming the model `describe(settings)`."""
+    from dif.image_pipeline import image_request
     from dif.noise import load_noise_file
     from dif.progress import ProgressBar
     from dif.report import save_image_run, summary_lines
 
-    size = native_size(checkpoint.root)
-    run_dtype = storage_dtype(checkpoint.transformer, by=auto_dtype) if opts.dtype == "auto" else DType(opts.dtype)
     noise = load_noise_file(opts.init_noise) if opts.init_noise is not None else None
-    width, height = opts.width or size, opts.height or size
-    req = request(
-        opts.prompt, opts.negative_prompt, opts.steps, opts.guidance, opts.seed, width, height, init_noise=noise
-    )
-    cap = {} if opts.vram_budget is None else {"vram_budget": opts.vram_budget}  # only pipelines that take one
+    req = image_request(opts.prompt, opts.settings, negative_prompt=opts.negative_prompt, init_noise=noise)
+    warnings = pipe.resolve(req)[3]  # the request's own errors (sizes, steps) before any work
     with ProgressBar(quiet=opts.as_json) as bar:
-        pipe = pipeline(checkpoint, dtype=run_dtype, backend=opts.backend, on_step=bar.step, **cap)
-        for warning in (size_warnings(req) if size_warnings is not None else []) + pipe.resolve(req)[3]:
+        pipe.on_step = lambda done, total, _latents: bar.step(done, total)
+        for warning in warnings:
             print(f"warning: {warning}", file=sys.stderr, flush=True)
         result = pipe.generate(req)
     summary, timings = save_image_run(
@@ -183,15 +162,32 @@ def memory_lines(memory: Mapping[str, Any]) -> list[str]:
 
 def info_text(data: Mapping[str, Any], *, kind: str, tool: str, as_json: bool, title: str, defaults: str) -> str:
     """What an `info` command prints: `data` as a dif-telemetry/1 document (`--json`), or `title`,
-    the path, a `component_line` each for transformer / text_encoder / vae, `defaults` and the
-    tokenizer folder."""
+    the path, a line each for transformer / text_encoder / vae (`component_line` when the part has
+    weights, its architecture alone for published configs), `defaults` and the tokenizer folder."""
     from dif.checkpoint import component_line
 
     if as_json:
         return telemetry_text(kind, tool, data)
-    parts = (component_line(part, data[part]) for part in ("transformer", "text_encoder", "vae"))
+    parts = [
+        component_line(part, data[part]) if "tensors" in data[part] else _architecture_line(part, data[part])
+        for part in ("transformer", "text_encoder", "vae")
+    ]
     tokenizer = data["tokenizer"] or "missing"
     return "\n".join([title, f"  path {data['path']}", *parts, f"  defaults: {defaults}", f"  tokenizer: {tokenizer}"])
+
+
+def defaults_line(defaults: Mapping[str, Any]) -> str:
+    """The `info` defaults line of `defaults` {"steps", "guidance", "cfg" (bool), "size", "dtype",
+    optional "shift"}: "4 steps, no CFG, 512x512, f32"."""
+    d = defaults
+    cfg = f"guidance {d['guidance']}" if d["cfg"] else "no CFG"
+    shift = [d["shift"]] if d.get("shift") else []
+    return ", ".join([f"{d['steps']} steps", cfg, *shift, f"{d['size']}x{d['size']}", str(d["dtype"])])
+
+
+def _architecture_line(name: str, description: Mapping[str, Any]) -> str:
+    shape = ", ".join(f"{k} {v}" for k, v in description.items())
+    return f"  {name}: {shape}; published config, no weights"
 
 
 def _mib_or_gib(nbytes: int) -> str:

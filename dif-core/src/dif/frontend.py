@@ -3,6 +3,8 @@
 A frontend registers a `FrontendInfo` through the `register_frontends` hook and its CLI group
 through `register_commands`. Nothing here imports a model: `detect` must only look at files
 (config JSON, safetensors headers), and `pipeline` imports the heavy parts when called.
+The settings (`SettingSpec`) are declared once, here: the CLI options (`dif.kit.commands`), their
+help, the Python API (`dif.load`) and the pipelines' defaults all read them.
 """
 
 from __future__ import annotations
@@ -23,9 +25,19 @@ def _specs(values: Iterable[SettingSpec]) -> tuple[SettingSpec, ...]:
     return tuple(values)
 
 
+def _pairs(values: Iterable[tuple[str, Any]] | Mapping[str, Any]) -> tuple[tuple[str, Any], ...]:
+    items = values.items() if isinstance(values, Mapping) else values
+    return tuple((str(k), v) for k, v in items)
+
+
 @frozen
 class SettingSpec:
-    """One user-facing generation setting (steps, guidance, width, ...) with its default and bounds."""
+    """One user-facing generation setting (steps, guidance, width, ...) with its default and bounds.
+
+    `by_kind` holds defaults that depend on the checkpoint's kind (("distilled", 4), ("base", 50));
+    `default` is then None. `kind` is the value type when the default is None (else the default's
+    type). `flags` are the CLI spellings (default `--name`); `default_doc` replaces the derived
+    "(default: ...)" words where the default is not a value ("random", "the native size")."""
 
     name: str
     default: Any
@@ -34,17 +46,50 @@ class SettingSpec:
     maximum: float | None = None
     multiple_of: int | None = None
     choices: tuple[Any, ...] | None = None
+    by_kind: tuple[tuple[str, Any], ...] = field(default=(), converter=_pairs)
+    kind: type | None = None
+    flags: tuple[str, ...] = field(default=(), converter=strs)
+    default_doc: str = ""
+
+    @property
+    def value_type(self) -> type | None:
+        """The type values are converted to (None: taken as given)."""
+        if self.kind is not None:
+            return self.kind
+        if self.default is not None:
+            return type(self.default)
+        return type(self.by_kind[0][1]) if self.by_kind else None
+
+    def default_for(self, kind: str | None = None) -> Any:
+        """The default for a checkpoint of `kind` (`by_kind`), else `default`."""
+        return dict(self.by_kind).get(kind, self.default) if kind is not None else self.default
+
+    @property
+    def help(self) -> str:
+        """`doc` with its default: "denoising steps (default: 4 distilled, 50 base)"."""
+        if self.default_doc:
+            said = self.default_doc
+        elif self.by_kind:
+            said = ", ".join(f"{value} {kind}" for kind, value in self.by_kind)
+        elif self.default is not None:
+            said = str(self.default)
+        else:
+            return self.doc
+        return f"{self.doc} (default: {said})" if self.doc else f"default: {said}"
 
     def check(self, frontend: str, value: Any) -> Any:
-        """`value` converted to the default's type; raises `UsageError` naming the setting and bound."""
+        """`value` converted to the value type; None stays None (not given: the pipeline's default).
+        Raises `UsageError` naming the setting and bound."""
+        if value is None:
+            return None
         where = f"{frontend}: setting '{self.name}'"
-        kind = type(self.default)
+        kind = self.value_type
         if isinstance(self.default, bool) and isinstance(value, str):
             lowered = value.strip().lower()
             if lowered not in ("true", "false", "1", "0", "yes", "no"):
                 raise UsageError(f"{where} must be true or false, got {value!r}")
             value = lowered in ("true", "1", "yes")
-        if self.default is not None and not isinstance(value, kind):
+        if kind is not None and not isinstance(value, kind):
             try:
                 value = kind(value)
             except (TypeError, ValueError):
@@ -60,14 +105,41 @@ class SettingSpec:
         return value
 
 
+def size_settings(doc: str) -> tuple[SettingSpec, SettingSpec]:
+    """The width (-W) and height (-H) settings of an image frontend, in pixels, default the
+    checkpoint's native size; `doc` says the rule with "{}" for the side."""
+    return tuple(  # type: ignore[return-value]
+        SettingSpec(
+            side,
+            None,
+            doc.format(side),
+            minimum=1,
+            kind=int,
+            flags=(flag, f"--{side}"),
+            default_doc="the checkpoint's native size",
+        )  # fmt: skip
+        for side, flag in (("width", "-W"), ("height", "-H"))
+    )
+
+
+SEED = SettingSpec(
+    "seed", None, "Noise seed, numpy PCG64", minimum=0, maximum=2**32 - 1, kind=int, default_doc="random"
+)
+"""The seed setting of an image frontend (`dif.noise`); None draws a fresh one (reported)."""
+
+
 @frozen
 class FrontendInfo:
     """What a frontend plugin registers.
 
     `detect(path)` answers whether the checkpoint (folder or single file) at `path` is one this
-    frontend loads. `pipeline(path, **settings)` builds the runnable pipeline (lazy imports
-    inside). `validate(settings) -> settings` applies cross-setting rules (e.g. a distilled model
-    that ignores guidance) after each setting passed its own `SettingSpec`.
+    frontend loads. `pipeline(path, *, dtype="auto", backend=None, vram_budget=None, **load)`
+    builds the runnable `dif.image_pipeline.TextToImagePipeline` (lazy imports inside; `load` are
+    the frontend's own checkpoint options, e.g. FLUX.2's `base`). `validate(settings) -> settings`
+    applies cross-setting rules after each setting passed its own `SettingSpec`.
+    `default_checkpoint` is the embedded checkpoint used without a path; `describe(path, *,
+    variant, weight_variant) -> (title, data)` is what `info` shows of a checkpoint or of a
+    variant's published configs (`variants`).
     """
 
     name: str
@@ -78,9 +150,25 @@ class FrontendInfo:
     validate: Callable[[dict[str, Any]], dict[str, Any]] | None = None
     pipeline: Callable[..., Any] | None = None
     revision: str = ""
+    default_checkpoint: Path | None = None
+    describe: Callable[..., tuple[str, dict[str, Any]]] | None = None
 
-    def defaults(self) -> dict[str, Any]:
-        return {s.name: s.default for s in self.settings}
+    def setting(self, name: str) -> SettingSpec:
+        """The setting called `name`; `UsageError` naming the known ones."""
+        for spec in self.settings:
+            if spec.name == name:
+                return spec
+        raise UsageError(f"{self.name}: unknown setting {name!r}", hint=f"its settings are: {self._names()}")
+
+    def default(self, name: str, kind: str | None = None) -> Any:
+        """The default of setting `name` for a checkpoint of `kind` (`SettingSpec.default_for`)."""
+        return self.setting(name).default_for(kind)
+
+    def defaults(self, kind: str | None = None) -> dict[str, Any]:
+        return {s.name: s.default_for(kind) for s in self.settings}
+
+    def _names(self) -> str:
+        return ", ".join(s.name for s in self.settings) or "(none)"
 
     def resolve_settings(self, overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """Defaults updated with `overrides` (None values mean "not given"), each checked."""
@@ -90,7 +178,7 @@ class FrontendInfo:
         if unknown:
             raise UsageError(
                 f"{self.name}: unknown setting {', '.join(map(repr, unknown))}",
-                hint=f"its settings are: {', '.join(specs) or '(none)'}",
+                hint=f"its settings are: {self._names()}",
             )
         out = {name: spec.check(self.name, given.get(name, spec.default)) for name, spec in specs.items()}
         return self.validate(out) if self.validate is not None else out

@@ -2,20 +2,24 @@
 denoise -> decode stages after its "load" stage, and the `dif.report.ImageRun` they end in.
 
 Where it sits: a frontend's pipeline (FLUX.2's, Krea 2's) subclasses `TextToImagePipeline` and
-implements `encode` / `denoise` / `decode`, the model-specific work. Its `generate` resolves the
-request (size, steps, guidance, CFG), draws the noise, makes the schedule and prepares its programs
-in its "load" stage, then hands over to `run_stages`.
+implements `encode` / `predictor` / `decode`, the model-specific work; `denoise` is the kit's one
+sampling loop (`dif.kit.sampling.sample`). Its `generate` resolves the request (size, steps,
+guidance, CFG), draws the noise, makes the schedule and prepares its programs in its "load" stage,
+then hands over to `run_stages`. The CLI (`dif.kit.commands`) and the Python API (`dif.load`) build
+the request with `image_request` from the frontend's settings.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 from attrs import frozen
 
 from dif.dtypes import DType
+from dif.errors import UsageError
+from dif.kit.sampling import Predict, StepCallback, sample
 from dif.report import ImageRun, image_settings
 from dif.runstats import StageTimer, peak_rss_bytes
 from dif.runtime import ProgramCache
@@ -25,26 +29,63 @@ from dif.target import RuntimeBudget
 
 @frozen
 class ImageRequest:
-    """One text-to-image job; None settings take the checkpoint's defaults (the pipeline's `resolve`).
-    `init_noise` replaces the seeded noise (shapes: the pipeline's `initial_noise`)."""
+    """One text-to-image job; None settings take the checkpoint's defaults (the pipeline's `resolve`;
+    width and height: its `native_size`). `init_noise` replaces the seeded noise (shapes: the
+    pipeline's `initial_noise`)."""
 
     prompt: str
     negative_prompt: str = ""
     steps: int | None = None
     guidance: float | None = None
     seed: int = 0
-    width: int = 1024
-    height: int = 1024
+    width: int | None = None
+    height: int | None = None
     init_noise: np.ndarray | None = None
+
+
+REQUEST_SETTINGS = ("steps", "guidance", "seed", "width", "height")
+"""The `ImageRequest` fields a frontend's settings (`dif.frontend.SettingSpec`) fill."""
+
+
+def image_request(
+    prompt: str, settings: Mapping[str, Any], *, negative_prompt: str = "", init_noise: np.ndarray | None = None
+) -> ImageRequest:
+    """The request of resolved `settings` (`FrontendInfo.resolve_settings`; a seed must be set);
+    `UsageError` naming a setting the request has no field for."""
+    extra = sorted(set(settings) - set(REQUEST_SETTINGS))
+    if extra:
+        raise UsageError(f"settings {', '.join(extra)} have no field in an image request")
+    if settings.get("seed") is None:
+        raise UsageError("an image request needs a seed", hint="draw one with dif.noise.random_seed()")
+    fields: dict[str, Any] = {k: settings.get(k) for k in REQUEST_SETTINGS}
+    return ImageRequest(prompt, negative_prompt, init_noise=init_noise, **fields)
 
 
 class TextToImagePipeline:
     """Base of a frontend's pipeline (an attrs class with a `dtype` field and its programs in a
     `dif.runtime.ProgramCache` field `_programs`, made with the pipeline's `vram_budget` when it takes
-    one). `grid_h`, `grid_w` count latent tokens."""
+    one). `grid_h`, `grid_w` count latent tokens. `cfg_base` is the model's CFG combine rule
+    (`dif.sched.cfg_combine`); `on_step(done, total, latents)` is called after each step."""
 
+    cfg_base: ClassVar[Literal["uncond", "cond"]] = "uncond"
     dtype: DType
+    on_step: StepCallback | None
     _programs: ProgramCache
+
+    @property
+    def pixels_per_token(self) -> int:
+        """Image pixels per latent token along each side, from the checkpoint's configs (VAE scale
+        factor x patch size)."""
+        raise NotImplementedError
+
+    @property
+    def native_size(self) -> int:
+        """The checkpoint's default width and height in pixels."""
+        raise NotImplementedError
+
+    def size(self, req: ImageRequest, /) -> tuple[int, int]:
+        """(width, height) of `req`, the native size where it sets none."""
+        return req.width or self.native_size, req.height or self.native_size
 
     @property
     def backend_name(self) -> str:
@@ -84,6 +125,11 @@ class TextToImagePipeline:
         """The text conditioning of `prompt`, in whatever form `denoise` takes it."""
         raise NotImplementedError
 
+    def predictor(self, grid_h: int, grid_w: int, /) -> Predict:
+        """The per-step model call at this latent grid: (latents, timestep, conditioning from
+        `encode`) -> velocity, all in the run dtype."""
+        raise NotImplementedError
+
     def denoise(
         self,
         noise: np.ndarray,
@@ -95,8 +141,18 @@ class TextToImagePipeline:
         grid_w: int,
         /,
     ) -> np.ndarray:
-        """Packed latents after `schedule` from packed `noise`; CFG with `guidance` when `uncond` is given."""
-        raise NotImplementedError
+        """Packed latents after `schedule` from packed `noise` (the kit's loop over `predictor`);
+        CFG with `guidance` and the model's `cfg_base` when `uncond` is given."""
+        return sample(
+            noise.astype(self.dtype.np),
+            schedule,
+            self.predictor(grid_h, grid_w),
+            cond,
+            uncond=uncond,
+            guidance=guidance,
+            cfg_base=self.cfg_base,
+            on_step=self.on_step,
+        )
 
     def decode(self, latents: np.ndarray, grid_h: int, grid_w: int, /) -> np.ndarray:
         """(H, W, 3) uint8 pixels from packed latents."""

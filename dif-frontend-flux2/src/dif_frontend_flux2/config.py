@@ -350,6 +350,12 @@ class Flux2Configs:
     text_encoder: Qwen3Config
     vae: Flux2VaeConfig
 
+    @property
+    def pixels_per_token(self) -> int:
+        """Image pixels per transformer token along each side: the VAE's scale factor x its 2x2
+        latent patch x the transformer's patch size (16 for klein's 8 x 2 x 1)."""
+        return self.vae.scale_factor * self.vae.patch_size[0] * self.transformer.patch_size
+
 
 def load_configs(folder: str | Path) -> Flux2Configs:
     """Read model_index.json and the transformer/text_encoder/vae config.json of a diffusers folder."""

@@ -2,43 +2,47 @@
 
 Frontend stage, the whole product path. Three DiffIR programs (text encoder, denoiser, VAE decoder
 with BatchNorm de-normalisation and unpatchify folded in) are built for the requested shape,
-bound to the checkpoint and prepared on a backend once; the sampling loop runs on the host:
+bound to the checkpoint and prepared on a backend once; the sampling loop (`dif.kit.sampling`)
+runs on the host over `predictor`, the one model-specific step:
   sigmas = linspace(1, 1/n, n), shifted with mu = empirical_mu(image tokens, n) (exponential shift)
   per step: velocity = denoiser(latents, t) [, CFG: v_u + g (v_c - v_u) with negative prompt]
             latents  = latents + (sigma_next - sigma) * velocity, stored in the run dtype
-Every rounding follows Flux2KleinPipeline (diffusers) so an fp32 run from the same initial noise
+The token size (pixels per token) comes from the checkpoint's VAE and patch configs. Every
+rounding follows Flux2KleinPipeline (diffusers) so an fp32 run from the same initial noise
 reproduces its latents and image; `--init-noise` supplies that noise, seeds use numpy's PCG64.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Hashable, Mapping
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 from attrs import define, field, frozen
 
+from dif.checkpoint import native_size
 from dif.dtypes import DType
 from dif.errors import CheckpointError, UsageError
 from dif.image_pipeline import ImageRequest, TextToImagePipeline
 from dif.ir.program import Program
+from dif.kit.sampling import Predict, StepCallback
+from dif.kit.scheduler import FlowMatchConfig, load_scheduler_config
 from dif.media import to_uint8
 from dif.noise import initial_latents
 from dif.report import ImageRun
 from dif.runstats import StageTimer
 from dif.runtime import ProgramCache, Runner
-from dif.sched import FlowMatchSchedule, cfg_combine, euler_step, flow_match_schedule
+from dif.sched import FlowMatchSchedule
 from dif.weights import TensorSource, bind_weights
 from dif_frontend_flux2.model import build_transformer, flux2_rope_tables, flux2_timestep_proj
+from dif_frontend_flux2.plugin import INFO
 from dif_frontend_flux2.text_encoder import KLEIN_TAPS, build_text_encoder, qwen3_rope_tables
 from dif_frontend_flux2.tokenize import MAX_LENGTH, load_tokenizer, tokenize_prompts
 from dif_frontend_flux2.vae import build_vae_decoder
 from dif_frontend_flux2.weights import VAE_DECODER_UNUSED, Flux2Checkpoint, text_encoder_unused
 
-PIXELS_PER_TOKEN = 16  # VAE 8x times the 2x2 patch
-DISTILLED_STEPS, BASE_STEPS, BASE_GUIDANCE = 4, 50, 4.0
+KLEIN_SCHEDULER = FlowMatchConfig(shift=3.0, use_dynamic_shifting=True)
+"""klein's scheduler when a checkpoint ships no scheduler/scheduler_config.json (its published one)."""
 
 
 def empirical_mu(image_seq_len: int, num_steps: int) -> float:
@@ -56,75 +60,23 @@ def empirical_mu(image_seq_len: int, num_steps: int) -> float:
     return float(slope * num_steps + intercept)
 
 
-@frozen
-class SchedulerSettings:
-    """The parts of scheduler/scheduler_config.json that change the numbers (klein: dynamic, exponential)."""
-
-    dynamic: bool = True
-    shift_type: str = "exponential"
-    shift: float = 3.0
-    num_train_timesteps: int = 1000
-
-
-_UNSUPPORTED_SCHEDULER_FLAGS = (
-    "use_karras_sigmas",
-    "use_exponential_sigmas",
-    "use_beta_sigmas",
-    "invert_sigmas",
-    "stochastic_sampling",
-    "shift_terminal",
-)
-
-
-def load_scheduler_settings(root: Path) -> SchedulerSettings:
-    """Read a checkpoint's FlowMatchEulerDiscreteScheduler config (klein defaults when absent);
-    options dif does not implement are a `CheckpointError` rather than silently different sigmas."""
-    path = root / "scheduler" / "scheduler_config.json"
-    if not path.is_file():
-        return SchedulerSettings()
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise CheckpointError(f"{path}: cannot read scheduler config ({exc})") from None
-    name = data.get("_class_name", "FlowMatchEulerDiscreteScheduler")
-    if name != "FlowMatchEulerDiscreteScheduler":
-        raise CheckpointError(
-            f"{path}: scheduler {name!r} is not supported (FLUX.2 uses FlowMatchEulerDiscreteScheduler)"
-        )
-    bad = [k for k in _UNSUPPORTED_SCHEDULER_FLAGS if data.get(k)]
-    if bad:
-        raise CheckpointError(f"{path}: scheduler options {', '.join(bad)} are not supported by dif")
-    return SchedulerSettings(
-        bool(data.get("use_dynamic_shifting", True)),
-        str(data.get("time_shift_type", "exponential")),
-        float(data.get("shift", 3.0)),
-        int(data.get("num_train_timesteps", 1000)),
-    )
-
-
-def klein_schedule(n_img: int, steps: int, settings: SchedulerSettings = SchedulerSettings()) -> FlowMatchSchedule:
+def klein_schedule(n_img: int, steps: int, config: FlowMatchConfig = KLEIN_SCHEDULER) -> FlowMatchSchedule:
     """Sigmas linspace(1, 1/steps, steps), shifted as Flux2KleinPipeline + its scheduler do: with
     dynamic shifting by mu = empirical_mu(image tokens, steps), otherwise by the static `shift`."""
-    mu = empirical_mu(n_img, steps) if settings.dynamic else None
-    return flow_match_schedule(
-        steps,
-        mu=mu,
-        shift=settings.shift,
-        shift_type=settings.shift_type,
-        num_train_timesteps=settings.num_train_timesteps,
-    )
+    return config.schedule(steps, mu=empirical_mu(n_img, steps))
 
 
-def check_size(width: int, height: int) -> tuple[int, int]:
-    """(tokens high, tokens wide); `UsageError` unless both are positive multiples of 16."""
+def check_size(width: int, height: int, pixels_per_token: int) -> tuple[int, int]:
+    """(tokens high, tokens wide); `UsageError` unless both are positive multiples of the token size."""
+    ppt = pixels_per_token
     for name, value in (("width", width), ("height", height)):
-        if value <= 0 or value % PIXELS_PER_TOKEN:
-            lo = max(PIXELS_PER_TOKEN, value // PIXELS_PER_TOKEN * PIXELS_PER_TOKEN)
+        if value <= 0 or value % ppt:
+            lo = max(ppt, value // ppt * ppt)
             raise UsageError(
-                f"{name} {value} is not a positive multiple of {PIXELS_PER_TOKEN}",
-                hint=f"FLUX.2 works on 16x16-pixel tokens; try {lo} or {lo + PIXELS_PER_TOKEN}",
+                f"{name} {value} is not a positive multiple of {ppt}",
+                hint=f"this checkpoint works on {ppt}x{ppt}-pixel tokens; try {lo} or {lo + ppt}",
             )
-    return height // PIXELS_PER_TOKEN, width // PIXELS_PER_TOKEN
+    return height // ppt, width // ppt
 
 
 def pack_noise(noise: np.ndarray) -> np.ndarray:
@@ -135,9 +87,9 @@ def pack_noise(noise: np.ndarray) -> np.ndarray:
 
 @frozen
 class GenerationRequest(ImageRequest):
-    """One FLUX.2 text-to-image job. None settings take the checkpoint's defaults (see `resolve`):
-    steps 4 distilled, 50 base; guidance 1 (off) distilled, 4.0 base. `init_noise`: (B, 128, H/16,
-    W/16) or packed (B, N, 128)."""
+    """One FLUX.2 text-to-image job. None settings take the checkpoint's defaults (see `resolve`;
+    the values: `plugin.INFO`). `init_noise`: (B, 128, H/16, W/16) or packed (B, N, 128) at 16
+    pixels per token."""
 
 
 GenerationResult = ImageRun  # the image plus what is needed to report and reproduce it
@@ -150,7 +102,7 @@ class Flux2Pipeline(TextToImagePipeline):
     checkpoint: Flux2Checkpoint
     dtype: DType = DType.F32
     backend: str | None = None  # a dif backend name, None for the default, "interp" for the reference interpreter
-    on_step: Callable[[int, int], None] | None = None
+    on_step: StepCallback | None = None
     on_stage: Callable[[str, float], None] | None = None
     vram_budget: int | None = None  # device bytes each program may plan for; weights beyond it stream
     _programs: ProgramCache = field(init=False)
@@ -164,6 +116,14 @@ class Flux2Pipeline(TextToImagePipeline):
             )
         self._programs = ProgramCache(self.backend, vram_budget=self.vram_budget)
 
+    @property
+    def pixels_per_token(self) -> int:
+        return self.checkpoint.configs.pixels_per_token
+
+    @property
+    def native_size(self) -> int:
+        return native_size(self.checkpoint.root, multiple=self.pixels_per_token)
+
     # -- programs ------------------------------------------------------------------------------
     def _runner(self, key: Hashable, build: Callable[[], Program], source: TensorSource, ignore: Any) -> Runner:
         def build_and_bind() -> tuple[Program, Mapping[str, np.ndarray]]:
@@ -174,7 +134,7 @@ class Flux2Pipeline(TextToImagePipeline):
 
     def prepare_all(self, width: int, height: int) -> None:
         """Build, bind and prepare the three programs for this size now (the CLI's load stage)."""
-        h, w = check_size(width, height)
+        h, w = check_size(width, height, self.pixels_per_token)
         self._text_runner()
         self._transformer_runner(h * w)
         self._vae_runner(h, w)
@@ -202,9 +162,12 @@ class Flux2Pipeline(TextToImagePipeline):
 
     def _vae_runner(self, h: int, w: int) -> Runner:
         cfg = self.checkpoint.configs.vae
+        ph, pw = cfg.patch_size  # one token is a patch of latent pixels
         return self._runner(
             ("vae", h, w),
-            lambda: build_vae_decoder(cfg, batch=1, latent_h=2 * h, latent_w=2 * w, dtype=self.dtype, from_packed=True),
+            lambda: build_vae_decoder(
+                cfg, batch=1, latent_h=ph * h, latent_w=pw * w, dtype=self.dtype, from_packed=True
+            ),
             self.checkpoint.vae,
             VAE_DECODER_UNUSED,
         )
@@ -225,22 +188,13 @@ class Flux2Pipeline(TextToImagePipeline):
         out = run({"input_ids": ids, "attention_mask": mask, "rope_cos": cos, "rope_sin": sin})
         return next(iter(out.values()))
 
-    def denoise(
-        self,
-        noise: np.ndarray,
-        text: np.ndarray,
-        negative_text: np.ndarray | None,
-        schedule: FlowMatchSchedule,
-        guidance: float,
-        h: int,
-        w: int,
-    ) -> np.ndarray:
-        """Packed latents (1, h*w, 128) after the schedule; CFG when `negative_text` is given."""
+    def predictor(self, h: int, w: int) -> Predict:
+        """The denoiser at h x w tokens: (latents (1, h*w, 128), t, text features) -> velocity."""
         cfg = self.checkpoint.configs.transformer
         run = self._transformer_runner(h * w)
         cos, sin = flux2_rope_tables(MAX_LENGTH, h, w, axes_dims=cfg.axes_dims_rope, theta=cfg.rope_theta)
-        latents = noise.astype(self.dtype.np)
-        for i, t in enumerate(schedule.timesteps):
+
+        def predict(latents: np.ndarray, t: float, text: np.ndarray) -> np.ndarray:
             t_proj = flux2_timestep_proj([t], dtype=self.dtype, channels=cfg.timestep_guidance_channels)
             inputs = {
                 "latents": latents,
@@ -249,14 +203,9 @@ class Flux2Pipeline(TextToImagePipeline):
                 "rope_cos": cos,
                 "rope_sin": sin,
             }
-            velocity = next(iter(run(inputs).values()))
-            if negative_text is not None:
-                uncond = next(iter(run({**inputs, "text_features": negative_text}).values()))
-                velocity = cfg_combine(velocity, uncond, guidance)
-            latents = euler_step(latents, velocity, schedule.dt(i))
-            if self.on_step is not None:
-                self.on_step(i + 1, schedule.num_steps)
-        return latents
+            return next(iter(run(inputs).values()))
+
+        return predict
 
     def decode(self, latents: np.ndarray, h: int, w: int) -> np.ndarray:
         """(H, W, 3) uint8 from packed latents, rounded as the reference image processor does."""
@@ -264,13 +213,16 @@ class Flux2Pipeline(TextToImagePipeline):
 
     # -- the whole path ------------------------------------------------------------------------
     def resolve(self, req: GenerationRequest) -> tuple[int, float, bool, list[str]]:
-        """(steps, guidance, use_cfg, warnings) with the distilled/base defaults and rules."""
+        """(steps, guidance, use_cfg, warnings) with the distilled/base defaults and rules; the size
+        must be a multiple of the token size (`UsageError`)."""
+        check_size(*self.size(req), self.pixels_per_token)
         warnings: list[str] = []
         distilled = self.checkpoint.is_distilled
-        steps = req.steps if req.steps is not None else (DISTILLED_STEPS if distilled else BASE_STEPS)
+        kind = self.checkpoint.kind
+        steps = req.steps if req.steps is not None else INFO.default("steps", kind)
         if steps < 1:
             raise UsageError(f"steps must be at least 1, got {steps}")
-        guidance = req.guidance if req.guidance is not None else (1.0 if distilled else BASE_GUIDANCE)
+        guidance = req.guidance if req.guidance is not None else INFO.default("guidance", kind)
         if distilled and req.guidance is not None and req.guidance > 1.0:
             warnings.append(f"guidance {req.guidance} is ignored: this checkpoint is step-distilled (no CFG)")
         if distilled and req.negative_prompt:
@@ -290,17 +242,20 @@ class Flux2Pipeline(TextToImagePipeline):
             packed=(1, h * w, c),
             pack=pack_noise,
             dtype=self.dtype,
-            what=f"{w * PIXELS_PER_TOKEN}x{h * PIXELS_PER_TOKEN}",
+            what=f"{w * self.pixels_per_token}x{h * self.pixels_per_token}",
         )
 
     def generate(self, req: GenerationRequest) -> GenerationResult:
-        h, w = check_size(req.width, req.height)
+        width, height = self.size(req)
+        h, w = check_size(width, height, self.pixels_per_token)
         steps, guidance, use_cfg, warnings = self.resolve(req)
         timer = StageTimer(self.on_stage)
         with timer.stage("load"):
-            schedule = klein_schedule(h * w, steps, load_scheduler_settings(self.checkpoint.root))
+            schedule = klein_schedule(
+                h * w, steps, load_scheduler_config(self.checkpoint.root, missing=KLEIN_SCHEDULER)
+            )
             noise = self.initial_noise(req, h, w)  # cheap checks first, then the expensive load
-            self.prepare_all(req.width, req.height)
+            self.prepare_all(width, height)
         return self.run_stages(
             req,
             timer,
@@ -308,7 +263,7 @@ class Flux2Pipeline(TextToImagePipeline):
             schedule=schedule,
             guidance=guidance,
             cfg=use_cfg,
-            size=(req.width, req.height),
+            size=(width, height),
             grid=(h, w),
             warnings=warnings,
             model=self.checkpoint.name,

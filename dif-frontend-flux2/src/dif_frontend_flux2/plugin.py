@@ -1,8 +1,9 @@
 """Entry point of dif-frontend-flux2 (`[project.entry-points.dif] flux2 = "dif_frontend_flux2.plugin"`).
 
-Registers the FLUX.2 [klein] frontend (detection, default settings, pipeline factory) and adds the
-`dif flux2` command group. Nothing heavy is imported here: the pipeline and the CLI body load
-when used, so `dif --help` stays fast.
+Registers the FLUX.2 [klein] frontend (detection, its settings with their defaults, the pipeline
+factory, `info`'s description) and adds the `dif flux2` command group. The settings here are the
+only statement of the defaults: the CLI options and their help, `dif.load` and the pipeline read
+them. Nothing heavy is imported here: the pipeline and the CLI body load when used.
 """
 
 from __future__ import annotations
@@ -10,8 +11,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from dif.frontend import FrontendInfo, SettingSpec, frontend_hooks
-from dif_frontend_flux2 import __version__
+from dif.frontend import SEED, FrontendInfo, SettingSpec, frontend_hooks, size_settings
+from dif_frontend_flux2 import DEFAULT_CHECKPOINT, __version__
 
 
 def _detect(path: Path) -> bool:
@@ -20,16 +21,37 @@ def _detect(path: Path) -> bool:
     return detect(path)
 
 
-def _pipeline(path: str | Path, **options: Any) -> Any:
-    """A `Flux2Pipeline` for the checkpoint at `path` (options: dtype, backend, variant)."""
+def _pipeline(
+    path: str | Path,
+    *,
+    dtype: str = "auto",
+    weight_variant: str | None = None,
+    base: Path | None = None,
+    transformer_file: Path | None = None,
+    vae_file: Path | None = None,
+    **options: Any,
+) -> Any:
+    """A `Flux2Pipeline` for the checkpoint at `path` (dtype "auto": the transformer's storage dtype,
+    by its first float tensor; options: backend, vram_budget, on_step, on_stage)."""
+    from dif.checkpoint import storage_dtype
     from dif.dtypes import DType
     from dif_frontend_flux2.pipeline import Flux2Pipeline
     from dif_frontend_flux2.weights import open_checkpoint
 
-    checkpoint = open_checkpoint(path, variant=options.pop("variant", None))
-    dtype = DType(options.pop("dtype", "f32"))
-    return Flux2Pipeline(checkpoint, dtype=dtype, **options)
+    checkpoint = open_checkpoint(
+        path, variant=weight_variant, base=base, transformer_file=transformer_file, vae_file=vae_file
+    )
+    run_dtype = storage_dtype(checkpoint.transformer, by="first") if dtype == "auto" else DType(dtype)
+    return Flux2Pipeline(checkpoint, dtype=run_dtype, **options)
 
+
+def _describe(path: Path | None, **options: Any) -> tuple[str, dict[str, Any]]:
+    from dif_frontend_flux2.cli import describe
+
+    return describe(path, **options)
+
+
+SIZE = "Image {} in pixels, a multiple of the checkpoint's token size (16 for klein)"
 
 INFO = FrontendInfo(
     name="flux2",
@@ -37,14 +59,22 @@ INFO = FrontendInfo(
     detect=_detect,
     variants=("klein-4b", "klein-9b", "klein-base-4b", "klein-base-9b"),
     settings=(
-        SettingSpec("steps", None, "denoising steps (default: 4 distilled, 50 base)"),
-        SettingSpec("guidance", None, "CFG scale (base models only; default 4.0)"),
-        SettingSpec("width", 1024, "image width in pixels", minimum=16, multiple_of=16),
-        SettingSpec("height", 1024, "image height in pixels", minimum=16, multiple_of=16),
-        SettingSpec("seed", 0, "noise seed (numpy PCG64)", minimum=0),
+        SettingSpec("steps", None, "Denoising steps", minimum=1, by_kind={"distilled": 4, "base": 50}),
+        SettingSpec(
+            "guidance",
+            None,
+            "CFG scale; CFG runs on base models above 1, distilled models ignore it",
+            minimum=0.0,
+            by_kind={"distilled": 1.0, "base": 4.0},
+            flags=("--guidance", "--cfg-scale"),
+        ),
+        *size_settings(SIZE),
+        SEED,
     ),
     pipeline=_pipeline,
     revision=__version__,
+    default_checkpoint=DEFAULT_CHECKPOINT,
+    describe=_describe,
 )
 
 

@@ -59,6 +59,11 @@ class Flux2Checkpoint:
     def is_distilled(self) -> bool:
         return self.configs.pipeline.is_distilled
 
+    @property
+    def kind(self) -> str:
+        """The key of the settings' per-kind defaults (`plugin.INFO`): "distilled" or "base"."""
+        return "distilled" if self.is_distilled else "base"
+
 
 def text_encoder_unused(taps_max: int, num_layers: int) -> tuple[str, ...]:
     """Regexes of text-encoder tensors a program tapping up to `taps_max` does not read: `lm_head`,

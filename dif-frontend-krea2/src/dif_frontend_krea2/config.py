@@ -1,8 +1,9 @@
 """Krea 2 configuration: a diffusers folder's JSON files, parsed and validated before any building.
 
-Frontend stage 0. `Krea2TransformerConfig`, `QwenVLTextConfig`, `QwenImageVaeConfig`,
-`SchedulerConfig` and `Krea2PipelineInfo` (model_index.json) hold exactly what the builders
-(model.py, text_encoder.py, vae.py) and the pipeline need; `load_configs` reads a whole folder.
+Frontend stage 0. `Krea2TransformerConfig`, `QwenVLTextConfig`, `QwenImageVaeConfig` and
+`Krea2PipelineInfo` (model_index.json) hold exactly what the builders (model.py, text_encoder.py,
+vae.py) and the pipeline need; the scheduler config is the kit's (`dif.kit.scheduler`);
+`load_configs` reads a whole folder.
 Defaults equal the diffusers / transformers class defaults, so a sparse config means the same here.
 """
 
@@ -25,6 +26,7 @@ from dif.config_fields import (
     positive_int,
 )
 from dif.errors import ConfigError
+from dif.kit.scheduler import FlowMatchConfig, load_scheduler_config
 from dif.layers.causal_lm import BaseDecoderConfig
 
 DEFAULT_TAPS = (2, 5, 8, 11, 14, 17, 20, 23, 26, 29, 32, 35)
@@ -218,51 +220,6 @@ class QwenImageVaeConfig:
         return cfg
 
 
-# -- scheduler -----------------------------------------------------------------------------------
-
-_SCHED_UNSUPPORTED = ("use_karras_sigmas", "use_exponential_sigmas", "use_beta_sigmas", "invert_sigmas",
-                      "stochastic_sampling")
-
-
-@frozen
-class SchedulerConfig:
-    """FlowMatchEulerDiscreteScheduler (scheduler/scheduler_config.json): the shift rule's numbers."""
-
-    num_train_timesteps: int = 1000
-    shift: float = 1.0
-    use_dynamic_shifting: bool = False
-    base_shift: float = 0.5
-    max_shift: float = 1.15
-    base_image_seq_len: int = 256
-    max_image_seq_len: int = 4096
-    time_shift_type: str = "exponential"
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> SchedulerConfig:
-        what = "scheduler config"
-        check_class_name(what, data, "FlowMatchEulerDiscreteScheduler")
-        for name in _SCHED_UNSUPPORTED:
-            if data.get(name):
-                raise ConfigError(f"{what}: '{name}' is not supported")
-        if data.get("shift_terminal") is not None:
-            raise ConfigError(f"{what}: 'shift_terminal' is not supported")
-        kw = known_fields(cls, what, data, ignored=frozenset((*_SCHED_UNSUPPORTED, "shift_terminal")))
-        if "use_dynamic_shifting" in kw:
-            flag(what, "use_dynamic_shifting", kw["use_dynamic_shifting"])
-        if kw.get("time_shift_type", "exponential") not in ("exponential", "linear"):
-            raise ConfigError(f"{what}: time_shift_type {kw['time_shift_type']!r} is not 'exponential' or 'linear'")
-        for name in ("shift", "base_shift", "max_shift"):
-            if name in kw:
-                kw[name] = float(kw[name])
-        return cls(**kw)
-
-    def mu_for(self, image_seq_len: int) -> float:
-        """The resolution-dependent shift: linear in the token count through (base_len, base_shift)
-        and (max_len, max_shift), extrapolated beyond."""
-        slope = (self.max_shift - self.base_shift) / (self.max_image_seq_len - self.base_image_seq_len)
-        return image_seq_len * slope + (self.base_shift - slope * self.base_image_seq_len)
-
-
 # -- pipeline ------------------------------------------------------------------------------------
 
 COMPONENTS = {
@@ -315,7 +272,13 @@ class Krea2Configs:
     transformer: Krea2TransformerConfig
     text_encoder: QwenVLTextConfig
     vae: QwenImageVaeConfig
-    scheduler: SchedulerConfig
+    scheduler: FlowMatchConfig
+
+    @property
+    def pixels_per_token(self) -> int:
+        """Image pixels per transformer token along each side: the VAE's scale factor x the
+        pipeline's latent patch size (16 for Krea 2's 8 x 2)."""
+        return self.vae.scale_factor * self.pipeline.patch_size
 
     def check(self) -> Krea2Configs:
         """Cross-component rules: tap count and width must match the text fusion's input."""
@@ -367,7 +330,7 @@ def load_configs(folder: str | Path) -> Krea2Configs:
         _component(root, "transformer", "config.json", Krea2TransformerConfig.from_dict),
         _component(root, "text_encoder", "config.json", QwenVLTextConfig.from_dict),
         _component(root, "vae", "config.json", QwenImageVaeConfig.from_dict),
-        _component(root, "scheduler", "scheduler_config.json", SchedulerConfig.from_dict),
+        load_scheduler_config(root),
     ).check()
 
 

@@ -3,33 +3,37 @@
 Frontend stage, the whole product path. Four DiffIR programs (text encoder, text fusion + txt_in,
 denoiser, VAE decoder) are built for the requested shape, bound to the checkpoint and prepared on
 a backend once; text fusion runs once per prompt (it does not depend on the timestep), and the
-sampling loop runs on the host:
+sampling loop (`dif.kit.sampling`) runs on the host over `predictor`, the model's step:
   sigmas = linspace(1, 1/n, n), exponential shift with mu = 1.15 (Turbo, `is_distilled`) or the
            resolution-dependent line through (256, 0.5) and (6400, 1.15) (Raw)
   per step: v = denoiser(latents, t) [CFG when g > 0: v = v_c + g (v_c - v_u), negative prompt ""]
             (`dif.sched.cfg_combine(..., base="cond")`)
             latents = latents + (sigma_next - sigma) * v, stored in the run dtype
-Roundings follow diffusers' Krea2Pipeline, so an fp32 run from the same initial noise reproduces
+The token size (pixels per token) comes from the VAE and model_index configs. Roundings follow
+diffusers' Krea2Pipeline, so an fp32 run from the same initial noise reproduces
 its latents; `init_noise` supplies that noise, seeds use numpy's PCG64 (`dif.noise`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from typing import ClassVar, Literal
 
 import numpy as np
 from attrs import define, field, frozen
 
+from dif.checkpoint import native_size
 from dif.dtypes import DType
 from dif.errors import UsageError
 from dif.image_pipeline import ImageRequest, TextToImagePipeline
 from dif.ir.program import Program
+from dif.kit.sampling import Predict, StepCallback
 from dif.media import to_uint8
 from dif.noise import initial_latents
 from dif.report import ImageRun
 from dif.runstats import StageTimer
 from dif.runtime import ProgramCache, Runner
-from dif.sched import FlowMatchSchedule, cfg_combine, euler_step, flow_match_schedule
+from dif.sched import FlowMatchSchedule
 from dif.text import TextTokenizer
 from dif_frontend_krea2.config import TURBO_MU, Krea2Configs
 from dif_frontend_krea2.model import (
@@ -39,34 +43,36 @@ from dif_frontend_krea2.model import (
     rope_tables,
     timestep_proj_from_timesteps,
 )
+from dif_frontend_krea2.plugin import INFO
 from dif_frontend_krea2.text_encoder import build_text_encoder, text_rope_tables
 from dif_frontend_krea2.tokenize import MAX_SEQUENCE_LENGTH, PromptTokens, encode_prompt
 from dif_frontend_krea2.vae import build_vae_decoder
 from dif_frontend_krea2.weights import Krea2Checkpoint, bind_denoiser, bind_text_encoder, bind_text_fusion, bind_vae
 
-PIXELS_PER_TOKEN = 16  # VAE 8x times the 2x2 patch
-TURBO_STEPS, RAW_STEPS, RAW_GUIDANCE = 8, 28, 4.5
-
-
 # -- shape, schedule and latent layout ------------------------------------------------------------
 
 
-def round_size(width: int, height: int) -> tuple[int, int, list[str]]:
-    """(width, height) rounded up to multiples of 16, as the reference does, with a warning each."""
+def round_size(width: int, height: int, pixels_per_token: int) -> tuple[int, int, list[str]]:
+    """(width, height) rounded up to multiples of the token size, as the reference does, with a
+    warning each."""
     if width <= 0 or height <= 0:
         raise UsageError(f"image size {width}x{height} must be positive")
+    ppt = pixels_per_token
     out, warnings = [], []
     for name, value in (("width", width), ("height", height)):
-        rounded = -(-value // PIXELS_PER_TOKEN) * PIXELS_PER_TOKEN
+        rounded = -(-value // ppt) * ppt
         if rounded != value:
-            warnings.append(f"{name} {value} rounded up to {rounded} (Krea 2 works on 16x16-pixel tokens)")
+            warnings.append(
+                f"{name} {value} rounded up to {rounded} (this checkpoint works on {ppt}x{ppt}-pixel tokens)"
+            )
         out.append(rounded)
     return out[0], out[1], warnings
 
 
 def default_steps_guidance(configs: Krea2Configs) -> tuple[int, float]:
-    """(steps, guidance) defaults: Turbo (distilled) 8 / 0.0, Raw 28 / 4.5."""
-    return (TURBO_STEPS, 0.0) if configs.pipeline.is_distilled else (RAW_STEPS, RAW_GUIDANCE)
+    """(steps, guidance) defaults of the checkpoint's variant (`plugin.INFO`: Turbo 8 / 0.0, Raw 28 / 4.5)."""
+    kind = configs.pipeline.variant
+    return INFO.default("steps", kind), INFO.default("guidance", kind)
 
 
 def krea2_schedule(configs: Krea2Configs, image_len: int, steps: int) -> FlowMatchSchedule:
@@ -74,11 +80,7 @@ def krea2_schedule(configs: Krea2Configs, image_len: int, steps: int) -> FlowMat
     Raw with the scheduler config's resolution-dependent mu (both only under dynamic shifting, as
     the scheduler ignores mu otherwise and applies its static `shift`)."""
     sched = configs.scheduler
-    if not sched.use_dynamic_shifting:
-        return flow_match_schedule(steps, shift=sched.shift, num_train_timesteps=sched.num_train_timesteps)
-    mu = TURBO_MU if configs.pipeline.is_distilled else sched.mu_for(image_len)
-    return flow_match_schedule(steps, mu=mu, shift_type=sched.time_shift_type,
-                               num_train_timesteps=sched.num_train_timesteps)
+    return sched.schedule(steps, mu=TURBO_MU if configs.pipeline.is_distilled else sched.mu_for(image_len))
 
 
 def pack_latents(latents: np.ndarray) -> np.ndarray:
@@ -111,9 +113,9 @@ def denormalize(latents: np.ndarray, mean: tuple[float, ...], std: tuple[float, 
 
 @frozen
 class GenerationRequest(ImageRequest):
-    """One Krea 2 text-to-image job. None settings take the checkpoint's defaults (see `resolve`):
-    steps 8 Turbo, 28 Raw; guidance 0 (off) Turbo, 4.5 Raw, CFG running whenever > 0. `init_noise`:
-    (1, 16, H/8, W/8) or packed (1, N, 64)."""
+    """One Krea 2 text-to-image job. None settings take the checkpoint's defaults (see `resolve`;
+    the values: `plugin.INFO`), CFG running whenever guidance > 0. `init_noise`: (1, 16, H/8, W/8)
+    or packed (1, N, 64) for the 8x VAE."""
 
 
 GenerationResult = ImageRun  # the image plus what is needed to report and reproduce it
@@ -132,11 +134,12 @@ class EncodedPrompt:
 class Krea2Pipeline(TextToImagePipeline):
     """Runs one checkpoint at one dtype on one backend; programs are cached per shape."""
 
+    cfg_base: ClassVar[Literal["uncond", "cond"]] = "cond"  # v = v_c + g (v_c - v_u)
     checkpoint: Krea2Checkpoint
     dtype: DType = DType.F32
     backend: str | None = None  # a dif backend name, None for the default, "interp" for the reference interpreter
     max_sequence_length: int = MAX_SEQUENCE_LENGTH
-    on_step: Callable[[int, int], None] | None = None
+    on_step: StepCallback | None = None
     on_stage: Callable[[str, float], None] | None = None
     vram_budget: int | None = None  # device bytes each program may plan for; weights beyond it stream
     _programs: ProgramCache = field(init=False)
@@ -148,6 +151,14 @@ class Krea2Pipeline(TextToImagePipeline):
     @property
     def configs(self) -> Krea2Configs:
         return self.checkpoint.configs
+
+    @property
+    def pixels_per_token(self) -> int:
+        return self.configs.pixels_per_token
+
+    @property
+    def native_size(self) -> int:
+        return native_size(self.checkpoint.root, multiple=self.pixels_per_token)
 
     # -- programs ------------------------------------------------------------------------------
     def _text_encoder_runner(self, seq_len: int, drop_prefix: int) -> Runner:
@@ -168,24 +179,25 @@ class Krea2Pipeline(TextToImagePipeline):
 
     def _denoiser_runner(self, image_len: int) -> Runner:
         def build() -> tuple[Program, Mapping[str, np.ndarray]]:
-            prog = build_denoiser(self.configs.transformer, image_len=image_len, text_len=self.max_sequence_length,
-                                  dtype=self.dtype)
+            prog = build_denoiser(
+                self.configs.transformer, image_len=image_len, text_len=self.max_sequence_length, dtype=self.dtype
+            )
             return prog, bind_denoiser(prog, self.checkpoint.transformer)
 
         return self._programs.get(("denoiser", image_len), build)
 
     def _vae_runner(self, grid_h: int, grid_w: int) -> Runner:
-        cfg = self.configs.vae
+        cfg, p = self.configs.vae, self.configs.pipeline.patch_size
 
         def build() -> tuple[Program, Mapping[str, np.ndarray]]:
-            prog = build_vae_decoder(cfg, latent_h=2 * grid_h, latent_w=2 * grid_w, dtype=self.dtype)
+            prog = build_vae_decoder(cfg, latent_h=p * grid_h, latent_w=p * grid_w, dtype=self.dtype)
             return prog, bind_vae(prog, self.checkpoint.vae)
 
         return self._programs.get(("vae", grid_h, grid_w), build)
 
     def prepare_all(self, width: int, height: int) -> None:
         """Build, bind and prepare every program for this (already rounded) size now."""
-        gh, gw = height // PIXELS_PER_TOKEN, width // PIXELS_PER_TOKEN
+        gh, gw = height // self.pixels_per_token, width // self.pixels_per_token
         tokens = encode_prompt(self.tokenizer, "", max_sequence_length=self.max_sequence_length)
         self._text_encoder_runner(tokens.seq_len, tokens.drop_prefix)
         self._fusion_runner()
@@ -214,34 +226,21 @@ class Krea2Pipeline(TextToImagePipeline):
         embeds = next(iter(out.values()))
         return EncodedPrompt(embeds, tokens.text_mask, tokens)
 
-    def denoise(
-        self,
-        noise: np.ndarray,
-        cond: EncodedPrompt,
-        uncond: EncodedPrompt | None,
-        schedule: FlowMatchSchedule,
-        guidance: float,
-        grid_h: int,
-        grid_w: int,
-    ) -> np.ndarray:
-        """Packed latents (1, grid_h*grid_w, 64) after the schedule; CFG when `uncond` is given."""
+    def predictor(self, grid_h: int, grid_w: int) -> Predict:
+        """The denoiser at grid_h x grid_w tokens: (latents (1, N, 64), t, `EncodedPrompt`) -> velocity."""
         cfg = self.configs.transformer
         n_img = grid_h * grid_w
         run = self._denoiser_runner(n_img)
         cos, sin = rope_tables(cfg, self.max_sequence_length, grid_h, grid_w)
-        masks = [attention_mask(p.mask, n_img) for p in (cond, uncond) if p is not None]
-        latents = noise.astype(self.dtype.np)
-        for i, t in enumerate(schedule.timesteps):
+        masks: dict[int, np.ndarray] = {}  # per prompt, made on its first step
+
+        def predict(latents: np.ndarray, t: float, prompt: EncodedPrompt) -> np.ndarray:
+            mask = masks.setdefault(id(prompt), attention_mask(prompt.mask, n_img))
             t_proj = timestep_proj_from_timesteps([t], dtype=self.dtype, dim=cfg.timestep_embed_dim)
             inputs = {"latents": latents, "timestep_proj": t_proj, "rope_cos": cos, "rope_sin": sin}
-            velocity = next(iter(run({**inputs, "text_embeds": cond.embeds, "attention_mask": masks[0]}).values()))
-            if uncond is not None:
-                v_u = next(iter(run({**inputs, "text_embeds": uncond.embeds, "attention_mask": masks[1]}).values()))
-                velocity = cfg_combine(velocity, v_u, guidance, base="cond")
-            latents = euler_step(latents, velocity, schedule.dt(i))
-            if self.on_step is not None:
-                self.on_step(i + 1, schedule.num_steps)
-        return latents
+            return next(iter(run({**inputs, "text_embeds": prompt.embeds, "attention_mask": mask}).values()))
+
+        return predict
 
     def decode_image(self, latents: np.ndarray, grid_h: int, grid_w: int) -> np.ndarray:
         """(1, 3, H, W) in [-1, 1] from packed latents (denormalized, then the VAE decoder)."""
@@ -256,8 +255,8 @@ class Krea2Pipeline(TextToImagePipeline):
     # -- the whole path ------------------------------------------------------------------------
     def resolve(self, req: GenerationRequest) -> tuple[int, float, bool, list[str]]:
         """(steps, guidance, use_cfg, warnings) with the Turbo/Raw defaults and the reference rule
-        (CFG whenever guidance > 0)."""
-        warnings: list[str] = []
+        (CFG whenever guidance > 0); the size rounding's warnings first."""
+        warnings = round_size(*self.size(req), self.pixels_per_token)[2]
         default_steps, default_guidance = default_steps_guidance(self.configs)
         steps = req.steps if req.steps is not None else default_steps
         if steps < 1:
@@ -274,27 +273,37 @@ class Krea2Pipeline(TextToImagePipeline):
 
     def initial_noise(self, req: GenerationRequest, grid_h: int, grid_w: int) -> np.ndarray:
         """Packed initial latents (1, N, 64) in the run dtype, from the seed or `init_noise`."""
-        z = self.configs.vae.z_dim
+        z, p = self.configs.vae.z_dim, self.configs.pipeline.patch_size
         return initial_latents(
             req.init_noise,
             req.seed,
-            unpacked=(1, z, 2 * grid_h, 2 * grid_w),
-            packed=(1, grid_h * grid_w, 4 * z),
+            unpacked=(1, z, p * grid_h, p * grid_w),
+            packed=(1, grid_h * grid_w, p * p * z),
             pack=pack_latents,
             dtype=self.dtype,
-            what=f"{grid_w * PIXELS_PER_TOKEN}x{grid_h * PIXELS_PER_TOKEN}",
+            what=f"{grid_w * self.pixels_per_token}x{grid_h * self.pixels_per_token}",
         )
 
     def generate(self, req: GenerationRequest) -> GenerationResult:
-        width, height, warnings = round_size(req.width, req.height)
-        gh, gw = height // PIXELS_PER_TOKEN, width // PIXELS_PER_TOKEN
-        steps, guidance, use_cfg, more = self.resolve(req)
-        warnings += more
+        width, height, _ = round_size(*self.size(req), self.pixels_per_token)
+        gh, gw = height // self.pixels_per_token, width // self.pixels_per_token
+        steps, guidance, use_cfg, warnings = self.resolve(req)
         timer = StageTimer(self.on_stage)
         with timer.stage("load"):
             noise = self.initial_noise(req, gh, gw)  # cheap checks first, then the expensive load
             schedule = krea2_schedule(self.configs, gh * gw, steps)
             self.prepare_all(width, height)
-        return self.run_stages(req, timer, noise=noise, schedule=schedule, guidance=guidance, cfg=use_cfg,
-                                size=(width, height), grid=(gh, gw), warnings=warnings, model=self.checkpoint.name,
-                                variant=self.checkpoint.variant, distilled=self.checkpoint.is_distilled)
+        return self.run_stages(
+            req,
+            timer,
+            noise=noise,
+            schedule=schedule,
+            guidance=guidance,
+            cfg=use_cfg,
+            size=(width, height),
+            grid=(gh, gw),
+            warnings=warnings,
+            model=self.checkpoint.name,
+            variant=self.checkpoint.variant,
+            distilled=self.checkpoint.is_distilled,
+        )

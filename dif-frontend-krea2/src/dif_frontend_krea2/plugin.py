@@ -1,8 +1,9 @@
 """Entry point of dif-frontend-krea2 (`[project.entry-points.dif] krea2 = "dif_frontend_krea2.plugin"`).
 
-Registers the Krea 2 frontend (detection, default settings, pipeline factory) and adds the
-`dif krea2` command group. Nothing heavy is imported here: the pipeline and the CLI body load
-when used, so `dif --help` stays fast.
+Registers the Krea 2 frontend (detection, its settings with their defaults, the pipeline factory,
+`info`'s description) and adds the `dif krea2` command group. The settings here are the only
+statement of the defaults: the CLI options and their help, `dif.load` and the pipeline read them.
+Nothing heavy is imported here: the pipeline and the CLI body load when used.
 """
 
 from __future__ import annotations
@@ -10,8 +11,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from dif.frontend import FrontendInfo, SettingSpec, frontend_hooks
-from dif_frontend_krea2 import __version__
+from dif.frontend import SEED, FrontendInfo, SettingSpec, frontend_hooks, size_settings
+from dif_frontend_krea2 import DEFAULT_CHECKPOINT, __version__
 
 
 def _detect(path: Path) -> bool:
@@ -20,16 +21,26 @@ def _detect(path: Path) -> bool:
     return Path(path).is_dir() and is_krea2_folder(Path(path))
 
 
-def _pipeline(path: str | Path, **options: Any) -> Any:
-    """A `Krea2Pipeline` for the checkpoint at `path` (options: dtype, backend, variant, ...)."""
+def _pipeline(path: str | Path, *, dtype: str = "auto", weight_variant: str | None = None, **options: Any) -> Any:
+    """A `Krea2Pipeline` for the checkpoint at `path` (dtype "auto": the transformer's storage dtype,
+    by most tensors; options: backend, vram_budget, on_step, on_stage, max_sequence_length)."""
+    from dif.checkpoint import storage_dtype
     from dif.dtypes import DType
     from dif_frontend_krea2.pipeline import Krea2Pipeline
     from dif_frontend_krea2.weights import open_checkpoint
 
-    checkpoint = open_checkpoint(path, variant=options.pop("variant", None))
-    dtype = DType(options.pop("dtype", "f32"))
-    return Krea2Pipeline(checkpoint, dtype=dtype, **options)
+    checkpoint = open_checkpoint(path, variant=weight_variant)
+    run_dtype = storage_dtype(checkpoint.transformer) if dtype == "auto" else DType(dtype)
+    return Krea2Pipeline(checkpoint, dtype=run_dtype, **options)
 
+
+def _describe(path: Path | None, **options: Any) -> tuple[str, dict[str, Any]]:
+    from dif_frontend_krea2.cli import describe
+
+    return describe(path, **options)
+
+
+SIZE = "Image {} in pixels, rounded up to a multiple of the checkpoint's token size (16 for Krea 2)"
 
 INFO = FrontendInfo(
     name="krea2",
@@ -37,14 +48,22 @@ INFO = FrontendInfo(
     detect=_detect,
     variants=("raw", "turbo"),
     settings=(
-        SettingSpec("steps", None, "denoising steps (default: 8 Turbo, 28 Raw)"),
-        SettingSpec("guidance", None, "CFG scale, cond + g (cond - uncond), on when > 0 (default: 0 Turbo, 4.5 Raw)"),
-        SettingSpec("width", 1024, "image width in pixels (rounded up to a multiple of 16)", minimum=1),
-        SettingSpec("height", 1024, "image height in pixels (rounded up to a multiple of 16)", minimum=1),
-        SettingSpec("seed", 0, "noise seed (numpy PCG64)", minimum=0),
+        SettingSpec("steps", None, "Denoising steps", minimum=1, by_kind={"turbo": 8, "raw": 28}),
+        SettingSpec(
+            "guidance",
+            None,
+            "CFG scale g, v = cond + g (cond - uncond), on when g > 0",
+            minimum=0.0,
+            by_kind={"turbo": 0.0, "raw": 4.5},
+            flags=("--guidance", "--cfg-scale"),
+        ),
+        *size_settings(SIZE),
+        SEED,
     ),
     pipeline=_pipeline,
     revision=__version__,
+    default_checkpoint=DEFAULT_CHECKPOINT,
+    describe=_describe,
 )
 
 

@@ -1,0 +1,144 @@
+"""The Python API: `dif.load(path)(prompt)` -> an image, through the installed frontends.
+
+Where it sits: beside the CLI, on the same path: `load` finds the frontend (`FrontendInfo.detect`
+over the plugins' frontends, or the named family) and builds its pipeline with
+`FrontendInfo.pipeline`; a call resolves the settings with `FrontendInfo.resolve_settings`, so
+the defaults are the CLI's (dtype auto, the checkpoint's native size, its steps and guidance).
+`GeneratedImage.save` writes the PNG the CLI writes (`dif.report.save_image_run`).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from attrs import define, frozen
+
+from dif.errors import CheckpointError, UsageError
+
+if TYPE_CHECKING:
+    from PIL import Image
+
+    from dif.frontend import FrontendInfo
+    from dif.image_pipeline import TextToImagePipeline
+    from dif.kit.sampling import StepCallback
+    from dif.report import ImageRun
+
+DEFAULT_FAMILY = "flux2"
+"""The family whose embedded checkpoint `load()` opens when given neither a path nor a family."""
+
+
+def load(
+    path: str | Path | None = None,
+    *,
+    family: str | None = None,
+    backend: str | None = None,
+    dtype: str = "auto",
+    vram_budget: int | None = None,
+) -> ImagePipeline:
+    """The pipeline of the checkpoint at `path` (a diffusers folder or a single file), its family
+    detected by the installed frontends unless `family` names it; with no path, the embedded tiny
+    checkpoint of `family` (default "flux2"). `backend` as the CLI's --backend (None: the best
+    available), `dtype` "auto" | "f32" | "bf16" | "f16", `vram_budget` in bytes per program."""
+    from dif.frontend import detect_frontend
+    from dif.plugins import frontends
+
+    known = frontends()
+    if family is not None or path is None:
+        name = family or DEFAULT_FAMILY
+        if name not in known:
+            raise UsageError(
+                f"no frontend '{name}' is installed",
+                hint=f"installed: {', '.join(sorted(known)) or 'none'} (see `dif plugins`)",
+            )
+        info = known[name]
+        if path is not None and not info.detect(Path(path)):
+            raise CheckpointError(f"{path}: not a checkpoint the '{name}' frontend loads")
+    else:
+        info = detect_frontend(path, known)
+    target = Path(path) if path is not None else info.default_checkpoint
+    if target is None or info.pipeline is None:
+        raise UsageError(f"frontend '{info.name}' has no embedded checkpoint or pipeline", hint="pass a path")
+    pipe = info.pipeline(target, dtype=dtype, backend=backend, vram_budget=vram_budget)
+    return ImagePipeline(info, pipe)
+
+
+@define
+class ImagePipeline:
+    """A loaded checkpoint: call it with a prompt and settings to get a `GeneratedImage`."""
+
+    info: FrontendInfo
+    pipeline: TextToImagePipeline
+
+    @property
+    def family(self) -> str:
+        return self.info.name
+
+    def __call__(
+        self,
+        prompt: str,
+        *,
+        negative_prompt: str = "",
+        init_noise: np.ndarray | None = None,
+        on_step: StepCallback | None = None,
+        **settings: Any,
+    ) -> GeneratedImage:
+        """One image of `prompt`. `settings` are the frontend's (`info.settings`: steps, guidance,
+        width, height, seed); left out, they take the checkpoint's defaults (seed: a fresh random
+        one, recorded in the result). `on_step(done, total, latents)` sees every step."""
+        from dif.image_pipeline import image_request
+        from dif.noise import random_seed
+
+        started = time.perf_counter()
+        resolved = self.info.resolve_settings(settings)
+        if resolved.get("seed") is None:
+            resolved["seed"] = random_seed()
+        req = image_request(prompt, resolved, negative_prompt=negative_prompt, init_noise=init_noise)
+        self.pipeline.on_step = on_step
+        try:
+            run = self.pipeline.generate(req)
+        finally:
+            self.pipeline.on_step = None
+        return GeneratedImage(run, self.info.name, self.info.revision, started)
+
+
+@frozen(eq=False)
+class GeneratedImage:
+    """What one call made: `run` (pixels, latents, settings, timings, warnings) and the image."""
+
+    run: ImageRun
+    frontend: str
+    version: str
+    started: float
+
+    @property
+    def image(self) -> Image.Image:
+        """The picture as a PIL image (RGB)."""
+        from PIL import Image
+
+        return Image.fromarray(self.run.pixels, mode="RGB")
+
+    @property
+    def settings(self) -> dict[str, Any]:
+        return dict(self.run.settings)
+
+    @property
+    def warnings(self) -> tuple[str, ...]:
+        return self.run.warnings
+
+    def save(self, path: str | Path, *, latents: str | Path | None = None) -> dict[str, Any]:
+        """Write the PNG (A1111 `parameters` + the dif JSON chunk, as `dif NAME generate` writes it)
+        and, with `latents`, the final latents and initial noise; returns the run summary."""
+        from dif.report import save_image_run
+
+        summary, _ = save_image_run(
+            self.run,
+            Path(path),
+            latents=None if latents is None else Path(latents),
+            frontend=self.frontend,
+            version=self.version,
+            started=self.started,
+        )
+        return summary

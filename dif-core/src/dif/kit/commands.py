@@ -1,0 +1,181 @@
+"""A frontend's `generate` and `info` click commands, made from its `FrontendInfo`: the options
+every image frontend takes are declared here once, the frontend's settings (steps, guidance, size,
+seed) come from its `SettingSpec`s with their help derived from them, and the commands go through
+`FrontendInfo.pipeline` / `resolve_settings` / `describe`.
+
+Where it sits: a frontend's cli.py calls `image_commands(INFO, ...)`; its plugin's
+`register_commands` adds the group to `dif`. This is the one module of dif-core that imports click
+(a dif-core dependency; tests/test_repo_contracts.py allows exactly this file): the builder needs
+click's types, and putting it in dif-tools would make every frontend depend on the tool. Nothing
+imports it at `import dif` time; cli.py modules load it when `dif` asks for their commands.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import click
+
+from dif.cli_support import DTYPE_CHOICES, VRAM_BUDGET_HELP
+from dif.errors import UsageError
+from dif.frontend import FrontendInfo, SettingSpec
+
+Decorator = Callable[[Any], Any]
+
+
+def _byte_size(ctx: click.Context, param: click.Parameter, value: str | None) -> int | None:
+    from dif.cli_support import parse_byte_size
+
+    try:
+        return None if value is None else parse_byte_size(value)
+    except UsageError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
+def setting_option(spec: SettingSpec) -> Decorator:
+    """The click option of one setting: its flags (default `--name`), a type with its bounds or
+    choices, no click default (None = the checkpoint's default), and the setting's help."""
+    kind = spec.value_type
+    lo, hi = spec.minimum, spec.maximum
+    ptype: Any
+    if spec.choices is not None:
+        ptype = click.Choice([str(c) for c in spec.choices])
+    elif kind is int:
+        ptype = click.IntRange(None if lo is None else int(lo), None if hi is None else int(hi))
+    elif kind is float:
+        ptype = click.FloatRange(lo, hi)
+    else:
+        ptype = kind or str
+    flags = spec.flags or (f"--{spec.name.replace('_', '-')}",)
+    return click.option(*flags, spec.name, type=ptype, default=None, help=spec.help)
+
+
+def _apply(fn: Any, decorators: Sequence[Decorator]) -> Any:
+    for decorator in reversed(decorators):
+        fn = decorator(fn)
+    return fn
+
+
+def _flags_of(info: FrontendInfo, message: str) -> str | None:
+    """The CLI flags of the setting a request error names first (e.g. "width 1000 is not ...")."""
+    for spec in info.settings:
+        if message.startswith(spec.name) or f"'{spec.name}'" in message:
+            return " / ".join(spec.flags or (f"--{spec.name}",))
+    return None
+
+
+def image_commands(
+    info: FrontendInfo,
+    *,
+    help: str,
+    model_help: str,
+    describe_run: Callable[[Mapping[str, Any]], str],
+    checkpoint_options: Sequence[Decorator] = (),
+) -> click.Group:
+    """The `dif NAME` group of an image frontend with its `generate` and `info` commands.
+
+    `checkpoint_options` are the frontend's own click options that say where the checkpoint's
+    parts are (FLUX.2's --base, --transformer, --vae); their values go to `info.pipeline` as
+    keywords. `describe_run(settings)` names the model in the summary line."""
+    name = info.name
+
+    @click.group(name, help=help)
+    def group() -> None:
+        pass
+
+    common_load = [
+        click.option("-m", "--model", type=click.Path(exists=True, path_type=Path), help=model_help),
+        *checkpoint_options,
+        click.option(
+            "--weight-variant", help="Weight files to load, e.g. fp16 (diffusion_pytorch_model.fp16.safetensors)."
+        ),
+    ]
+    options = [
+        click.option("-p", "--prompt", required=True, help="What to draw."),
+        click.option("-n", "--negative-prompt", default="", help="Negative prompt (used when CFG is on)."),
+        *common_load,
+        *(setting_option(spec) for spec in info.settings),
+        click.option(
+            "--init-noise",
+            type=click.Path(exists=True, dir_okay=False, path_type=Path),
+            help="Initial noise (safetensors), unpacked or packed latents of the run's size: exact parity with "
+            "another tool (what --save-latents wrote as 'noise').",
+        ),
+        click.option(
+            "--save-latents", type=click.Path(dir_okay=False, path_type=Path), help="Also save final latents."
+        ),
+        click.option(
+            "--backend", help="dif backend (default: DIF_BACKEND or the best available; 'interp' = reference)."
+        ),
+        click.option(
+            "--dtype",
+            type=click.Choice(DTYPE_CHOICES),
+            default="auto",
+            show_default=True,
+            help="Run precision (auto: the checkpoint's storage dtype).",
+        ),
+        click.option("--vram-budget", metavar="SIZE", callback=_byte_size, help=VRAM_BUDGET_HELP),
+        click.option(
+            "-o",
+            "--output",
+            type=click.Path(dir_okay=False, path_type=Path),
+            help=f"PNG path (default: {name}-SEED.png).",
+        ),
+        click.option("--json", "as_json", is_flag=True, help="Print one dif-telemetry/1 JSON document on stdout."),
+    ]
+
+    def generate(model: Path | None, weight_variant: str | None, **given: Any) -> None:
+        """Generate one image from a prompt and write it as PNG (A1111 `parameters` + `dif` JSON chunks)."""
+        from dif.cli_support import ImageOptions, generate_image
+
+        settings = info.resolve_settings({s.name: given.pop(s.name) for s in info.settings})
+        common = ("prompt", "negative_prompt", "init_noise", "save_latents", "backend", "dtype", "output", "as_json")
+        opts = ImageOptions.parse(name, {k: given.pop(k) for k in (*common, "vram_budget")}, settings)
+        if (missing := opts.missing_folder()) is not None:
+            raise click.BadParameter(f"folder {missing.resolve().parent} does not exist", param_hint=str(missing))
+        assert info.pipeline is not None, f"frontend {name} registers no pipeline"
+        pipe = info.pipeline(
+            model or info.default_checkpoint,
+            dtype=opts.dtype,
+            backend=opts.backend,
+            vram_budget=opts.vram_budget,
+            weight_variant=weight_variant,
+            **given,  # the frontend's checkpoint options
+        )
+        tool = click.get_current_context().command_path
+        try:
+            text = generate_image(opts, pipe, version=info.revision, tool=tool, describe=describe_run)
+        except UsageError as exc:
+            if (flags := _flags_of(info, str(exc))) is None:
+                raise
+            raise click.BadParameter(str(exc), param_hint=flags) from None
+        click.echo(text)
+
+    group.command("generate")(_apply(generate, options))
+
+    @group.command("info")
+    @click.argument("model", required=False, type=click.Path(exists=True, path_type=Path))
+    @click.option(
+        "--variant",
+        type=click.Choice(info.variants) if info.variants else None,
+        help="Describe a published variant's architecture (its configs ship with the frontend) instead of MODEL.",
+    )
+    @click.option("--weight-variant", help="Weight files to read, e.g. fp16.")
+    @click.option("--json", "as_json", is_flag=True, help="Print one dif-telemetry/1 JSON document on stdout.")
+    def describe(model: Path | None, variant: str | None, weight_variant: str | None, as_json: bool) -> None:
+        """Describe a checkpoint (default: the embedded model) or a published variant: configs, tensors, defaults."""
+        from dif.cli_support import defaults_line, info_text
+
+        if model is not None and variant is not None:
+            raise click.UsageError("give MODEL or --variant, not both")
+        assert info.describe is not None, f"frontend {name} registers no describe"
+        title, data = info.describe(model, variant=variant, weight_variant=weight_variant)
+        tool = click.get_current_context().command_path
+        text = info_text(
+            data, kind=f"{name}.info", tool=tool, as_json=as_json, title=title, defaults=defaults_line(data["defaults"])
+        )
+        click.echo(text)
+
+    return group
