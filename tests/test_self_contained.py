@@ -56,11 +56,11 @@ def _repo_files() -> list[str]:
         ("launch(fn, grid, block, args, shared=4096)", False),
     ],
 )
-def test_the_pattern_finds_references_to_the_shared_folder(line, flagged):
+def test_the_pattern_finds_references_to_the_shared_folder(line: str, flagged: bool) -> None:
     assert bool(SHARED_REF.search(line)) is flagged
 
 
-def test_no_runtime_file_reads_the_shared_folder():
+def test_no_runtime_file_reads_the_shared_folder() -> None:
     files = [f for f in _repo_files() if f != THIS_FILE and not NOT_RUNTIME.fullmatch(f)]
     assert len(files) > 100, f"only {len(files)} files found under {REPO}"
     hits = []
@@ -81,7 +81,7 @@ def test_no_runtime_file_reads_the_shared_folder():
 
 
 @pytest.mark.parametrize("frontend", ["flux2", "krea2"])
-def test_every_variant_has_its_published_configs(frontend):
+def test_every_variant_has_its_published_configs(frontend: str) -> None:
     plugin = pytest.importorskip(f"dif_frontend_{frontend}.plugin")
     configs = pytest.importorskip(f"dif_frontend_{frontend}.configs")
     for variant in plugin.INFO.variants:
