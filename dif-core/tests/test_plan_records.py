@@ -14,7 +14,7 @@ from dif.ir.builder import ProgramBuilder
 from dif.ir.program import Program
 from dif.plan.placement import DEVICE, HOST
 from dif.plan.plan import RESIDENT, STREAMED, check_plan
-from dif.plan.planner import plan_program, restream, weight_blocks
+from dif.plan.planner import _streaming_decisions, plan_program, restream, weight_blocks
 from dif.plan.streaming import NO_STREAMING, check_streaming
 from dif.target import RuntimeBudget, TargetProfile
 
@@ -87,6 +87,9 @@ def test_blocks_in_use_together_get_a_slot_each_and_must_fit() -> None:
     # the admission estimate (2 slots) lets everything stream, the layout needs a third slot
     with pytest.raises(PlanError, match="read out of order and need 3 staging slots"):
         plan_program(program, PROFILE, RuntimeBudget(free_memory_bytes=arena_of(program) + 2048))
+    (decision,) = _streaming_decisions(program, plan.streaming, plan.arena_bytes, BIG)
+    assert decision.what == "streaming: 3 blocks through 3 staging slots of 1024 B"
+    assert "need 3 slots, not the 2 the admission assumed: staging 3072 B" in decision.why
 
 
 def test_unread_and_output_parameters_are_never_streamed() -> None:

@@ -132,12 +132,19 @@ def _streaming_decisions(program: Program, s: Streaming, fixed: int, budget: Run
             hint="plan with a larger budget so one of these blocks stays resident, or give the frontend's weights "
             "provenance blocks that are used one after another",
         )
+    extra = (
+        f"; blocks read out of order need {s.slots} slots, not the 2 the admission assumed: staging "
+        f"{s.staging_bytes} B, arena + resident + staging {fixed + s.staging_bytes} B <= available {available} B"
+        if s.slots > 2
+        else ""
+    )
     return [
         Decision(
             f"streaming: {len(s.blocks)} blocks through {s.slots} staging slots of {s.slot_bytes} B",
             "blocks are copied in first-use order, each into the slot released earliest (its previous tenant's "
             "last reader ran before the block's first); parameters start on 256-byte boundaries in their slot; a "
-            "block must have arrived before its first reader and frees its slot after its last (dif.plan.streaming)",
+            "block must have arrived before its first reader and frees its slot after its last (dif.plan.streaming)"
+            + extra,
         )
     ]
 
