@@ -4,6 +4,8 @@ hand-edited records (`dif.plan.streaming`, `dif.plan.placement`)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from attrs import evolve
 from hypothesis import given, settings
@@ -13,7 +15,7 @@ from dif.errors import PlanError
 from dif.ir.builder import ProgramBuilder
 from dif.ir.program import Program
 from dif.plan.placement import DEVICE, HOST
-from dif.plan.plan import RESIDENT, STREAMED, check_plan
+from dif.plan.plan import RESIDENT, STREAMED, Plan, check_plan
 from dif.plan.planner import _streaming_decisions, plan_program, restream, weight_blocks
 from dif.plan.streaming import NO_STREAMING, check_streaming
 from dif.target import RuntimeBudget, TargetProfile
@@ -118,7 +120,7 @@ def test_hand_edited_streaming_is_refused() -> None:
     s = plan.streaming
     blocks = list(s.blocks)
 
-    def edited(i: int, **changes: object) -> object:
+    def edited(i: int, **changes: Any) -> Plan:
         new = [*blocks]
         new[i] = evolve(blocks[i], **changes)
         return evolve(plan, streaming=evolve(s, blocks=tuple(new)))
@@ -135,7 +137,7 @@ def test_hand_edited_streaming_is_refused() -> None:
     ]
     for bad, message in cases:
         with pytest.raises(PlanError, match=message):
-            check_streaming(bad)  # type: ignore[arg-type]
+            check_streaming(bad)
     late = evolve(plan, streaming=evolve(s, blocks=(blocks[0], evolve(blocks[1], first_use=5, last_use=5), blocks[2])))
     with pytest.raises(PlanError, match=r"'w2'.*read at steps 4..4, outside its block's 5..5"):
         check_plan(late, program)
