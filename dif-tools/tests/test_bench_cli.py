@@ -118,3 +118,30 @@ def test_tiny_cpu_recipe_with_the_diffusers_reference(tmp_path):
     assert reference["status"] == "ok" and reference["outputs"][0]["size"] == [64, 64]
     s = data["summary"]
     assert s["ratio"] == round(s["measured"]["median_s"] / s["reference"]["median_s"], 4)
+
+
+@pytest.mark.parametrize("recipe", sorted((REPO / "perf" / "recipes").glob("*.json")), ids=lambda p: p.stem)
+def test_every_shipped_recipe_is_valid(recipe, tmp_path):
+    pytest.importorskip("dif_frontend_flux2")
+    pytest.importorskip("dif_frontend_krea2")
+    from dif.bench import load_recipe
+
+    loaded = load_recipe(recipe, tmp_path)  # executables, scripts and model files exist or are produced
+    roles = {s.role for s in loaded.stages}
+    assert "measured" in roles and "reference" in roles
+    assert all(s.outputs for s in loaded.stages if s.role != "setup")  # every timed stage's file is checked
+    for stage in loaded.stages:  # paths the argv names outside the workdir (configs, tokenizer files) exist
+        outside = [a for a in stage.argv if a.startswith("/") and not a.startswith(str(loaded.workdir))]
+        assert all(Path(a).exists() for a in outside), (stage.name, outside)
+
+
+def test_drop_cache_evicts_the_declared_model_files(tmp_path):
+    weights = tmp_path / "model" / "w.safetensors"
+    weights.parent.mkdir()
+    weights.write_bytes(b"\0" * (1 << 20))
+    stages = [{"name": "m", "role": "measured", "argv": [sys.executable, "-c", "1"], "model_files": [str(weights)]}]
+    result = invoke(str(write_recipe(tmp_path, stages)), "--workdir", str(tmp_path / "w"), "--drop-cache", "--json")
+    assert result.exit_code == 0, result.output
+    record = json.loads(result.stdout)["data"]["rounds"][0][0]
+    assert record["evicted_files"] == 1
+    assert record["residency"]["measured"] and record["residency"]["bytes"] == 1 << 20

@@ -1,12 +1,12 @@
 """The setup stage of the full-size `dif bench` recipes: a random-weight diffusers folder of a published
 architecture, written once (a folder that is already complete is left alone).
 
-    python perf/reference/make_random_checkpoint.py --configs perf/reference/configs/flux2-klein-9b \
+    python perf/reference/make_random_checkpoint.py --configs <dif_frontend_flux2>/configs/klein-9b \
         --tokenizer <dif_frontend_flux2>/default/tokenizer --out WORKDIR/models/klein-9b --device cuda
 
-`--configs` holds the published model_index.json and each component's config (copied from the model
-repositories' files; see shared/model-configs/SOURCES.md in the design notes for their status). Every model
-component is built by the class model_index.json names (diffusers or transformers) with the library's own
+`--configs` holds the published model_index.json and each component's config (the frontends ship them as
+package data, `configs/`, with their sources). Every model component is built by the class
+model_index.json names (diffusers or transformers) with the library's own
 random init, in bf16 on `--device`, and saved with `save_pretrained` (sharded safetensors + index: the real
 layout dif and diffusers load). The tokenizer files are the real Qwen ones the frontend embeds. The folder
 is written as OUT.partial and renamed when complete, so an interrupted run never leaves a folder that passes
