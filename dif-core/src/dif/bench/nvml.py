@@ -49,7 +49,7 @@ class DeviceSampler:
     def start(self) -> None:
         if self.nvml is None:
             try:
-                import pynvml
+                import pynvml  # type: ignore[import-not-found,unused-ignore]
             except ImportError:
                 self.reason = "pynvml is not installed (pip install nvidia-ml-py, or dif-core[gpu])"
                 return

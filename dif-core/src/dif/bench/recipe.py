@@ -30,8 +30,9 @@ from dif.errors import UsageError
 
 KIND = "dif-bench-recipe/1"
 ROLES = ("setup", "measured", "reference")
-RECIPE_KEYS = {"kind": str, "name": str, "description": str, "vars": dict, "stages": list}
-STAGE_KEYS = {
+Schema = Mapping[str, type | tuple[type, ...]]
+RECIPE_KEYS: Schema = {"kind": str, "name": str, "description": str, "vars": dict, "stages": list}
+STAGE_KEYS: Schema = {
     "name": str,
     "role": str,
     "description": str,
@@ -145,9 +146,7 @@ def _type_name(expected: type | tuple[type, ...]) -> str:
     return names.get(expected, expected.__name__)
 
 
-def _check_keys(
-    obj: Mapping[str, Any], schema: Mapping[str, type | tuple[type, ...]], where: str, required: Sequence[str]
-) -> None:
+def _check_keys(obj: Mapping[str, Any], schema: Schema, where: str, required: Sequence[str]) -> None:
     unknown = sorted(set(obj) - set(schema))
     if unknown:
         raise RecipeError(
@@ -305,7 +304,7 @@ def parse_recipe(
             raise RecipeError(f"{label}.vars.{key}: must be a string, got {type(value).__name__}")
     builtins = dict(values)
     for key, value in raw_vars.items():  # vars may use the built-ins, not each other
-        values[key] = substitute(value, builtins, lambda key=key: f"{label}.vars.{key}")
+        values[key] = substitute(value, builtins, lambda key=key: f"{label}.vars.{key}")  # type: ignore[misc]
 
     stages = [_parse_stage(raw, i, label, values, workdir) for i, raw in enumerate(doc["stages"])]
     if not stages:

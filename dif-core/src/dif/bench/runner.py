@@ -134,11 +134,11 @@ def run_stage(stage: Stage, workdir: Path, round_index: int, *, drop_cache: bool
     sampler = DeviceSampler()
     sampler.start()  # NVML's own start-up stays outside the timed wall
     timed_out = threading.Event()
-    with open(stdout, "wb") as out, open(stderr, "wb") as err:
+    with open(stdout, "wb") as out_file, open(stderr, "wb") as err_file:
         start = time.perf_counter()
         try:
             proc = subprocess.Popen(
-                list(stage.argv), stdin=subprocess.DEVNULL, stdout=out, stderr=err, env=env, cwd=workdir,
+                list(stage.argv), stdin=subprocess.DEVNULL, stdout=out_file, stderr=err_file, env=env, cwd=workdir,
                 start_new_session=True,
             )  # fmt: skip
         except OSError as exc:
