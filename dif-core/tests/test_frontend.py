@@ -38,6 +38,7 @@ def test_defaults_and_overrides():
     assert got["steps"] == 8 and got["width"] == 1024 and got["guidance"] == 1.0
     assert FAMILY.resolve_settings({"distilled": "false", "guidance": 3.5})["distilled"] is False
     assert FAMILY.to_dict()["variants"] == ["small", "large"]
+    assert FAMILY.to_dict()["settings"][0] == {"name": "steps", "help": FAMILY.settings[0].help, "by_kind": {}}
 
 
 @pytest.mark.parametrize(

@@ -146,3 +146,30 @@ def test_backends_agree_and_unknown_backend_is_named(tmp_path: Path) -> None:
     result = run("generate", *common, "--backend", "nosuch", "-o", str(tmp_path / "n.png"))
     assert result.exit_code == 1 and "unknown backend 'nosuch'" in result.output
     assert not (tmp_path / "n.png").exists()
+
+
+@pytest.mark.parametrize("variant", ["klein-4b", "klein-9b", "klein-base-4b", "klein-base-9b"])
+def test_info_variant_shows_the_published_architecture(variant: str) -> None:
+    from dif_frontend_flux2.configs import published
+
+    folder = published(variant)
+    transformer = json.loads((folder / "transformer" / "config.json").read_text())
+    text = json.loads((folder / "text_encoder" / "config.json").read_text())
+    distilled = json.loads((folder / "model_index.json").read_text()).get("is_distilled", False)
+    result = run("info", "--variant", variant, "--json")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)["data"]
+    t = data["transformer"]
+    assert (t["double_blocks"], t["single_blocks"], t["heads"], t["head_dim"], t["text_dim"]) == (
+        transformer["num_layers"],
+        transformer["num_single_layers"],
+        transformer["num_attention_heads"],
+        transformer["attention_head_dim"],
+        transformer["joint_attention_dim"],
+    )
+    assert data["text_encoder"]["layers"] == text["num_hidden_layers"] and data["distilled"] is distilled
+    assert data["defaults"]["steps"] == (4 if distilled else 50) and data["vae"]["pixels_per_token"] == 16
+    human = run("info", "--variant", variant).stdout
+    assert f"width {transformer['num_attention_heads'] * transformer['attention_head_dim']}" in human
+    assert "published config, no weights" in human
+    assert run("info", "--variant", "klein-99b").exit_code == 2

@@ -40,8 +40,29 @@ def dif_cli() -> Iterator[Callable[..., Any]]:
 
 def test_generate_writes_png_with_metadata(dif_cli: Callable[..., Any], tmp_path: Path) -> None:
     out, lat = tmp_path / "fox.png", tmp_path / "lat.safetensors"
-    res = dif_cli("krea2", "generate", "-p", "a red fox", "-W", "40", "-H", "32", "--steps", "2", "--seed", "5",
-                  "--dtype", "f32", "--backend", "cpu", "-o", str(out), "--save-latents", str(lat), "--json")
+    res = dif_cli(
+        "krea2",
+        "generate",
+        "-p",
+        "a red fox",
+        "-W",
+        "40",
+        "-H",
+        "32",
+        "--steps",
+        "2",
+        "--seed",
+        "5",
+        "--dtype",
+        "f32",
+        "--backend",
+        "cpu",
+        "-o",
+        str(out),
+        "--save-latents",
+        str(lat),
+        "--json",
+    )
     doc = json.loads(res.stdout)
     validate_document(doc)
     s = doc["data"]["settings"]
@@ -61,16 +82,56 @@ def test_generate_writes_png_with_metadata(dif_cli: Callable[..., Any], tmp_path
     # the saved noise fed back reproduces the latents exactly (the parity hook for other tools)
     noise_file = tmp_path / "noise.safetensors"
     save_tensors(noise_file, {"noise": np.array(saved["noise"])}, dif_metadata=False)
-    again = dif_cli("krea2", "generate", "-p", "a red fox", "-W", "48", "-H", "32", "--steps", "2", "--dtype", "f32",
-                    "--backend", "cpu", "--init-noise", str(noise_file), "-o", str(tmp_path / "b.png"),
-                    "--save-latents", str(tmp_path / "b.safetensors"), "--json")
+    again = dif_cli(
+        "krea2",
+        "generate",
+        "-p",
+        "a red fox",
+        "-W",
+        "48",
+        "-H",
+        "32",
+        "--steps",
+        "2",
+        "--dtype",
+        "f32",
+        "--backend",
+        "cpu",
+        "--init-noise",
+        str(noise_file),
+        "-o",
+        str(tmp_path / "b.png"),
+        "--save-latents",
+        str(tmp_path / "b.safetensors"),
+        "--json",
+    )
     assert json.loads(again.stdout)["data"]["settings"]["init_noise"] is True
     np.testing.assert_array_equal(open_safetensors(tmp_path / "b.safetensors")["latents"], saved["latents"])
 
 
 def test_generate_with_cfg_and_errors(dif_cli: Callable[..., Any], tmp_path: Path) -> None:
-    res = dif_cli("krea2", "generate", "-p", "a fox", "-n", "blurry", "-W", "32", "-H", "32", "--steps", "1",
-                  "--guidance", "2.5", "--dtype", "f32", "--backend", "interp", "-o", str(tmp_path / "c.png"))
+    res = dif_cli(
+        "krea2",
+        "generate",
+        "-p",
+        "a fox",
+        "-n",
+        "blurry",
+        "-W",
+        "32",
+        "-H",
+        "32",
+        "--steps",
+        "1",
+        "--guidance",
+        "2.5",
+        "--dtype",
+        "f32",
+        "--backend",
+        "interp",
+        "-o",
+        str(tmp_path / "c.png"),
+    )
     assert "CFG 2.5" in res.stdout and "distilled for guidance 0" in res.output
     bad = dif_cli("krea2", "generate", "-p", "x", "-o", str(tmp_path / "no" / "x.png"), ok=False)
     assert bad.exit_code != 0 and "does not exist" in bad.output
@@ -87,3 +148,22 @@ def test_info(dif_cli: Callable[..., Any]) -> None:
     assert d["path"] == str(DEFAULT_CHECKPOINT)
     text = dif_cli("krea2", "info").stdout
     assert "Krea 2 Turbo" in text and "8 steps, no CFG, mu 1.15" in text
+
+
+@pytest.mark.parametrize("variant", ["raw", "turbo"])
+def test_info_variant_shows_the_published_architecture(dif_cli: Callable[..., Any], variant: str) -> None:
+    from dif_frontend_krea2.configs import published
+
+    transformer = json.loads((published(variant) / "transformer" / "config.json").read_text())
+    d = json.loads(dif_cli("krea2", "info", "--variant", variant, "--json").stdout)["data"]
+    t = d["transformer"]
+    assert (t["blocks"], t["heads"], t["kv_heads"], t["head_dim"]) == (
+        transformer["num_layers"],
+        transformer["num_attention_heads"],
+        transformer["num_key_value_heads"],
+        transformer["attention_head_dim"],
+    )
+    assert d["variant"] == variant and d["defaults"]["steps"] == {"turbo": 8, "raw": 28}[variant]
+    assert d["vae"]["pixels_per_token"] == 16 and "tensors" not in t
+    text = dif_cli("krea2", "info", "--variant", variant).stdout
+    assert ("Turbo" if variant == "turbo" else "Raw") in text and "published config, no weights" in text

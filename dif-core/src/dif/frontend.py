@@ -191,6 +191,7 @@ class FrontendInfo:
             "variants": list(self.variants),
             "revision": self.revision,
             "defaults": self.defaults(),
+            "settings": [{"name": s.name, "help": s.help, "by_kind": dict(s.by_kind)} for s in self.settings],
         }
 
 
