@@ -245,6 +245,13 @@ def test_timeouts_and_missing_or_undecodable_outputs_fail(tmp_path):
     assert sleepy["wall_s"] < 10 and sleepy["exit_status"] != 0
 
 
+def test_a_stage_killed_by_a_signal_says_which(tmp_path):
+    code = "import os, signal; os.kill(os.getpid(), signal.SIGTERM)"
+    result = run_recipe(load_recipe(write_recipe(tmp_path, [py_stage("k", code)]), tmp_path / "w"))
+    (failure,) = result.failures
+    assert failure["exit_status"] == -15 and "killed by signal SIGTERM" in failure["reason"]
+
+
 def test_a_stage_printing_telemetry_gets_it_embedded(tmp_path):
     doc = build_document("x.generate", tool="fake", data={"timings_s": {"load": 0.5}, "total_s": 0.7}, plugins=[])
     (tmp_path / "doc.json").write_text(json.dumps(doc))
@@ -258,3 +265,14 @@ def test_a_stage_printing_telemetry_gets_it_embedded(tmp_path):
 def test_repeat_must_be_positive(tmp_path):
     with pytest.raises(DifError, match="--repeat"):
         run_recipe(load_recipe(write_recipe(tmp_path, [py_stage("a", "1")]), tmp_path / "w"), repeat=0)
+
+
+def test_an_mp4_without_pyav_is_reported_not_verified(tmp_path, monkeypatch):
+    from dif.bench.outputs import verify_output
+
+    monkeypatch.setitem(sys.modules, "av", None)  # as if PyAV were not installed
+    clip = tmp_path / "clip.mp4"
+    clip.write_bytes(b"\0\0\0\x18ftypmp42")
+    record = verify_output(str(clip))
+    assert record["ok"] and not record["verified"] and record["detail"] == "not verified: PyAV missing"
+    assert verify_output(str(tmp_path / "absent.mp4"))["ok"] is False

@@ -169,6 +169,8 @@ def run_stage(stage: Stage, workdir: Path, round_index: int, *, drop_cache: bool
     reason = None
     if timed_out.is_set():
         reason = f"timed out after {stage.timeout_s:g} s (killed)"
+    elif proc.returncode < 0:
+        reason = f"killed by signal {signal.Signals(-proc.returncode).name} (exit status {proc.returncode})"
     elif proc.returncode != 0:
         reason = f"exit status {proc.returncode}"
     else:
