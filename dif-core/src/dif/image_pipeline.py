@@ -2,16 +2,17 @@
 denoise -> decode stages after its "load" stage, and the `dif.report.ImageRun` they end in.
 
 Where it sits: a frontend's pipeline (FLUX.2's, Krea 2's) subclasses `TextToImagePipeline` and
-implements `encode` / `predictor` / `decode`, the model-specific work; `denoise` is the kit's one
-sampling loop (`dif.kit.sampling.sample`). Its `generate` resolves the request (size, steps,
-guidance, CFG), draws the noise, makes the schedule and prepares its programs in its "load" stage,
-then hands over to `run_stages`. The CLI (`dif.kit.commands`) and the Python API (`dif.load`) build
+implements the model-specific work: `fit_size`, `resolve`, `schedule`, `initial_noise`,
+`prepare_all`, `encode` / `predictor` / `decode`, `run_keys`. `denoise` is the kit's one sampling
+loop (`dif.kit.sampling.sample`) and `generate` the one order of a run: resolve the request (size,
+steps, guidance, CFG), draw the noise, make the schedule and prepare the programs in its "load"
+stage, then `run_stages`. The CLI (`dif.kit.commands`) and the Python API (`dif.load`) build
 the request with `image_request` from the frontend's settings.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar, Literal
 
 import numpy as np
@@ -70,6 +71,7 @@ class TextToImagePipeline:
     cfg_base: ClassVar[Literal["uncond", "cond"]] = "uncond"
     dtype: DType
     on_step: StepCallback | None
+    on_stage: Callable[[str, float], None] | None
     _programs: ProgramCache
 
     @property
@@ -117,9 +119,51 @@ class TextToImagePipeline:
         checkpoint's defaults and rules."""
         raise NotImplementedError
 
-    def generate(self, req: Any, /) -> ImageRun:
-        """The whole run for the frontend's `ImageRequest` `req` (its "load" stage, then `run_stages`)."""
+    def fit_size(self, width: int, height: int, /) -> tuple[int, int, list[str]]:
+        """(width, height, warnings): the size the model runs at for the one asked, a multiple of
+        `pixels_per_token` (FLUX.2 rejects others with a `UsageError`, Krea 2 rounds them up)."""
         raise NotImplementedError
+
+    def schedule(self, image_tokens: int, steps: int, /) -> FlowMatchSchedule:
+        """The sigmas of a run at `image_tokens` latent tokens: the checkpoint's scheduler config
+        with the model's shift rule."""
+        raise NotImplementedError
+
+    def initial_noise(self, req: Any, grid_h: int, grid_w: int, /) -> np.ndarray:
+        """Packed initial latents in the run dtype, from `req`'s seed or its `init_noise`."""
+        raise NotImplementedError
+
+    def prepare_all(self, width: int, height: int, /) -> None:
+        """Build, bind and prepare every program for this (fitted) size."""
+        raise NotImplementedError
+
+    def run_keys(self) -> dict[str, Any]:
+        """The run's "model" name and the frontend's own settings keys (variant, layout, ...)."""
+        raise NotImplementedError
+
+    def generate(self, req: Any, /) -> ImageRun:
+        """The whole run for the frontend's `ImageRequest` `req`: the "load" stage (noise and
+        schedule, cheap checks first, then the programs), then `run_stages`."""
+        width, height, _ = self.fit_size(*self.size(req))
+        grid = (height // self.pixels_per_token, width // self.pixels_per_token)
+        steps, guidance, cfg, warnings = self.resolve(req)
+        timer = StageTimer(self.on_stage)
+        with timer.stage("load"):
+            noise = self.initial_noise(req, *grid)
+            schedule = self.schedule(grid[0] * grid[1], steps)
+            self.prepare_all(width, height)
+        return self.run_stages(
+            req,
+            timer,
+            noise=noise,
+            schedule=schedule,
+            guidance=guidance,
+            cfg=cfg,
+            size=(width, height),
+            grid=grid,
+            warnings=warnings,
+            **self.run_keys(),
+        )
 
     def encode(self, prompt: str, /) -> Any:
         """The text conditioning of `prompt`, in whatever form `denoise` takes it."""

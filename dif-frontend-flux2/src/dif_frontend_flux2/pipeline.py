@@ -29,8 +29,6 @@ from dif.kit.sampling import Predict, StepCallback
 from dif.kit.scheduler import FlowMatchConfig, load_scheduler_config
 from dif.media import to_uint8
 from dif.noise import initial_latents
-from dif.report import ImageRun
-from dif.runstats import StageTimer
 from dif.runtime import ProgramCache, Runner
 from dif.sched import FlowMatchSchedule
 from dif.weights import TensorSource, bind_weights
@@ -90,9 +88,6 @@ class GenerationRequest(ImageRequest):
     """One FLUX.2 text-to-image job. None settings take the checkpoint's defaults (see `resolve`;
     the values: `plugin.INFO`). `init_noise`: (B, 128, H/16, W/16) or packed (B, N, 128) at 16
     pixels per token."""
-
-
-GenerationResult = ImageRun  # the image plus what is needed to report and reproduce it
 
 
 @define
@@ -245,28 +240,14 @@ class Flux2Pipeline(TextToImagePipeline):
             what=f"{w * self.pixels_per_token}x{h * self.pixels_per_token}",
         )
 
-    def generate(self, req: GenerationRequest) -> GenerationResult:
-        width, height = self.size(req)
-        h, w = check_size(width, height, self.pixels_per_token)
-        steps, guidance, use_cfg, warnings = self.resolve(req)
-        timer = StageTimer(self.on_stage)
-        with timer.stage("load"):
-            schedule = klein_schedule(
-                h * w, steps, load_scheduler_config(self.checkpoint.root, missing=KLEIN_SCHEDULER)
-            )
-            noise = self.initial_noise(req, h, w)  # cheap checks first, then the expensive load
-            self.prepare_all(width, height)
-        return self.run_stages(
-            req,
-            timer,
-            noise=noise,
-            schedule=schedule,
-            guidance=guidance,
-            cfg=use_cfg,
-            size=(width, height),
-            grid=(h, w),
-            warnings=warnings,
-            model=self.checkpoint.name,
-            distilled=self.checkpoint.is_distilled,
-            layout=self.checkpoint.layout,
-        )
+    def fit_size(self, width: int, height: int) -> tuple[int, int, list[str]]:
+        """The size itself: `UsageError` unless it is on the token grid."""
+        check_size(width, height, self.pixels_per_token)
+        return width, height, []
+
+    def schedule(self, image_tokens: int, steps: int) -> FlowMatchSchedule:
+        return klein_schedule(image_tokens, steps, load_scheduler_config(self.checkpoint.root, missing=KLEIN_SCHEDULER))
+
+    def run_keys(self) -> dict[str, Any]:
+        ck = self.checkpoint
+        return {"model": ck.name, "distilled": ck.is_distilled, "layout": ck.layout}

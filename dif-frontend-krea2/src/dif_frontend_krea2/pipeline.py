@@ -17,7 +17,7 @@ its latents; `init_noise` supplies that noise, seeds use numpy's PCG64 (`dif.noi
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 from attrs import define, field, frozen
@@ -30,8 +30,6 @@ from dif.ir.program import Program
 from dif.kit.sampling import Predict, StepCallback
 from dif.media import to_uint8
 from dif.noise import initial_latents
-from dif.report import ImageRun
-from dif.runstats import StageTimer
 from dif.runtime import ProgramCache, Runner
 from dif.sched import FlowMatchSchedule
 from dif.text import TextTokenizer
@@ -116,9 +114,6 @@ class GenerationRequest(ImageRequest):
     """One Krea 2 text-to-image job. None settings take the checkpoint's defaults (see `resolve`;
     the values: `plugin.INFO`), CFG running whenever guidance > 0. `init_noise`: (1, 16, H/8, W/8)
     or packed (1, N, 64) for the 8x VAE."""
-
-
-GenerationResult = ImageRun  # the image plus what is needed to report and reproduce it
 
 
 @frozen(eq=False)
@@ -256,7 +251,7 @@ class Krea2Pipeline(TextToImagePipeline):
     def resolve(self, req: GenerationRequest) -> tuple[int, float, bool, list[str]]:
         """(steps, guidance, use_cfg, warnings) with the Turbo/Raw defaults and the reference rule
         (CFG whenever guidance > 0); the size rounding's warnings first."""
-        warnings = round_size(*self.size(req), self.pixels_per_token)[2]
+        warnings = self.fit_size(*self.size(req))[2]
         default_steps, default_guidance = default_steps_guidance(self.configs)
         steps = req.steps if req.steps is not None else default_steps
         if steps < 1:
@@ -284,26 +279,13 @@ class Krea2Pipeline(TextToImagePipeline):
             what=f"{grid_w * self.pixels_per_token}x{grid_h * self.pixels_per_token}",
         )
 
-    def generate(self, req: GenerationRequest) -> GenerationResult:
-        width, height, _ = round_size(*self.size(req), self.pixels_per_token)
-        gh, gw = height // self.pixels_per_token, width // self.pixels_per_token
-        steps, guidance, use_cfg, warnings = self.resolve(req)
-        timer = StageTimer(self.on_stage)
-        with timer.stage("load"):
-            noise = self.initial_noise(req, gh, gw)  # cheap checks first, then the expensive load
-            schedule = krea2_schedule(self.configs, gh * gw, steps)
-            self.prepare_all(width, height)
-        return self.run_stages(
-            req,
-            timer,
-            noise=noise,
-            schedule=schedule,
-            guidance=guidance,
-            cfg=use_cfg,
-            size=(width, height),
-            grid=(gh, gw),
-            warnings=warnings,
-            model=self.checkpoint.name,
-            variant=self.checkpoint.variant,
-            distilled=self.checkpoint.is_distilled,
-        )
+    def fit_size(self, width: int, height: int) -> tuple[int, int, list[str]]:
+        """Rounded up to the token grid, with a warning each (`round_size`)."""
+        return round_size(width, height, self.pixels_per_token)
+
+    def schedule(self, image_tokens: int, steps: int) -> FlowMatchSchedule:
+        return krea2_schedule(self.configs, image_tokens, steps)
+
+    def run_keys(self) -> dict[str, Any]:
+        ck = self.checkpoint
+        return {"model": ck.name, "variant": ck.variant, "distilled": ck.is_distilled}
