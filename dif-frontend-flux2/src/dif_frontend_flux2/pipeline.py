@@ -210,7 +210,7 @@ class Flux2Pipeline(TextToImagePipeline):
     def resolve(self, req: GenerationRequest) -> tuple[int, float, bool, list[str]]:
         """(steps, guidance, use_cfg, warnings) with the distilled/base defaults and rules; the size
         must be a multiple of the token size (`UsageError`)."""
-        check_size(*self.size(req), self.pixels_per_token)
+        self.fit_size(*self.size(req))
         warnings: list[str] = []
         distilled = self.checkpoint.is_distilled
         kind = self.checkpoint.kind
