@@ -54,7 +54,7 @@ def probe_sdpa(s: int, h: int, d: int) -> dict[str, Any]:
 
     from dif_backend_cuda.sdpa import CudnnContext
 
-    ctx = CudnnContext(cupy.cuda.Stream.null, tune=False)
+    ctx = CudnnContext(cupy.cuda.Stream.null)
     out: dict[str, Any] = {"shape": f"B1 H{h} S{s} D{d} bf16", "tflop": 4 * s * s * d * h / 1e12}
     scale = 1 / math.sqrt(d)
     attention = torch.nn.functional.scaled_dot_product_attention
@@ -230,7 +230,7 @@ def probe_cudnn_matmul_fusion(rows: int = 4608, k: int = 16384, n: int = 4096) -
 
     from dif_backend_cuda.sdpa import CudnnContext
 
-    ctx = CudnnContext(cupy.cuda.Stream.null, tune=False)
+    ctx = CudnnContext(cupy.cuda.Stream.null)
     a = torch.randn(rows, k, device="cuda", dtype=torch.bfloat16)
     w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16) / math.sqrt(k)
     x = torch.randn(rows, n, device="cuda", dtype=torch.bfloat16)

@@ -89,7 +89,7 @@ class _FakeBackend:
     def __init__(self, sigs: dict[str, dict[str, list[str]]]) -> None:
         self.kernels = _FakeKernels(sigs)
         self.props = {"sm_count": 132, "major": 9, "minor": 0, "smem_optin": 232448}
-        self.options = {"gemm": "nvrtc", "sdpa": "flash", "graph": True, "gemm_tune": False}
+        self.options = {"gemm": "nvrtc", "sdpa": "flash", "graph": True, "tune": "off"}
         self._lt_error = self._cudnn_error = "not on this machine"
 
     def lt(self) -> None:

@@ -1,5 +1,5 @@
-"""Kernel-path options of the cuda backend (`gemm`, `sdpa`) and their variables DIF_CUDA_GEMM /
-DIF_CUDA_SDPA. Everything here runs without a GPU: it exercises `resolve_options`, which
+"""Kernel-path and tuning options of the cuda backend (`gemm`, `sdpa`, `tune`) and their variables
+DIF_CUDA_GEMM / DIF_CUDA_SDPA / DIF_CUDA_TUNE. Everything here runs without a GPU: it exercises `resolve_options`, which
 `CudaBackend.__init__` calls before it looks for a device."""
 
 from __future__ import annotations
@@ -16,15 +16,17 @@ def _no_option_env(monkeypatch: pytest.MonkeyPatch) -> None:
     # The developer's shell may set these; each test starts from "unset".
     monkeypatch.delenv("DIF_CUDA_GEMM", raising=False)
     monkeypatch.delenv("DIF_CUDA_SDPA", raising=False)
+    monkeypatch.delenv("DIF_CUDA_TUNE", raising=False)
 
 
 def test_variables_are_declared_with_auto_default():
     assert ENV_VARS["DIF_CUDA_GEMM"].default == "auto"
     assert ENV_VARS["DIF_CUDA_SDPA"].default == "auto"
+    assert ENV_VARS["DIF_CUDA_TUNE"].default == "cached"
 
 
 def test_unset_means_auto():
-    assert resolve_options() == {"gemm": "auto", "sdpa": "auto"}
+    assert resolve_options() == {"gemm": "auto", "sdpa": "auto", "tune": "cached"}
 
 
 @pytest.mark.parametrize("gemm", GEMM_CHOICES)
@@ -32,24 +34,36 @@ def test_unset_means_auto():
 def test_every_choice_is_accepted_from_the_environment(monkeypatch, gemm, sdpa):
     monkeypatch.setenv("DIF_CUDA_GEMM", gemm)
     monkeypatch.setenv("DIF_CUDA_SDPA", sdpa)
-    assert resolve_options() == {"gemm": gemm, "sdpa": sdpa}
+    assert resolve_options() == {"gemm": gemm, "sdpa": sdpa, "tune": "cached"}
 
 
 def test_environment_values_ignore_case_and_spaces_and_empty_means_unset(monkeypatch):
     monkeypatch.setenv("DIF_CUDA_GEMM", " NVRTC ")
     monkeypatch.setenv("DIF_CUDA_SDPA", "")
-    assert resolve_options() == {"gemm": "nvrtc", "sdpa": "auto"}
+    assert resolve_options() == {"gemm": "nvrtc", "sdpa": "auto", "tune": "cached"}
 
 
 def test_explicit_argument_wins_over_the_environment(monkeypatch):
     monkeypatch.setenv("DIF_CUDA_GEMM", "cublaslt")
     monkeypatch.setenv("DIF_CUDA_SDPA", "cudnn")
-    assert resolve_options(gemm="nvrtc", sdpa="flash") == {"gemm": "nvrtc", "sdpa": "flash"}
-    assert resolve_options(gemm="nvrtc") == {"gemm": "nvrtc", "sdpa": "cudnn"}
+    assert resolve_options(gemm="nvrtc", sdpa="flash") == {"gemm": "nvrtc", "sdpa": "flash", "tune": "cached"}
+    assert resolve_options(gemm="nvrtc") == {"gemm": "nvrtc", "sdpa": "cudnn", "tune": "cached"}
+
+
+@pytest.mark.parametrize("tune", ["cached", "on", "off"])
+def test_tune_from_the_environment_and_argument(monkeypatch, tune):
+    monkeypatch.setenv("DIF_CUDA_TUNE", tune)
+    assert resolve_options()["tune"] == tune
+    assert resolve_options(tune="off")["tune"] == "off"
 
 
 @pytest.mark.parametrize(
-    ("var", "allowed"), [("DIF_CUDA_GEMM", "auto, cublaslt, nvrtc"), ("DIF_CUDA_SDPA", "auto, cudnn, flash")]
+    ("var", "allowed"),
+    [
+        ("DIF_CUDA_GEMM", "auto, cublaslt, nvrtc"),
+        ("DIF_CUDA_SDPA", "auto, cudnn, flash"),
+        ("DIF_CUDA_TUNE", "cached, on, off"),
+    ],
 )
 def test_bad_environment_value_names_the_variable_and_the_choices(monkeypatch, var, allowed):
     monkeypatch.setenv(var, "cutlass")

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from dif.backend import Availability
 from dif.dtypes import DType
-from dif.env import DIF_CUDA_GEMM, DIF_CUDA_SDPA, EnvVar
+from dif.env import DIF_CUDA_GEMM, DIF_CUDA_SDPA, DIF_CUDA_TUNE, EnvVar
 from dif.errors import BackendUnavailableError, UsageError
 from dif.host import total_memory_bytes
 from dif.ops.registry import OPS, OpTable
@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from dif.ir.program import Program
     from dif.plan.plan import Plan
     from dif_backend_cuda.executor import CudaExecutable
+    from dif_backend_cuda.tuning import Choices
 
 NAME = "cuda"
 GEMM_CHOICES = ("auto", "cublaslt", "nvrtc")
@@ -39,9 +40,9 @@ RESERVE_BYTES = 512 << 20
 """Kept free for the CUDA context, library handles and cuDNN workspaces (not planned memory)."""
 
 
-def _choice(option: str, explicit: str | None, var: EnvVar, choices: tuple[str, ...]) -> str:
+def _choice(option: str, explicit: str | None, var: EnvVar, choices: tuple[str, ...], default: str = "auto") -> str:
     if explicit is None:
-        return var.get_choice(choices) or "auto"
+        return var.get_choice(choices) or default
     if explicit not in choices:
         raise UsageError(
             f"cuda backend option {option}={explicit!r} is not valid",
@@ -50,13 +51,17 @@ def _choice(option: str, explicit: str | None, var: EnvVar, choices: tuple[str, 
     return explicit
 
 
-def resolve_options(gemm: str | None = None, sdpa: str | None = None) -> dict[str, str]:
-    """The kernel paths a `CudaBackend` uses: an explicit argument wins, else DIF_CUDA_GEMM /
-    DIF_CUDA_SDPA, else 'auto'. A bad value is a UsageError naming the argument or variable and the
-    allowed values; it is checked here, when a backend is made, so importing the plugin never fails."""
+def resolve_options(gemm: str | None = None, sdpa: str | None = None, tune: str | None = None) -> dict[str, str]:
+    """The kernel paths and tune mode a `CudaBackend` uses: an explicit argument wins, else DIF_CUDA_GEMM /
+    DIF_CUDA_SDPA / DIF_CUDA_TUNE, else 'auto' ('cached' for tune). A bad value is a UsageError naming the
+    argument or variable and the allowed values; it is checked here, when a backend is made, so importing
+    the plugin never fails."""
+    from dif_backend_cuda.tuning import TUNE_CHOICES
+
     return {
         "gemm": _choice("gemm", gemm, DIF_CUDA_GEMM, GEMM_CHOICES),
         "sdpa": _choice("sdpa", sdpa, DIF_CUDA_SDPA, SDPA_CHOICES),
+        "tune": _choice("tune", tune, DIF_CUDA_TUNE, TUNE_CHOICES, default="cached"),
     }
 
 
@@ -178,10 +183,11 @@ def probe_budget(device: int = 0) -> RuntimeBudget:
 class CudaBackend:
     """Runs plans on one CUDA device. Kernel choice: `gemm` ('auto' = cuBLASLt when nvmath-python is
     installed, else the NVRTC GEMM), `sdpa` ('auto' = cuDNN for eligible fp16/bf16 attention, else
-    the NVRTC flash kernel), `graph` (capture the program as one CUDA graph and replay it), `gemm_tune`
-    (time cuBLASLt's candidate algorithms and cuDNN's candidate plans once per distinct problem at prepare
-    and keep the fastest). `gemm` and
-    `sdpa` left as None come from DIF_CUDA_GEMM / DIF_CUDA_SDPA (docs/env.md), 'auto' when unset."""
+    the NVRTC flash kernel), `graph` (capture the program as one CUDA graph and replay it), `tune`
+    (cuBLASLt algorithms and cuDNN plans per distinct problem: 'cached' reuses stored choices and otherwise
+    takes the library's first, 'on' also times the candidates of a problem without a stored choice and
+    stores the fastest, 'off' always takes the library's first; `tuning.Choices`). `gemm`, `sdpa` and
+    `tune` left as None come from DIF_CUDA_GEMM / DIF_CUDA_SDPA / DIF_CUDA_TUNE (docs/env.md)."""
 
     name = NAME
 
@@ -192,12 +198,12 @@ class CudaBackend:
         gemm: str | None = None,
         sdpa: str | None = None,
         graph: bool = True,
-        gemm_tune: bool = True,
+        tune: str | None = None,
         table: OpTable = OPS,
         cache_root: Path | None = None,
     ) -> None:
         # Options before availability: a typo in DIF_CUDA_GEMM is reported even on a machine without a GPU.
-        kernels = resolve_options(gemm, sdpa)
+        kernels = resolve_options(gemm, sdpa, tune)
         avail = cuda_availability()
         if not avail.ok:
             raise BackendUnavailableError(f"cuda backend unavailable: {avail.reason}")
@@ -206,8 +212,7 @@ class CudaBackend:
         from dif_backend_cuda.kernels import KernelCache
 
         self.device = device
-        # gemm_tune: time cuBLASLt's candidate algorithms per distinct GEMM at prepare (gemm.LtMatmul.tune)
-        self.options: dict[str, Any] = {**kernels, "graph": graph, "gemm_tune": gemm_tune}
+        self.options: dict[str, Any] = {**kernels, "graph": graph}
         self.table = table
         cupy.cuda.Device(device).use()
         self.props = device_properties(device)
@@ -233,7 +238,7 @@ class CudaBackend:
             try:
                 from dif_backend_cuda.gemm import LtContext
 
-                self._lt = LtContext(LT_WORKSPACE_BYTES)
+                self._lt = LtContext(LT_WORKSPACE_BYTES, self.choices)
             except Exception as exc:  # nvmath absent or cuBLASLt failing: the NVRTC GEMM takes over
                 self._lt_error = f"{type(exc).__name__}: {exc}"
         return self._lt
@@ -244,10 +249,25 @@ class CudaBackend:
             try:
                 from dif_backend_cuda.sdpa import CudnnContext
 
-                self._cudnn = CudnnContext(self.stream, tune=self.options["gemm_tune"])
+                self._cudnn = CudnnContext(self.stream, self.choices)
             except Exception as exc:
                 self._cudnn_error = f"{type(exc).__name__}: {exc}"
         return self._cudnn
+
+    def choices(self, library: str) -> Choices:
+        """The store of `library`'s (name and version) candidate choices on this device, under the tune mode."""
+        import cupy
+
+        from dif_backend_cuda.tuning import Choices
+
+        rt = cupy.cuda.runtime
+        device = {
+            "device": self.props["name"],
+            "arch": self.kernels.arch,
+            "driver": str(rt.driverGetVersion()),
+            "runtime": str(rt.runtimeGetVersion()),
+        }
+        return Choices(library.split()[0], library, device, self.options["tune"], self.kernels.root / "choices")
 
     def prepare(self, program: Program, plan: Plan, weights: Mapping[str, np.ndarray]) -> CudaExecutable:
         """Check the plan, upload `weights` (by parameter name) into one device allocation, lower every

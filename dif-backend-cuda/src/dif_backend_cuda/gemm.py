@@ -8,13 +8,17 @@ and `matmul_problem`). Only imported when a program has a matrix product and nvm
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from attrs import frozen
 
 from dif.dtypes import DType
 from dif.errors import BackendError
+
+if TYPE_CHECKING:
+    from dif_backend_cuda.tuning import Choices
 
 CUDA_DTYPE = {DType.F32: 0, DType.F16: 2, DType.BF16: 14}  # cudaDataType_t
 CUDA_R_32F = 0
@@ -27,9 +31,9 @@ TUNE_CANDIDATES = 8  # heuristic results timed per distinct problem
 
 class LtContext:
     """One cuBLASLt handle and workspace shared by every GEMM of a backend (one stream), and the
-    algorithm chosen for each distinct problem shape (`LtMatmul.tune`)."""
+    algorithm chosen for each distinct problem shape (`LtMatmul.tune`, through `tuning.Choices`)."""
 
-    def __init__(self, workspace_bytes: int) -> None:
+    def __init__(self, workspace_bytes: int, choices: Callable[[str], Choices] | None = None) -> None:
         import cupy
         from nvmath.bindings import cublasLt
 
@@ -38,7 +42,8 @@ class LtContext:
         self.workspace = cupy.cuda.Memory(workspace_bytes)
         self.workspace_bytes = workspace_bytes
         self.version = int(cublasLt.get_version())
-        self.tuned: dict[tuple[Any, ...], int] = {}
+        # `choices(version)`: the backend's store of algorithm choices for this cuBLASLt version
+        self.choices = choices(f"cublasLt {self.version}") if choices is not None else None
 
 
 @frozen
@@ -177,23 +182,27 @@ class LtMatmul:
         return int(self.heuristic.ctypes.data + self.choice * self.heuristic.dtype.itemsize + field)
 
     def tune(self, stream: Any) -> str:
-        """Pick the fastest of the heuristic's candidates on this problem's own buffers (`tuning.fastest`),
-        once per distinct shape/layout/alignment; returns a summary. Running it writes only the output
-        buffer, which the forward overwrites anyway."""
+        """Choose among the heuristic's candidates once per distinct shape/layout/alignment (`tuning.Choices`:
+        a stored choice, else timed on this problem's own buffers when tuning is on, else the heuristic's
+        first); returns a summary. Timing writes only the output buffer, which the forward overwrites anyway."""
         from dif_backend_cuda.tuning import fastest
 
         p = self.p
         key = (*(getattr(p, f) for f in ("dtype", "m", "n", "k", "lda", "ldb", "ldd", "trans_a", "trans_b", "alpha")),
                p.batch, bool(p.bias), *(_alignment(a) for a in (p.a, p.b, p.d)))  # fmt: skip
-        if key not in self.ctx.tuned:
+        if self.ctx.choices is None:
+            self.choice = 0
+            return f"algorithm 1 of {self.candidates} (heuristic)"
 
+        def measure() -> int:
             def run(choice: int) -> None:
                 self.choice = choice
                 self(stream)
 
-            self.ctx.tuned[key] = fastest(run, self.candidates, stream)[0]
-        self.choice = self.ctx.tuned[key]
-        return f"algorithm {self.choice + 1} of {self.candidates}"
+            return fastest(run, self.candidates, stream)[0]
+
+        self.choice, how = self.ctx.choices.choose(key, self.candidates, measure)
+        return f"algorithm {self.choice + 1} of {self.candidates} ({how})"
 
     def _set(self, setter: Any, dtype_of: Any, obj: int, attr: Any, value: int) -> None:
         buf = np.array(value, dtype=dtype_of(attr))

@@ -12,16 +12,20 @@ rows whose keys are all masked (kernels/attention.cu).
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from dif.dtypes import DType
+
+if TYPE_CHECKING:
+    from dif_backend_cuda.tuning import Choices
 
 
 class CudnnContext:
     """One cuDNN handle bound to the backend's stream, and the execution plan chosen per distinct graph
-    (`build_fastest`)."""
+    (`build_fastest`, through `tuning.Choices`)."""
 
-    def __init__(self, stream: Any, tune: bool = True) -> None:
+    def __init__(self, stream: Any, choices: Callable[[str], Choices] | None = None) -> None:
         import cudnn
 
         self.lib = cudnn
@@ -29,48 +33,49 @@ class CudnnContext:
         self.handle = cudnn.create_handle()
         cudnn.set_stream(handle=self.handle, stream=stream.ptr)
         self.version = str(cudnn.backend_version())
-        self.tune = tune
-        self.tuned: dict[tuple[Any, ...], int] = {}
+        # `choices(version)`: the backend's store of plan choices for this cuDNN version (None: cuDNN's own)
+        self.choices = choices(f"cudnn {self.version}") if choices is not None else None
 
     def build_fastest(self, graph: Any, pack: dict[Any, int], key: tuple[Any, ...]) -> tuple[Any, str]:
-        """Build `graph` (execution plans already created) with its fastest candidate plan, timed on its
-        own buffers (`tuning.fastest`) once per `key`; returns (workspace, summary). Building a plan at an
-        index makes it the one `execute` runs. Without tuning, or when the frontend cannot run plans by
-        index, cuDNN's own first choice is built."""
+        """Build `graph` (execution plans already created) with the plan `tuning.Choices` picks for `key`:
+        a stored choice, else (tuning on) the fastest candidate timed on its own buffers, else cuDNN's own
+        first choice; returns (workspace, summary). Building a plan at an index makes it the one `execute`
+        runs; a stored index that no longer builds falls back to cuDNN's choice."""
         import cupy
 
         try:
-            count = int(graph.get_execution_plan_count()) if self.tune else 0
+            count = int(graph.get_execution_plan_count()) if self.choices is not None else 0
             if count > 1:
-                return self._build_tuned(graph, pack, key, count)
+                assert self.choices is not None
+                index, how = self.choices.choose(key, count, lambda: self._fastest_plan(graph, pack, count))
+                if how != "heuristic":
+                    graph.build_plan_at_index(index)
+                    workspace = cupy.cuda.Memory(max(1, int(graph.get_workspace_size())))
+                    return workspace, f"plan {index + 1} of {count} ({how})"
         except Exception:  # noqa: BLE001 - an older frontend, or no plan could run: cuDNN's own choice
             self.stream.synchronize()
         graph.build_plans()
         return cupy.cuda.Memory(max(1, int(graph.get_workspace_size()))), "heuristic's first plan"
 
-    def _build_tuned(self, graph: Any, pack: dict[Any, int], key: tuple[Any, ...], count: int) -> tuple[Any, str]:
+    def _fastest_plan(self, graph: Any, pack: dict[Any, int], count: int) -> int:
+        """Every plan built once, then timed by index (a plan that did not build fails there and is dropped)."""
         import cupy
 
         from dif_backend_cuda.tuning import fastest
 
-        if key not in self.tuned:
-            # every plan built once, then run by index (a plan that did not build fails there and is dropped)
-            graph.build_plans(self.lib.build_plan_policy.ALL)
-            need = 1
-            for index in range(count):
-                try:
-                    need = max(need, int(graph.get_workspace_size_plan_at_index(index)))
-                except Exception:  # noqa: BLE001 - not built
-                    continue
-            scratch = cupy.cuda.Memory(need)
+        graph.build_plans(self.lib.build_plan_policy.ALL)
+        need = 1
+        for index in range(count):
+            try:
+                need = max(need, int(graph.get_workspace_size_plan_at_index(index)))
+            except Exception:  # noqa: BLE001 - not built
+                continue
+        scratch = cupy.cuda.Memory(need)
 
-            def run(index: int) -> None:
-                graph.execute_plan_at_index(pack, scratch.ptr, index, handle=self.handle)
+        def run(index: int) -> None:
+            graph.execute_plan_at_index(pack, scratch.ptr, index, handle=self.handle)
 
-            self.tuned[key] = fastest(run, count, self.stream)[0]
-        graph.build_plan_at_index(self.tuned[key])
-        workspace = cupy.cuda.Memory(max(1, int(graph.get_workspace_size())))
-        return workspace, f"plan {self.tuned[key] + 1} of {count}"
+        return fastest(run, count, self.stream)[0]
 
 
 def eligible(dtype: DType, d: int, dv: int, sq: int, skv: int, causal: bool) -> str:

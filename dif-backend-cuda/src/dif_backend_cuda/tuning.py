@@ -1,5 +1,10 @@
 """Choosing the fastest of a library's candidate kernels for one problem (cuBLASLt algorithms, cuDNN
-execution plans), at prepare time, on the problem's own device buffers.
+execution plans), at prepare time, on the problem's own device buffers, and keeping the choice on disk.
+
+`Choices` decides per problem: a choice made before (this process, or the disk cache keyed by library
+version, device, driver and problem) is reused; otherwise, with tuning on (`DIF_CUDA_TUNE=on`), the
+candidates are timed (`fastest`) and the winner stored; with the default `cached`, the library's own first
+candidate runs and nothing is timed, so a first run never stalls on probing.
 
 Timing has to survive two effects that would otherwise decide the choice: the GPU's clocks ramp up from
 idle over tens of milliseconds (whichever candidate is timed first looks slow), and a long forward runs
@@ -11,9 +16,17 @@ best on one (second) call are dropped first: slow cuDNN convolution plans would 
 
 from __future__ import annotations
 
+import json
 import statistics
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
+
+from dif.diskcache import key_digest, read_entry, write_entry
+
+TUNE_CHOICES = ("cached", "on", "off")
+"""`tune` of the cuda backend: reuse stored choices (else the library's first), time misses and store them,
+or always take the library's first."""
 
 WARM_MS = 30.0
 ROUNDS = 5
@@ -59,3 +72,46 @@ def fastest(run: Callable[[int], None], count: int, stream: Any) -> tuple[int, f
             times[index].append(timed(index, BATCH) / BATCH)
     best = min(alive, key=lambda i: statistics.median(times[i]))
     return best, statistics.median(times[best])
+
+
+class Choices:
+    """The candidate index chosen per problem for one library (`library`, at `version`) on one device
+    (`device`: name, arch, driver ...), under `mode` (one of `TUNE_CHOICES`); stored choices live under
+    `root` as `dif.diskcache` entries, one per problem."""
+
+    def __init__(self, library: str, version: str, device: Mapping[str, str], mode: str, root: Path) -> None:
+        if mode not in TUNE_CHOICES:
+            raise ValueError(f"tune mode {mode!r} is not one of {TUNE_CHOICES}")
+        self.library, self.mode, self.root = library, mode, root
+        self.fingerprint = {"library": library, "version": version, **device}
+        self._memo: dict[tuple[Any, ...], tuple[int, str]] = {}
+
+    def choose(self, problem: tuple[Any, ...], count: int, measure: Callable[[], int]) -> tuple[int, str]:
+        """(index among `count` candidates, how it was chosen: "tuned", "cached" or "heuristic");
+        `measure()` times the candidates and returns the fastest one's index (called in mode "on" only,
+        once per problem and count)."""
+        memo_key = (*problem, count)
+        if memo_key in self._memo:
+            return self._memo[memo_key]
+        if self.mode == "off" or count < 2:
+            return self._memo.setdefault(memo_key, (0, "heuristic"))
+        key = {**self.fingerprint, "problem": repr(problem), "candidates": str(count)}
+        path = self.root / f"{self.library}-{key_digest(key)}.json"
+        stored = read_entry(path, key)
+        choice = _stored_choice(stored, count) if stored is not None else None
+        if choice is not None:
+            return self._memo.setdefault(memo_key, (choice, "cached"))
+        if self.mode == "cached":
+            return self._memo.setdefault(memo_key, (0, "heuristic"))
+        choice = measure()
+        write_entry(path, json.dumps({"choice": choice}).encode(), key)
+        return self._memo.setdefault(memo_key, (choice, "tuned"))
+
+
+def _stored_choice(payload: bytes, count: int) -> int | None:
+    """The index an intact entry holds, when it is one of `count` candidates (else None: re-decided)."""
+    try:
+        choice = json.loads(payload)["choice"]
+    except (ValueError, KeyError, TypeError):
+        return None
+    return choice if isinstance(choice, int) and 0 <= choice < count else None

@@ -96,6 +96,14 @@ DIF_CUDA_SDPA = declare(
     "kernel), `cudnn` or `flash`. An `sdpa=` argument to `CudaBackend` wins over it.",
     default="auto",
 )
+DIF_CUDA_TUNE = declare(
+    "DIF_CUDA_TUNE",
+    "Library algorithm choices of the cuda backend (cuBLASLt, cuDNN) per problem: `cached` reuses the choices "
+    "stored in the cache and otherwise takes the library's first candidate (nothing is timed), `on` also times "
+    "the candidates of a problem without a stored choice and stores the fastest, `off` always takes the "
+    "library's first. A `tune=` argument to `CudaBackend` wins over it.",
+    default="cached",
+)
 DIF_CACHE_DIR = declare(
     "DIF_CACHE_DIR",
     "Folder for on-disk caches (compiled kernels, tuned plans). Default: $XDG_CACHE_HOME/dif or ~/.cache/dif.",

@@ -1,5 +1,6 @@
 """CUDA C sources of the CUDA backend and their compilation: NVRTC -> cubin, cached on disk keyed by
-(source hash, arch, NVRTC version) under `dif.env.cache_dir()/cuda`, loaded as CuPy modules.
+(source hash, arch, NVRTC version) under `dif.env.cache_dir()/cuda`, each sealed with its checksum (a
+damaged one is recompiled), loaded as CuPy modules.
 
 Each module is `common.cuh` + its preludes (`PRELUDES`) + one `.cu` file of this folder, named after the
 `dif.ops` module whose lowerings (`lower/<name>.py`) launch most of its kernels; every kernel is an
@@ -14,12 +15,14 @@ import hashlib
 import os
 import tempfile
 import threading
+import warnings
 from concurrent.futures import ThreadPoolExecutor
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from dif.errors import BackendError
+from dif.diskcache import read_entry, write_entry
+from dif.errors import BackendError, DifWarning
 
 MODULES = ("elementwise", "norm", "layout", "linalg", "conv", "attention", "fused")
 PRELUDES: dict[str, tuple[str, ...]] = {"linalg": ("gemm_tile.cuh",), "conv": ("gemm_tile.cuh",)}
@@ -125,13 +128,26 @@ class KernelCache:
         if self.compiler == "cupy-nvrtc":
             self.stats[name] = "cupy"
             return cp.RawModule(code=source, options=OPTIONS, backend="nvrtc")
+        return cp.RawModule(path=str(self.cubin(name, source)))
+
+    def cubin(self, name: str, source: str) -> Path:
+        """The path of an intact cubin of module `name` (compiled now when the cache has none). A cubin is
+        trusted only when its seal (`dif.diskcache` entry beside it, for this source, arch and compiler)
+        holds its SHA-256; a truncated or edited one is recompiled with a warning."""
         path = self.path_for(name)
+        key = {"module": name, "arch": self.arch, "compiler": self.compiler, "source": cache_key(source, "", "")}
+        seal = path.with_name(path.name + ".seal")
+        digest = read_entry(seal, key)
         if path.is_file():
-            self.stats[name] = "disk"
-        else:
-            _write_atomic(path, compile_cubin(source, self.arch, name))
-            self.stats[name] = "compiled"
-        return cp.RawModule(path=str(path))
+            if digest is not None and digest == hashlib.sha256(path.read_bytes()).hexdigest().encode():
+                self.stats[name] = "disk"
+                return path
+            warnings.warn(f"cached kernel {path} does not match its seal; recompiling it", DifWarning, stacklevel=2)
+        cubin = compile_cubin(source, self.arch, name)
+        _write_atomic(path, cubin)
+        write_entry(seal, hashlib.sha256(cubin).hexdigest().encode(), key)
+        self.stats[name] = "compiled"
+        return path
 
     def module(self, name: str) -> Any:
         with self._lock:

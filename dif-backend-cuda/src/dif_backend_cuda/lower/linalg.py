@@ -48,8 +48,7 @@ def _lt_step(ctx: LowerCtx, node: Node, problem: Any) -> Any | None:
             raise unsupported(node, f"cuBLASLt rejected the problem: {exc}") from exc
         ctx.choices[node.id] = f"nvrtc-gemm (cuBLASLt: {type(exc).__name__}: {exc})"
         return None
-    tuned = step.tune(ctx.backend.stream) if ctx.backend.options["gemm_tune"] else "heuristic's first"
-    ctx.choices[node.id] = f"cublaslt ({tuned})"
+    ctx.choices[node.id] = f"cublaslt ({step.tune(ctx.backend.stream)})"
     return step
 
 
