@@ -278,7 +278,7 @@ class ProgramCache:
     plan_peak_bytes: int = 0  # the largest plan's arena peak + parameter bytes
     load_seconds: float = 0.0  # time spent building, binding and preparing
     budget: RuntimeBudget | None = field(init=False, default=None)  # what the latest plan was made against
-    residency: dict[str, dict[str, int]] = field(init=False, factory=dict)  # by program name: `memory_report`
+    residency: dict[str, dict[str, Any]] = field(init=False, factory=dict)  # by program name: `memory_report`
     _runners: dict[Hashable, Runner] = field(init=False, factory=dict)
     _backend: Backend | None = field(init=False, default=None)  # the latest program's
     _backends: dict[str, Backend] = field(init=False, factory=dict)  # by name: each created once
@@ -331,12 +331,15 @@ class ProgramCache:
         self.plan_peak_bytes = max(self.plan_peak_bytes, int(plan.peak_bytes + plan.param_bytes))
         streamed = set(plan.streamed)
         name = program.name if program.name not in self.residency else f"{program.name} #{len(self.residency) + 1}"
+        timings = getattr(executable, "timings", {})
         self.residency[name] = {
             "params": len(plan.residency),
             "streamed_params": len(streamed),
             "streamed_bytes": sum(p.type.nbytes for p in program.params if p.name in streamed),
             "resident_bytes": plan.resident_bytes,
             "min_memory_bytes": plan.binding.min_memory_bytes,
+            # where prepare's time went (upload, lowering, capture ...), as the backend measured it
+            "prepare_s": {k: round(float(v), 4) for k, v in timings.items() if k.endswith("_s")},
         }
         return executable.run
 
