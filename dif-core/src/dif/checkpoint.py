@@ -33,8 +33,14 @@ def read_json_object(path: str | Path, *, hint: str | None = None) -> dict[str, 
         raise ConfigError(f"{p}: file not found", hint=hint) from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ConfigError(f"{p}: not readable JSON ({exc})") from None
+    except RecursionError:
+        raise ConfigError(f"{p}: not readable JSON (nested too deeply)") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{p}: expected a JSON object, got {type(data).__name__}")
+    try:  # JSON may escape a lone surrogate ("\ud800"): not text, and every consumer would choke on it
+        json.dumps(data, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        raise ConfigError(f"{p}: holds a string that is not valid Unicode (a lone surrogate escape)") from None
     return data
 
 

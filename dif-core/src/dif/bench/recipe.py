@@ -359,11 +359,15 @@ def load_recipe(
     """Read and check the recipe at `path` for a run in `workdir` (see `parse_recipe`)."""
     path = Path(path)
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise RecipeError(f"{path}: cannot read the recipe: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise RecipeError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     try:
         doc = json.loads(text)
     except ValueError as exc:
         raise RecipeError(f"{path}: not JSON: {exc}") from None
+    except RecursionError:
+        raise RecipeError(f"{path}: not JSON: nested too deeply") from None
     return parse_recipe(doc, path, Path(workdir), overrides=overrides, check_files=check_files)

@@ -8,6 +8,7 @@ Krea 2 Turbo's fixed mu) stays in the frontend, `mu_for` is the scheduler's reso
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -93,9 +94,19 @@ def parse_scheduler_config(data: Mapping[str, Any], *, where: str) -> FlowMatchC
     return config
 
 
+def _finite_number(value: Any) -> bool:
+    """A JSON number that is a finite float64 (not a boolean, NaN, Infinity or an integer past 1e308)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
+
+
 def _value(where: str, key: str, value: Any, kind: type) -> Any:
     """`value` of `key` as `kind`; `CheckpointError` naming the file and key when it is not one."""
-    number = isinstance(value, int | float) and not isinstance(value, bool)
+    number = _finite_number(value)
     if kind is bool:
         ok = isinstance(value, bool)
     elif kind is str:

@@ -34,7 +34,13 @@ def linear_sigmas(num_steps: int) -> np.ndarray:
 def time_shift_exponential(sigmas: np.ndarray, mu: float, exponent: float = 1.0) -> np.ndarray:
     """sigma' = e^mu / (e^mu + (1/sigma - 1)^exponent), computed in float32 like diffusers
     (numpy float32 arrays with Python scalars: each scalar is rounded to float32 first)."""
-    return _time_shift(sigmas, F32(math.exp(mu)), exponent)
+    try:
+        k = math.exp(mu)
+    except OverflowError:
+        k = math.inf
+    if not k <= np.finfo(F32).max:  # in float32 (as diffusers computes it) e^mu would be inf, the sigmas NaN
+        raise DifError(f"time shift mu={mu} is out of range (e^mu overflows float32)")
+    return _time_shift(sigmas, F32(k), exponent)
 
 
 def time_shift_linear(sigmas: np.ndarray, mu: float, exponent: float = 1.0) -> np.ndarray:

@@ -78,6 +78,9 @@ class TextTokenizer:
                 backend = Tokenizer.from_file(str(folder / "tokenizer.json"))
             except Exception as exc:  # the library raises plain Exception subclasses
                 raise CheckpointError(f"{folder / 'tokenizer.json'}: cannot load: {exc}") from None
+            except BaseException as exc:
+                _reraise_unless_panic(exc)
+                raise CheckpointError(f"{folder / 'tokenizer.json'}: cannot load: tokenizers panicked: {exc}") from None
             backend.no_padding()
             backend.no_truncation()
         elif (folder / "vocab.json").is_file() and (folder / "merges.txt").is_file():
@@ -141,17 +144,28 @@ class TextTokenizer:
         return int(self.backend.get_vocab_size(with_added_tokens=True))
 
 
+def _reraise_unless_panic(exc: BaseException) -> None:
+    """Re-raise `exc` unless it is a Rust panic inside `tokenizers` (pyo3's PanicException derives
+    from BaseException, not Exception), which is the input file's fault, not the user's Ctrl-C."""
+    if type(exc).__name__ != "PanicException":
+        raise exc
+
+
 def _byte_level_bpe(folder: Path, config: dict[str, Any]) -> Any:
     """A Qwen2-style byte-level BPE from vocab.json + merges.txt, then the added tokens of
     tokenizer_config.json in id order (each must land on the id the config gives it)."""
     from tokenizers import AddedToken, Regex, Tokenizer, decoders, normalizers, pre_tokenizers
     from tokenizers.models import BPE
 
-    try:
+    try:  # the library raises plain Exceptions, for unreadable files and for merges of unknown tokens alike
         vocab, merges = BPE.read_file(str(folder / "vocab.json"), str(folder / "merges.txt"))
+        model = BPE(vocab, merges, unk_token=None, fuse_unk=False, byte_fallback=False)
     except Exception as exc:
         raise CheckpointError(f"{folder}: cannot read vocab.json / merges.txt: {exc}") from None
-    backend = Tokenizer(BPE(vocab, merges, unk_token=None, fuse_unk=False, byte_fallback=False))
+    except BaseException as exc:
+        _reraise_unless_panic(exc)
+        raise CheckpointError(f"{folder}: cannot read vocab.json / merges.txt: tokenizers panicked: {exc}") from None
+    backend = Tokenizer(model)
     backend.normalizer = normalizers.NFC()
     backend.pre_tokenizer = pre_tokenizers.Sequence(
         [
@@ -182,7 +196,12 @@ def _byte_level_bpe(folder: Path, config: dict[str, Any]) -> Any:
                 hint="vocab.json and tokenizer_config.json come from different tokenizers",
             )
     # Special tokens named only in `additional_special_tokens` get the next free ids, in list order.
-    for extra in config.get("additional_special_tokens") or []:
+    extras = config.get("additional_special_tokens") or []
+    if not isinstance(extras, list):
+        raise CheckpointError(
+            f"{folder / 'tokenizer_config.json'}: additional_special_tokens must be a list, got {type(extras).__name__}"
+        )
+    for extra in extras:
         text = token_text(extra)
         if text is not None and backend.token_to_id(text) is None:
             backend.add_special_tokens([AddedToken(text, special=True, normalized=False)])

@@ -138,13 +138,19 @@ def open_index(index_path: str | Path) -> FileSource:
         raise CheckpointError(f"{index_path}: cannot read: {exc.strerror}") from None
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise CheckpointError(f"{index_path}: not valid JSON ({exc})") from None
+    except RecursionError:
+        raise CheckpointError(f"{index_path}: not valid JSON (nested too deeply)") from None
     weight_map = index.get("weight_map") if isinstance(index, dict) else None
     if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
         raise CheckpointError(f"{index_path}: no 'weight_map' object mapping tensor names to shard files")
     shards: dict[str, SafetensorsFile] = {}
     for shard_name in sorted(set(weight_map.values())):
         shard_path = _inside(folder, shard_name, index_path)
-        if not shard_path.is_file():
+        try:
+            present = shard_path.is_file()
+        except OSError as exc:  # a name too long for the filesystem, ...
+            raise CheckpointError(f"{index_path}: shard '{shard_name[:200]}': {exc.strerror}") from None
+        if not present:
             raise CheckpointError(
                 f"{index_path}: shard '{shard_name}' does not exist in {folder}",
                 hint="the download is incomplete; fetch the missing shard",
