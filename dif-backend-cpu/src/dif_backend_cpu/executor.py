@@ -93,6 +93,10 @@ class ArenaExecutable:
             name: np.array(env[name] if name in env else self.views[name], copy=True) for name in self.program.outputs
         }
 
+    def release(self) -> None:
+        """Nothing to free on a device: the arena and the weights are host memory, freed with the
+        executable when its owner drops it (`dif.backend.Executable.release`)."""
+
 
 def _aliased(program: Program, plan: Plan) -> frozenset[int]:
     """Reshape and split nodes all of whose results are views (`check_plan` checked they are in place)."""

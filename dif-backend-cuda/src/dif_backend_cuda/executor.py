@@ -213,6 +213,24 @@ class CudaExecutable:
         stream.synchronize()
         return {name: host.copy() for name, host in self.out_host.items()}
 
+    def release(self) -> None:
+        """Free this executable's device memory (`dif.backend.Executable.release`): wait for its work,
+        drop the graph (it holds the arena's addresses), the steps, the streamer, and every allocation
+        (arena, resident weights, input slots, staging, metadata, the pinned host buffers); unused
+        pinned blocks go back from CuPy's pool. The executable cannot run afterwards; prepare again."""
+        import cupy
+
+        self.backend.stream.synchronize()
+        self.graph = None
+        self.steps.clear()
+        self.step_nodes.clear()
+        self.streamer = None
+        self.tensors.clear()
+        self.in_host.clear()
+        self.out_host.clear()
+        self.memory.clear()  # cupy frees a Memory when its last reference goes
+        cupy.get_default_pinned_memory_pool().free_all_blocks()
+
     def profile(self, iters: int = 3, by: str = "op") -> dict[str, dict[str, float]]:
         """Device milliseconds per op (eager, a CUDA event after every step; mean over `iters` runs) and
         step counts: {key: {"ms": ..., "steps": ...}}. Launch gaps of tiny steps count toward their op.

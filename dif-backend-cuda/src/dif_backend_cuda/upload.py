@@ -96,9 +96,13 @@ def upload(
 ) -> float:
     """Copy host `arrays` ((byte offset, array) pairs) to `dst_ptr + offset` and wait for them; `stream`
     (the backend's) is made to wait too, so work queued on it after this sees the weights. `on_bytes(n)` is
-    called (from lane threads) as each chunk of n bytes is queued. Returns the seconds spent."""
+    called (from lane threads) as each chunk of n bytes is queued; None: the open progress bar's, if any
+    (`dif.progress.byte_callback`). Returns the seconds spent."""
     import cupy
 
+    from dif.progress import byte_callback
+
+    on_bytes = on_bytes if on_bytes is not None else byte_callback()
     t0 = time.perf_counter()
     chunks = upload_chunks(arrays, CHUNK_BYTES)
     if not chunks:

@@ -172,6 +172,10 @@ class OpenCLExecutable:
         self.steps.clear()
         self.closed = True
 
+    def release(self) -> None:
+        """Free this executable's device buffers (`dif.backend.Executable.release`): `close`."""
+        self.close()
+
     def __del__(self) -> None:
         # an executable dropped without close() still gives its buffers back; at interpreter
         # shutdown pyopencl may already be gone

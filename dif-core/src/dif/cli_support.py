@@ -29,8 +29,9 @@ DTYPE_CHOICES = ("auto", "f32", "bf16", "f16")
 """`--dtype` values; "auto" runs in the checkpoint's storage dtype (`dif.checkpoint.storage_dtype`)."""
 
 VRAM_BUDGET_HELP = (
-    "Device memory each program (text encoder, denoiser, VAE) may plan for, e.g. 12GB, 12GiB, 12000MB or "
-    "bytes (default: all that is free); weights that do not fit are streamed from host memory."
+    "Device memory the whole pipeline (text encoder + denoiser + VAE together) may hold, e.g. 12GB, 12GiB, "
+    "12000MB or bytes (default: all that is free when it starts); programs that do not fit together are "
+    "released between stages, and weights that still do not fit are streamed from host memory."
 )
 """`--vram-budget` help; the option's value goes through `parse_byte_size`."""
 
@@ -153,9 +154,12 @@ def memory_lines(memory: Mapping[str, Any]) -> list[str]:
     """The line a run prints about its memory budget and streamed weights (none when it had no budget
     and streamed nothing); `memory` is `dif.runtime.ProgramCache.memory_report()`."""
     cap, streamed = memory["vram_budget_bytes"], memory["streamed_params"]
-    if cap is None and not streamed:
+    strategies = sorted({d["strategy"] for d in memory.get("pipeline", {}).values()} - {"all-resident"})
+    if cap is None and not streamed and not strategies:
         return []
-    head = "no memory budget" if cap is None else f"memory budget {_mib_or_gib(cap)} per program"
+    head = "no memory budget" if cap is None else f"memory budget {_mib_or_gib(cap)} for the pipeline"
+    if strategies:  # `dif.plan.pipeline`: programs released between stages
+        head += f" ({', '.join(strategies)}; released {', '.join(memory['releases']) or 'nothing'})"
     what = f"{streamed} of {memory['params']} parameters streamed ({_mib_or_gib(memory['streamed_bytes'])})"
     return [f"  {head}: {what}" if streamed else f"  {head}: all {memory['params']} parameters resident"]
 

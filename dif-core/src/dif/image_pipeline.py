@@ -12,6 +12,7 @@ the request with `image_request` from the frontend's settings.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar, Literal
 
@@ -21,6 +22,7 @@ from attrs import frozen
 from dif.dtypes import DType
 from dif.errors import UsageError
 from dif.kit.sampling import Predict, StepCallback, sample
+from dif.progress import stage_starting
 from dif.report import ImageRun, image_settings
 from dif.runstats import StageTimer, peak_rss_bytes
 from dif.runtime import ProgramCache
@@ -134,7 +136,8 @@ class TextToImagePipeline:
         raise NotImplementedError
 
     def prepare_all(self, width: int, height: int, /) -> None:
-        """Build, bind and prepare every program for this (fitted) size."""
+        """Build, bind and plan (inside `ProgramCache.planning`; prepare, outside it) every program for
+        this (fitted) size, each with its stage (`ProgramCache.get(..., stage=)`)."""
         raise NotImplementedError
 
     def run_keys(self) -> dict[str, Any]:
@@ -143,7 +146,9 @@ class TextToImagePipeline:
 
     def generate(self, req: Any, /) -> ImageRun:
         """The whole run for the frontend's `ImageRequest` `req`: the "load" stage (noise and
-        schedule, cheap checks first, then the programs), then `run_stages`."""
+        schedule, cheap checks first, then the programs: all planned, then the pipeline's one memory
+        budget decides what is resident when, `dif.plan.pipeline`; prepared now when all fit together,
+        else by each stage as it starts), then `run_stages`."""
         width, height, _ = self.fit_size(*self.size(req))
         grid = (height // self.pixels_per_token, width // self.pixels_per_token)
         steps, guidance, cfg, warnings = self.resolve(req)
@@ -151,7 +156,8 @@ class TextToImagePipeline:
         with timer.stage("load"):
             noise = self.initial_noise(req, *grid)
             schedule = self.schedule(grid[0] * grid[1], steps)
-            self.prepare_all(width, height)
+            with self._programs.planning():  # plans all, decides what is resident when, prepares what fits
+                self.prepare_all(width, height)
         return self.run_stages(
             req,
             timer,
@@ -202,6 +208,16 @@ class TextToImagePipeline:
         """(H, W, 3) uint8 pixels from packed latents."""
         raise NotImplementedError
 
+    def enter_stage(self, timer: StageTimer, stage: str) -> None:
+        """Before `stage` runs: release the programs the pipeline's memory decision does not keep during
+        it and prepare its own (`ProgramCache.enter`), timed as stage "load.STAGE" when that did anything
+        (so the stage's own time, and the denoising rate, cover its work only); then tell the progress
+        listener the stage begins."""
+        start = time.perf_counter()
+        if self._programs.enter(stage):
+            timer.record(f"load.{stage}", time.perf_counter() - start)
+        stage_starting(stage)
+
     def run_stages(
         self,
         req: ImageRequest,
@@ -221,11 +237,14 @@ class TextToImagePipeline:
         `timer`, then the run: settings by `dif.report.image_settings` (`size` = (width, height) in
         pixels, steps and mu from `schedule`, `extra` = the frontend's own keys, in order), the
         timings, `warnings`, peak memory. `noise` is the packed initial latents in the run dtype."""
+        self.enter_stage(timer, "encode")
         with timer.stage("encode"):
             cond = self.encode(req.prompt)
             uncond = self.encode(req.negative_prompt) if cfg else None
+        self.enter_stage(timer, "denoise")
         with timer.stage("denoise"):
             latents = self.denoise(noise, cond, uncond, schedule, guidance, *grid)
+        self.enter_stage(timer, "decode")
         with timer.stage("decode"):
             pixels = self.decode(latents, *grid)
         settings = image_settings(

@@ -99,7 +99,7 @@ class Flux2Pipeline(TextToImagePipeline):
     backend: str | None = None  # a dif backend name, None for the default, "interp" for the reference interpreter
     on_step: StepCallback | None = None
     on_stage: Callable[[str, float], None] | None = None
-    vram_budget: int | None = None  # device bytes each program may plan for; weights beyond it stream
+    vram_budget: int | None = None  # device bytes the whole pipeline may hold (`ProgramCache`)
     _programs: ProgramCache = field(init=False)
     _tokenizer: Any = field(init=False, default=None)
 
@@ -120,15 +120,17 @@ class Flux2Pipeline(TextToImagePipeline):
         return native_size(self.checkpoint.root, multiple=self.pixels_per_token)
 
     # -- programs ------------------------------------------------------------------------------
-    def _runner(self, key: Hashable, build: Callable[[], Program], source: TensorSource, ignore: Any) -> Runner:
+    def _runner(
+        self, key: Hashable, build: Callable[[], Program], source: TensorSource, ignore: Any, stage: str
+    ) -> Runner:
         def build_and_bind() -> tuple[Program, Mapping[str, np.ndarray]]:
             program = build()
             return program, bind_weights(program, source, ignore=ignore)
 
-        return self._programs.get(key, build_and_bind)
+        return self._programs.get(key, build_and_bind, stage)
 
     def prepare_all(self, width: int, height: int) -> None:
-        """Build, bind and prepare the three programs for this size now (the CLI's load stage)."""
+        """Build, bind and plan the three programs for this size now (the CLI's load stage)."""
         h, w = check_size(width, height, self.pixels_per_token)
         self._text_runner()
         self._transformer_runner(h * w)
@@ -144,6 +146,7 @@ class Flux2Pipeline(TextToImagePipeline):
             lambda: build_text_encoder(cfg, batch=1, seq_len=MAX_LENGTH, taps=taps, dtype=self.dtype),
             self.checkpoint.text_encoder,
             text_encoder_unused(max(taps), cfg.num_hidden_layers),
+            "encode",
         )
 
     def _transformer_runner(self, n_img: int) -> Runner:
@@ -153,6 +156,7 @@ class Flux2Pipeline(TextToImagePipeline):
             lambda: build_transformer(cfg, batch=1, n_img=n_img, n_txt=MAX_LENGTH, dtype=self.dtype),
             self.checkpoint.transformer,
             (),
+            "denoise",
         )
 
     def _vae_runner(self, h: int, w: int) -> Runner:
@@ -165,6 +169,7 @@ class Flux2Pipeline(TextToImagePipeline):
             ),
             self.checkpoint.vae,
             VAE_DECODER_UNUSED,
+            "decode",
         )
 
     # -- stages --------------------------------------------------------------------------------

@@ -136,7 +136,7 @@ class Krea2Pipeline(TextToImagePipeline):
     max_sequence_length: int = MAX_SEQUENCE_LENGTH
     on_step: StepCallback | None = None
     on_stage: Callable[[str, float], None] | None = None
-    vram_budget: int | None = None  # device bytes each program may plan for; weights beyond it stream
+    vram_budget: int | None = None  # device bytes the whole pipeline may hold (`ProgramCache`)
     _programs: ProgramCache = field(init=False)
     _tokenizer: TextTokenizer | None = field(init=False, default=None)
 
@@ -163,14 +163,14 @@ class Krea2Pipeline(TextToImagePipeline):
             prog = build_text_encoder(cfg, seq_len=seq_len, taps=taps, drop_prefix=drop_prefix, dtype=self.dtype)
             return prog, bind_text_encoder(prog, self.checkpoint.text_encoder, self.checkpoint.text_prefix)
 
-        return self._programs.get(("text_encoder", seq_len, drop_prefix), build)
+        return self._programs.get(("text_encoder", seq_len, drop_prefix), build, "encode")
 
     def _fusion_runner(self) -> Runner:
         def build() -> tuple[Program, Mapping[str, np.ndarray]]:
             prog = build_text_fusion(self.configs.transformer, text_len=self.max_sequence_length, dtype=self.dtype)
             return prog, bind_text_fusion(prog, self.checkpoint.transformer)
 
-        return self._programs.get(("text_fusion",), build)
+        return self._programs.get(("text_fusion",), build, "encode")
 
     def _denoiser_runner(self, image_len: int) -> Runner:
         def build() -> tuple[Program, Mapping[str, np.ndarray]]:
@@ -179,7 +179,7 @@ class Krea2Pipeline(TextToImagePipeline):
             )
             return prog, bind_denoiser(prog, self.checkpoint.transformer)
 
-        return self._programs.get(("denoiser", image_len), build)
+        return self._programs.get(("denoiser", image_len), build, "denoise")
 
     def _vae_runner(self, grid_h: int, grid_w: int) -> Runner:
         cfg, p = self.configs.vae, self.configs.pipeline.patch_size
@@ -188,10 +188,10 @@ class Krea2Pipeline(TextToImagePipeline):
             prog = build_vae_decoder(cfg, latent_h=p * grid_h, latent_w=p * grid_w, dtype=self.dtype)
             return prog, bind_vae(prog, self.checkpoint.vae)
 
-        return self._programs.get(("vae", grid_h, grid_w), build)
+        return self._programs.get(("vae", grid_h, grid_w), build, "decode")
 
     def prepare_all(self, width: int, height: int) -> None:
-        """Build, bind and prepare every program for this (already rounded) size now."""
+        """Build, bind and plan every program for this (already rounded) size now."""
         gh, gw = height // self.pixels_per_token, width // self.pixels_per_token
         tokens = encode_prompt(self.tokenizer, "", max_sequence_length=self.max_sequence_length)
         self._text_encoder_runner(tokens.seq_len, tokens.drop_prefix)
