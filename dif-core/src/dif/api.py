@@ -83,12 +83,17 @@ class ImagePipeline:
         negative_prompt: str = "",
         init_noise: np.ndarray | None = None,
         on_step: StepCallback | None = None,
+        check_finite: bool = True,
+        allow_nonfinite_weights: bool = False,
         **settings: Any,
     ) -> GeneratedImage:
         """One image of `prompt`. `settings` are the frontend's (`info.settings`: steps, guidance,
         width, height, seed); left out, they take the checkpoint's defaults (seed: a fresh random
-        one, recorded in the result). `on_step(done, total, latents)` sees every step."""
+        one, recorded in the result). `on_step(done, total, latents)` sees every step.
+        `check_finite` and `allow_nonfinite_weights` are the CLI's --check-finite/--no-check-finite
+        and --allow-nonfinite-weights (`dif.kit.finite.run_checks`)."""
         from dif.image_pipeline import image_request
+        from dif.kit.finite import run_checks
         from dif.noise import random_seed
 
         started = time.perf_counter()
@@ -98,7 +103,8 @@ class ImagePipeline:
         req = image_request(prompt, resolved, negative_prompt=negative_prompt, init_noise=init_noise)
         self.pipeline.on_step = on_step
         try:
-            run = self.pipeline.generate(req)
+            with run_checks(finite=check_finite, allow_nonfinite_weights=allow_nonfinite_weights):
+                run = self.pipeline.generate(req)
         finally:
             self.pipeline.on_step = None
         return GeneratedImage(run, self.info.name, self.info.revision, started)

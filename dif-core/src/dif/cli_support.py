@@ -80,6 +80,28 @@ class ImageOptions:
 
 
 def parse_byte_size(text: str) -> int:
+    def unwritable(self) -> tuple[Path, str] | None:
+        """(path, why) of the first file to write (output, then --save-latents) that cannot be
+        written: its folder is not writable, or the path is a folder or a read-only file."""
+        for path in (self.output, self.save_latents):
+            if path is not None and (why := unwritable_reason(path)) is not None:
+                return path, why
+        return None
+
+
+def unwritable_reason(path: Path) -> str | None:
+    """Why `path` cannot be written now (files are written by rename into its folder), or None."""
+    import os
+
+    folder = path.resolve().parent
+    if path.is_dir():
+        return f"{path} is a folder"
+    if not os.access(folder, os.W_OK | os.X_OK):
+        return f"folder {folder} is not writable"
+    if path.exists() and not os.access(path, os.W_OK):
+        return f"{path} exists and is not writable"
+    return None
+
     """Bytes of a memory size as people write it: "12GB" (10^9 each), "12GiB" (2^30 each), "12000MB",
     "1.5GiB", "4096" (bytes). Units are case-blind. `UsageError` for anything else or a size below one byte."""
     match = re.fullmatch(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*([A-Za-z]*)\s*", text)
@@ -128,16 +150,19 @@ def generate_image(
     from dif.image_pipeline import image_request
     from dif.noise import load_noise_file
     from dif.progress import ProgressBar
+    from dif.kit.finite import run_checks
     from dif.report import save_image_run, summary_lines
 
     noise = load_noise_file(opts.init_noise) if opts.init_noise is not None else None
     req = image_request(opts.prompt, opts.settings, negative_prompt=opts.negative_prompt, init_noise=noise)
-    warnings = pipe.resolve(req)[3]  # the request's own errors (sizes, steps) before any work
-    with ProgressBar(quiet=opts.as_json) as bar:
-        pipe.on_step = lambda done, total, _latents: bar.step(done, total)
-        for warning in warnings:
-            print(f"warning: {warning}", file=sys.stderr, flush=True)
-        result = pipe.generate(req)
+    checks = run_checks(finite=opts.check_finite, allow_nonfinite_weights=opts.allow_nonfinite_weights)
+    with checks:
+        warnings = pipe.resolve(req)[3]  # the request's own errors (sizes, steps) before any work
+        with ProgressBar(quiet=opts.as_json) as bar:
+            pipe.on_step = lambda done, total, _latents: bar.step(done, total)
+            for warning in warnings:
+                print(f"warning: {warning}", file=sys.stderr, flush=True)
+            result = pipe.generate(req)
     summary, timings = save_image_run(
         result, opts.output, latents=opts.save_latents, frontend=opts.frontend, version=version, started=opts.started
     )

@@ -72,6 +72,23 @@ class BackendError(DifError):
     """A backend cannot run something (unavailable, op not implemented, device failure)."""
 
 
+class DeviceMemoryError(BackendError):
+    """A backend could not allocate memory a program asked for (numpy MemoryError, CUDA or OpenCL out of memory)."""
+
+    def __init__(
+        self, backend: str, program: str, nbytes: int, what: str, free_bytes: int | None, detail: str = ""
+    ) -> None:
+        free = "free memory unknown" if free_bytes is None else f"{free_bytes} B free"
+        why = f": {detail}" if detail else ""
+        super().__init__(
+            f"{backend} backend: program '{program or '?'}' could not allocate {nbytes} B for its {what} ({free}){why}",
+            hint="plan for less device memory with --vram-budget SIZE (weights beyond it stream from host memory), "
+            "use a smaller image size, or free device memory",
+        )
+        self.backend, self.program, self.nbytes, self.what, self.free_bytes = backend, program, nbytes, what, free_bytes
+        self.detail = detail
+
+
 class BackendUnavailableError(BackendError):
     """The backend's hardware or libraries are not present on this machine."""
 
@@ -95,6 +112,10 @@ class PluginError(DifError):
 
 class UsageError(DifError):
     """A user-facing option has an invalid value (size not a multiple of 16, ...)."""
+
+
+class NonFiniteError(DifError):
+    """A stage output, a weight or an input holds NaN or infinite values (`dif.kit.finite`)."""
 
 
 class DifWarning(UserWarning):

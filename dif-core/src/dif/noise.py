@@ -39,7 +39,8 @@ def random_seed() -> int:
 
 def load_noise_file(path: str | Path) -> np.ndarray:
     """The initial-noise tensor of a safetensors file: its only tensor, or the one named `noise` /
-    `latents` (what `--save-latents` writes and diffusers' `latents` argument takes)."""
+    `latents` (what `--save-latents` writes and diffusers' `latents` argument takes). `UsageError`
+    naming the file when it holds NaN / infinite values."""
     from dif.weights import open_safetensors
 
     source = open_safetensors(path)
@@ -47,7 +48,14 @@ def load_noise_file(path: str | Path) -> np.ndarray:
     pick = names[0] if len(names) == 1 else next((n for n in ("noise", "latents") if n in names), None)
     if pick is None:
         raise UsageError(f"{path}: holds {len(names)} tensors; name the noise tensor 'noise' or 'latents'")
-    return np.array(source[pick])
+    noise = np.array(source[pick])
+    bad = int(noise.size - np.count_nonzero(np.isfinite(noise)))
+    if bad:
+        raise UsageError(
+            f"{path}: tensor '{pick}' has {bad} NaN / infinite values of {noise.size}; initial noise must be finite",
+            hint="save the noise again (what --save-latents wrote as 'noise' is finite)",
+        )
+    return noise
 
 
 def initial_latents(

@@ -7,6 +7,7 @@ Every field is validated here so builders can trust their config.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Self, TypeVar
@@ -22,6 +23,7 @@ from dif.config_fields import (
     non_negative_int,
     positive_float,
     positive_int,
+    width_product,
 )
 from dif.errors import ConfigError
 from dif.layers.causal_lm import BaseDecoderConfig
@@ -122,6 +124,9 @@ class Flux2TransformerConfig:
         if "guidance_embeds" in kw:
             kw["guidance_embeds"] = flag(what, "guidance_embeds", kw["guidance_embeds"])
         cfg = cls(**kw)
+        heads = {"num_attention_heads": cfg.num_attention_heads, "attention_head_dim": cfg.attention_head_dim}
+        width_product(what, heads)
+        width_product(what, {**heads, "mlp_ratio": math.ceil(cfg.mlp_ratio)})
         if any(d % 2 for d in cfg.axes_dims_rope) or sum(cfg.axes_dims_rope) > cfg.attention_head_dim:
             raise ConfigError(
                 f"{what}: axes_dims_rope {list(cfg.axes_dims_rope)} must be even widths summing to at most "
@@ -188,6 +193,8 @@ class Qwen3Config(BaseDecoderConfig):
             if n in kw:
                 kw[n] = flag(what, n, kw[n])
         cfg = cls(**kw)
+        width_product(what, {"num_attention_heads": cfg.num_attention_heads, "head_dim": cfg.head_dim})
+        width_product(what, {"vocab_size": cfg.vocab_size, "hidden_size": cfg.hidden_size}, maximum=1 << 36)
         if cfg.num_attention_heads % cfg.num_key_value_heads:
             raise ConfigError(
                 f"{what}: num_attention_heads {cfg.num_attention_heads} is not a multiple of "

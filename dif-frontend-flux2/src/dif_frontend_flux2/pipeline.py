@@ -25,6 +25,8 @@ from dif.dtypes import DType
 from dif.errors import CheckpointError, UsageError
 from dif.image_pipeline import ImageRequest, TextToImagePipeline
 from dif.ir.program import Program
+from dif.kit.admission import admit_image
+from dif.kit.finite import require_finite
 from dif.kit.sampling import Predict, StepCallback
 from dif.kit.scheduler import FlowMatchConfig, load_scheduler_config
 from dif.media import to_uint8
@@ -186,7 +188,7 @@ class Flux2Pipeline(TextToImagePipeline):
         cos, sin = qwen3_rope_tables(cfg, MAX_LENGTH, dtype=self.dtype)
         run = self._text_runner()
         out = run({"input_ids": ids, "attention_mask": mask, "rope_cos": cos, "rope_sin": sin})
-        return next(iter(out.values()))
+        return require_finite("text features", next(iter(out.values())))
 
     def predictor(self, h: int, w: int) -> Predict:
         """The denoiser at h x w tokens: (latents (1, h*w, 128), t, text features) -> velocity."""
@@ -209,7 +211,8 @@ class Flux2Pipeline(TextToImagePipeline):
 
     def decode(self, latents: np.ndarray, h: int, w: int) -> np.ndarray:
         """(H, W, 3) uint8 from packed latents, rounded as the reference image processor does."""
-        return to_uint8(next(iter(self._vae_runner(h, w)({"latents": latents}).values()))[0])
+        image = next(iter(self._vae_runner(h, w)({"latents": latents}).values()))
+        return to_uint8(require_finite("decoded image", image)[0])
 
     # -- the whole path ------------------------------------------------------------------------
     def resolve(self, req: GenerationRequest) -> tuple[int, float, bool, list[str]]:
@@ -230,6 +233,11 @@ class Flux2Pipeline(TextToImagePipeline):
         use_cfg = guidance > 1.0 and not distilled
         if not use_cfg and not distilled and req.negative_prompt:
             warnings.append(f"the negative prompt is ignored: CFG is off at guidance {guidance} (needs > 1)")
+        channels = self.checkpoint.configs.transformer.in_channels
+        admit_image(
+            *self.size(req), pixels_per_token=self.pixels_per_token, channels=channels, steps=steps, cfg=use_cfg,
+            dtype=self.dtype, schedule=self.schedule,
+        )  # fmt: skip
         return steps, guidance, use_cfg, warnings
 
     def initial_noise(self, req: GenerationRequest, h: int, w: int) -> np.ndarray:

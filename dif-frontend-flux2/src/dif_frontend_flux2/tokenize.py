@@ -11,11 +11,13 @@ the right with <|endoftext|> to exactly 512 (every pad row still reaches the den
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
+from dif.errors import DifWarning
 from dif.text import Message, TextTokenizer
 
 MAX_LENGTH = 512
@@ -33,6 +35,17 @@ def load_tokenizer(folder: str | Path) -> TextTokenizer:
 def tokenize_prompts(
     tokenizer: TextTokenizer, prompts: Sequence[str], max_length: int = MAX_LENGTH
 ) -> tuple[np.ndarray, np.ndarray]:
-    """(input_ids int64, attention_mask bool), both (len(prompts), max_length)."""
-    ids, mask = tokenizer.encode_batch([klein_prompt_text(tokenizer, p) for p in prompts], max_length)
+    """(input_ids int64, attention_mask bool), both (len(prompts), max_length). A prompt whose
+    chat-formatted text is longer than `max_length` tokens is cut, as the reference does, with a
+    `DifWarning` giving both counts."""
+    texts = [klein_prompt_text(tokenizer, p) for p in prompts]
+    for text in texts:
+        if (count := len(tokenizer.encode(text))) > max_length:
+            warnings.warn(
+                f"prompt is {count} tokens with its chat template; the text encoder takes {max_length}: "
+                f"the last {count - max_length} are ignored",
+                DifWarning,
+                stacklevel=2,
+            )
+    ids, mask = tokenizer.encode_batch(texts, max_length)
     return ids, mask.astype(bool)

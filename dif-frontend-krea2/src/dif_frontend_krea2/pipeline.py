@@ -27,6 +27,8 @@ from dif.dtypes import DType
 from dif.errors import UsageError
 from dif.image_pipeline import ImageRequest, TextToImagePipeline
 from dif.ir.program import Program
+from dif.kit.admission import admit_image
+from dif.kit.finite import require_finite
 from dif.kit.sampling import Predict, StepCallback
 from dif.media import to_uint8
 from dif.noise import initial_latents
@@ -212,13 +214,13 @@ class Krea2Pipeline(TextToImagePipeline):
         cos, sin = text_rope_tables(self.configs.text_encoder, tokens.positions, dtype=self.dtype)
         run = self._text_encoder_runner(tokens.seq_len, tokens.drop_prefix)
         out = run({"input_ids": tokens.ids, "attention_mask": tokens.mask, "rope_cos": cos, "rope_sin": sin})
-        return next(iter(out.values())), tokens
+        return require_finite("text features", next(iter(out.values()))), tokens
 
     def encode(self, prompt: str) -> EncodedPrompt:
         """Text features of `prompt` fused and projected once (timestep-independent)."""
         feats, tokens = self.text_features(prompt)
         out = self._fusion_runner()({"text_hidden_states": feats, "text_mask": tokens.text_mask})
-        embeds = next(iter(out.values()))
+        embeds = require_finite("fused text features", next(iter(out.values())))
         return EncodedPrompt(embeds, tokens.text_mask, tokens)
 
     def predictor(self, grid_h: int, grid_w: int) -> Predict:
@@ -245,7 +247,7 @@ class Krea2Pipeline(TextToImagePipeline):
 
     def decode(self, latents: np.ndarray, grid_h: int, grid_w: int) -> np.ndarray:
         """(H, W, 3) uint8, rounded as the reference image processor does."""
-        return to_uint8(self.decode_image(latents, grid_h, grid_w)[0])
+        return to_uint8(require_finite("decoded image", self.decode_image(latents, grid_h, grid_w))[0])
 
     # -- the whole path ------------------------------------------------------------------------
     def resolve(self, req: GenerationRequest) -> tuple[int, float, bool, list[str]]:
@@ -264,6 +266,12 @@ class Krea2Pipeline(TextToImagePipeline):
             warnings.append(f"guidance {guidance} runs CFG on Turbo, which is distilled for guidance 0")
         if not use_cfg and req.negative_prompt:
             warnings.append("the negative prompt is ignored: CFG is off at guidance 0")
+        width, height, _ = self.fit_size(*self.size(req))
+        channels = self.configs.pipeline.patch_size**2 * self.configs.vae.z_dim
+        admit_image(
+            width, height, pixels_per_token=self.pixels_per_token, channels=channels, steps=steps, cfg=use_cfg,
+            dtype=self.dtype, schedule=self.schedule,
+        )  # fmt: skip
         return steps, guidance, use_cfg, warnings
 
     def initial_noise(self, req: GenerationRequest, grid_h: int, grid_w: int) -> np.ndarray:

@@ -13,10 +13,12 @@ right after the last prompt token. The first 34 rows (the system prefix) are dro
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 from attrs import frozen
 
-from dif.errors import DifError
+from dif.errors import DifError, DifWarning
 from dif.text import TextTokenizer
 
 SYSTEM_PROMPT = (
@@ -68,10 +70,18 @@ def encode_prompt(
     tokenizer: TextTokenizer, prompt: str, *, max_sequence_length: int = MAX_SEQUENCE_LENGTH
 ) -> PromptTokens:
     """Tokenize `prompt` into the Krea 2 layout; the encoder output keeps `max_sequence_length` rows
-    (plus any difference if the suffix does not tokenize to 5 tokens, as in the reference)."""
+    (plus any difference if the suffix does not tokenize to 5 tokens, as in the reference). A
+    prompt longer than the room left (`max_sequence_length` - 5 tokens) is cut, as the reference
+    does, with a `DifWarning` giving both counts."""
     if max_sequence_length <= 0:
         raise DifError(f"max_sequence_length must be positive, got {max_sequence_length}")
     body_len = max_sequence_length + PREFIX_TOKENS - SUFFIX_TOKENS
+    if (count := len(tokenizer.encode(PROMPT_PREFIX + prompt)) - PREFIX_TOKENS) > (room := body_len - PREFIX_TOKENS):
+        warnings.warn(
+            f"prompt is {count} tokens; the text encoder takes {room}: the last {count - room} are ignored",
+            DifWarning,
+            stacklevel=2,
+        )
     ids, mask = tokenizer.encode_batch([PROMPT_PREFIX + prompt], body_len)
     suffix = np.asarray([tokenizer.encode(PROMPT_SUFFIX)], dtype=np.int64)
     all_ids = np.concatenate([ids, suffix], axis=1).astype(np.int64)

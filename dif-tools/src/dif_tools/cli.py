@@ -28,6 +28,7 @@ BUILTINS: dict[str, tuple[str, str, str]] = {
     "plugins": ("dif_tools.commands.plugins", "plugins", "List plugins, their hooks, registrations and errors."),
     "probe": ("dif_tools.commands.probe", "probe", "TargetProfile and RuntimeBudget of every backend."),
     "run": ("dif_tools.commands.run", "run", "Run a .difir program on inputs from a safetensors file."),
+    "weights": ("dif_tools.commands.weights", "weights", "Checkpoint tensors: per-tensor statistics, NaN / inf."),
 }
 
 

@@ -123,6 +123,17 @@ def image_commands(
             type=click.Path(dir_okay=False, path_type=Path),
             help=f"PNG path (default: {name}-SEED.png).",
         ),
+        click.option(
+            "--check-finite/--no-check-finite",
+            default=True,
+            show_default=True,
+            help="Stop at the first NaN / infinite value a stage outputs (text features, each step, latents, image).",
+        ),
+        click.option(
+            "--allow-nonfinite-weights",
+            is_flag=True,
+            help="Warn about weights holding NaN / infinite values instead of refusing to load them.",
+        ),
         click.option("--json", "as_json", is_flag=True, help="Print one dif-telemetry/1 JSON document on stdout."),
     ]
 
@@ -132,9 +143,13 @@ def image_commands(
 
         settings = info.resolve_settings({s.name: given.pop(s.name) for s in info.settings})
         common = ("prompt", "negative_prompt", "init_noise", "save_latents", "backend", "dtype", "output", "as_json")
-        opts = ImageOptions.parse(name, {k: given.pop(k) for k in (*common, "vram_budget")}, settings)
+        checks = ("vram_budget", "check_finite", "allow_nonfinite_weights")
+        opts = ImageOptions.parse(name, {k: given.pop(k) for k in (*common, *checks)}, settings)
         if (missing := opts.missing_folder()) is not None:
             raise click.BadParameter(f"folder {missing.resolve().parent} does not exist", param_hint=str(missing))
+        if (refused := opts.unwritable()) is not None:  # before loading anything: the run would be lost
+            path, why = refused
+            raise click.BadParameter(why, param_hint=str(path))
         assert info.pipeline is not None, f"frontend {name} registers no pipeline"
         pipe = info.pipeline(
             model or info.default_checkpoint,

@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from dif.kit.finite import require_finite
 from dif.sched import FlowMatchSchedule, cfg_combine, euler_step
 
 Predict = Callable[[np.ndarray, float, Any], np.ndarray]
@@ -36,14 +37,17 @@ def sample(
 ) -> np.ndarray:
     """`latents` after every step of `schedule`: v = predict(x, t, cond); with `uncond` (CFG on)
     v = cfg_combine(v, predict(x, t, uncond), guidance, base=cfg_base); x = euler_step(x, v, dt).
-    The result keeps the dtype of `latents`. `on_step(i, n, x)` is called after each step."""
-    x = latents
+    The result keeps the dtype of `latents`. `on_step(i, n, x)` is called after each step. Under
+    the run's finite checks (`dif.kit.finite`) the initial latents, each step's velocity and the
+    latents after it must be finite (`NonFiniteError` naming the step)."""
+    x = require_finite("initial latents", latents)
     total = schedule.num_steps
     for i, t in enumerate(schedule.timesteps):
-        velocity = predict(x, t, cond)
+        velocity = require_finite("denoiser output", predict(x, t, cond), step=(i + 1, total))
         if uncond is not None:
-            velocity = cfg_combine(velocity, predict(x, t, uncond), guidance, base=cfg_base)
-        x = euler_step(x, velocity, schedule.dt(i))
+            unguided = require_finite("denoiser output (negative prompt)", predict(x, t, uncond), step=(i + 1, total))
+            velocity = cfg_combine(velocity, unguided, guidance, base=cfg_base)
+        x = require_finite("latents", euler_step(x, velocity, schedule.dt(i)), step=(i + 1, total))
         if on_step is not None:
             on_step(i + 1, total, x)
     return x

@@ -21,6 +21,7 @@ from attrs import frozen
 from dif.errors import DifError
 
 F32 = np.float32
+F32_MAX = float(np.finfo(F32).max)
 
 
 def linear_sigmas(num_steps: int) -> np.ndarray:
@@ -38,7 +39,7 @@ def time_shift_exponential(sigmas: np.ndarray, mu: float, exponent: float = 1.0)
         k = math.exp(mu)
     except OverflowError:
         k = math.inf
-    if not k <= np.finfo(F32).max:  # in float32 (as diffusers computes it) e^mu would be inf, the sigmas NaN
+    if not k <= F32_MAX:  # in float32 (as diffusers computes it) e^mu would be inf and the sigmas NaN
         raise DifError(f"time shift mu={mu} is out of range (e^mu overflows float32)")
     return _time_shift(sigmas, F32(k), exponent)
 

@@ -10,13 +10,15 @@ cached, and same-dtype tensors stay zero-copy memmap views.
 from __future__ import annotations
 
 import re
+import warnings
+import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping
 
 import numpy as np
 from attrs import frozen
 
 from dif.dtypes import DType
-from dif.errors import WeightError
+from dif.errors import DifWarning, WeightError
 from dif.ir.program import Program
 from dif.weights.source import TensorSource
 
@@ -77,6 +79,7 @@ def bind_weights(
     *,
     ignore: Iterable[str] | Callable[[str], bool] = (),
     convert: bool = True,
+    scan: bool = True,
 ) -> BoundWeights:
     """Check `source` against `program.params` and return the bound weights.
 
@@ -84,6 +87,7 @@ def bind_weights(
     ignore:  checkpoint tensors the program legitimately does not use (regexes, matched in
              full, or a predicate), e.g. `lm_head.weight` or encoder halves of a VAE.
     convert: allow float -> float dtype conversion; otherwise a dtype mismatch is an error.
+    scan:    scan the bound tensors for NaN / infinite values (`check_finite_weights`).
 
     Raises one `WeightError` listing every missing, mis-shaped, mis-typed and unexpected tensor.
     """
@@ -141,7 +145,46 @@ def bind_weights(
     ]
     if any(items for _, items in problems):
         raise WeightError(_report(program.name, source.label, problems), hint=_hint(missing, unexpected))
+    if scan:
+        check_finite_weights(program.name, source, names.values())
     return BoundWeights(source, names, targets, conversions)
+
+
+_CLEAN: dict[int, set[str]] = {}
+"""By source id (while the source lives), the tensors a scan found finite: a program rebound at
+another size scans nothing again. Sources are Mappings, hence unhashable: ids with a finalizer."""
+
+
+def _clean_tensors(source: TensorSource) -> set[str]:
+    key = id(source)
+    if key not in _CLEAN:
+        _CLEAN[key] = set()
+        weakref.finalize(source, _CLEAN.pop, key, None)
+    return _CLEAN[key]
+
+
+def check_finite_weights(program: str, source: TensorSource, tensors: Iterable[str]) -> None:
+    """The load-time scan: `WeightError` naming each tensor of `tensors` that holds NaN / infinite
+    values (the file, and how many), or under `allow_nonfinite_weights` one `DifWarning` saying so."""
+    from dif.kit.finite import current_checks
+    from dif.weights.scan import describe_nonfinite, nonfinite_counts
+
+    clean = _clean_tensors(source)
+    todo = [t for t in dict.fromkeys(tensors) if t not in clean]
+    found = nonfinite_counts(source, todo)
+    clean.update(t for t in todo if t not in found)
+    if not found:
+        return
+    what = f"program '{program}': {len(found)} weight tensor(s) hold NaN / infinite values: "
+    what += describe_nonfinite(found, source)
+    if current_checks().allow_nonfinite_weights:
+        warnings.warn(f"{what}; running on as --allow-nonfinite-weights asks", DifWarning, stacklevel=2)
+        return
+    raise WeightError(
+        what,
+        hint="the checkpoint is damaged or was saved from a diverged run: re-download or re-export it "
+        "(`dif weights stats MODEL` lists every tensor); --allow-nonfinite-weights runs on regardless",
+    )
 
 
 def _ignore_predicate(ignore: Iterable[str] | Callable[[str], bool]) -> Callable[[str], bool]:
