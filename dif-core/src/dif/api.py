@@ -41,7 +41,8 @@ def load(
     """The pipeline of the checkpoint at `path` (a diffusers folder or a single file), its family
     detected by the installed frontends unless `family` names it; with no path, the embedded tiny
     checkpoint of `family` (default "flux2"). `backend` as the CLI's --backend (None: the best
-    available), `dtype` "auto" | "f32" | "bf16" | "f16", `vram_budget` in bytes per program."""
+    available), `dtype` "auto" | "f32" | "bf16" | "f16", `vram_budget` in bytes for the whole pipeline
+    (text encoder + denoiser + VAE together; see `dif.runtime.ProgramCache`)."""
     from dif.frontend import detect_frontend
     from dif.plugins import frontends
 
