@@ -262,3 +262,19 @@ def test_cache_too_small_for_the_streamed_denoiser_fails_before_reading_weights(
     assert f"within the memory budget of {cap} B: program 'denoiser' does not fit" in message
     assert f"B, but only available {cap} B" in message and "needs" in message
     assert read == [] and fake.events == []
+
+
+def test_programs_of_an_earlier_size_make_room_for_this_runs(fake: FakeBackend) -> None:
+    sizes = _sizes(fake)
+    fake.events.clear()
+    cache = ProgramCache(vram_budget=sum(sizes.values()))  # one run's programs fit together, not more
+    _register(cache, [])
+    assert cache.memory_report()["pipeline"]["fake"]["strategy"] == ALL_RESIDENT
+    fake.events.clear()
+    with cache.planning():  # the next call, at another size: a new denoiser beside the same text encoder and VAE
+        cache.get("text", lambda: _chain("text", 2, 64, []), "encode")
+        cache.get(("denoiser", 2), lambda: _chain("denoiser", 4, 128, []), "denoise")
+        cache.get("vae", lambda: _chain("vae", 2, 128, []), "decode")
+    assert fake.events == [("release", "denoiser"), ("prepare", "denoiser")]
+    assert cache.releases == ["denoiser before this run"]
+    assert cache.memory_report()["pipeline"]["fake"]["strategy"] == ALL_RESIDENT

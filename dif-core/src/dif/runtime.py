@@ -307,7 +307,7 @@ class _Entry:
 
 @define
 class ProgramCache:
-    """The programs of one pipeline on one backend, each built, bound and planned once per key, and
+    """The programs of one pipeline, each built, bound and planned once per key on its backend, and
     prepared while the pipeline's memory decision says it is resident.
 
     backend: a backend name, None for the default (`DIF_BACKEND`, else per program the available one of
@@ -459,8 +459,12 @@ class ProgramCache:
         for backend in dict.fromkeys(str(e.backend.name) for e in run):
             group = [e for e in run if str(e.backend.name) == backend]
             available = self._available(group[0].budget)
-            stale = [e for e in self._entries.values() if e.executable is not None and e not in run]
-            held = sum(e.plan.binding.min_memory_bytes for e in stale if str(e.backend.name) == backend)
+            stale = [
+                e
+                for e in self._entries.values()
+                if e.executable is not None and e not in run and str(e.backend.name) == backend
+            ]
+            held = sum(e.plan.binding.min_memory_bytes for e in stale)
             if held and held + sum(e.resident_bytes for e in group) > available:
                 for e in stale:  # programs of an earlier run (another size) make room for this one's
                     self._release(e, "this run")
