@@ -108,12 +108,13 @@ class TextToImagePipeline:
 
     @property
     def planned_budget(self) -> RuntimeBudget | None:
-        """The budget the latest program was planned against (capped by `vram_budget`); None before
-        any was prepared, and under "interp"."""
+        """The pipeline's one budget on the latest program's backend (its free memory when the first
+        program was planned, capped by `vram_budget`); None before any was planned, and under "interp"."""
         return self._programs.budget
 
     def memory_report(self) -> dict[str, Any]:
-        """The memory budget and what the prepared programs stream (`ProgramCache.memory_report`)."""
+        """The memory budget, what the prepared programs stream, and the pipeline's residency decision
+        (`ProgramCache.memory_report`)."""
         return self._programs.memory_report()
 
     def resolve(self, req: Any, /) -> tuple[int, float, bool, list[str]]:
