@@ -56,6 +56,8 @@ class ImageOptions:
     output: Path
     as_json: bool
     vram_budget: int | None = None  # bytes (`parse_byte_size`); None plans for all the free memory
+    check_finite: bool = True  # stop at the first non-finite stage output (`dif.kit.finite`)
+    allow_nonfinite_weights: bool = False  # warn about NaN / inf weights instead of refusing them
     started: float = field(factory=time.perf_counter)
 
     @property
@@ -78,11 +80,9 @@ class ImageOptions:
                 return path
         return None
 
-
-def parse_byte_size(text: str) -> int:
     def unwritable(self) -> tuple[Path, str] | None:
         """(path, why) of the first file to write (output, then --save-latents) that cannot be
-        written: its folder is not writable, or the path is a folder or a read-only file."""
+        written: its folder is not writable, or the file exists read-only."""
         for path in (self.output, self.save_latents):
             if path is not None and (why := unwritable_reason(path)) is not None:
                 return path, why
@@ -94,14 +94,14 @@ def unwritable_reason(path: Path) -> str | None:
     import os
 
     folder = path.resolve().parent
-    if path.is_dir():
-        return f"{path} is a folder"
     if not os.access(folder, os.W_OK | os.X_OK):
         return f"folder {folder} is not writable"
     if path.exists() and not os.access(path, os.W_OK):
         return f"{path} exists and is not writable"
     return None
 
+
+def parse_byte_size(text: str) -> int:
     """Bytes of a memory size as people write it: "12GB" (10^9 each), "12GiB" (2^30 each), "12000MB",
     "1.5GiB", "4096" (bytes). Units are case-blind. `UsageError` for anything else or a size below one byte."""
     match = re.fullmatch(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*([A-Za-z]*)\s*", text)
@@ -148,9 +148,9 @@ def generate_image(
     command prints: the summary document (`--json`, with the pipeline's `memory_report` as "memory")
     or its lines, naming the model `describe(settings)`."""
     from dif.image_pipeline import image_request
+    from dif.kit.finite import run_checks
     from dif.noise import load_noise_file
     from dif.progress import ProgressBar
-    from dif.kit.finite import run_checks
     from dif.report import save_image_run, summary_lines
 
     noise = load_noise_file(opts.init_noise) if opts.init_noise is not None else None
