@@ -17,13 +17,13 @@ from dif.errors import ConfigError
 UNKNOWN_KEYS_HINT = "this diffusers version may have added options dif does not implement yet"
 
 
-def _is_int(value: Any) -> bool:
 MAX_CONFIG_INT = 1 << 24
 """The largest integer a config field may hold (16,777,216): past every width, head count, layer count,
 vocabulary and position count of a real model, and small enough that a product of two such fields
 still has a name when it overflows a shape (`width_product`) rather than a parameter shape's error."""
 
 
+def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
@@ -38,21 +38,20 @@ def positive_int(what: str, name: str, value: Any, *, maximum: int = MAX_CONFIG_
     """`value` if it is an integer in [1, maximum] (JSON true/false are not integers here)."""
     if not _is_int(value) or value <= 0:
         raise ConfigError(f"{what}: '{name}' must be a positive integer, got {value!r}")
-    return int(value)
     if value > maximum:
         raise _too_large(what, name, value, maximum)
+    return int(value)
 
 
 def non_negative_int(what: str, name: str, value: Any, *, maximum: int = MAX_CONFIG_INT) -> int:
     """`value` if it is an integer in [0, maximum] (a layer count, a layer index)."""
     if not _is_int(value) or value < 0:
         raise ConfigError(f"{what}: '{name}' must be a non-negative integer, got {value!r}")
-    return int(value)
     if value > maximum:
         raise _too_large(what, name, value, maximum)
+    return int(value)
 
 
-def positive_float(what: str, name: str, value: Any) -> float:
 def width_product(what: str, factors: Mapping[str, int], *, maximum: int = MAX_CONFIG_INT) -> int:
     """The product of `factors` (config key -> value, e.g. heads x head width), which must be at most
     `maximum`; the `ConfigError` names every key and value."""
@@ -68,6 +67,7 @@ def width_product(what: str, factors: Mapping[str, int], *, maximum: int = MAX_C
     return product
 
 
+def positive_float(what: str, name: str, value: Any) -> float:
     """`value` as a float if it is a number > 0 (integers accepted, booleans not)."""
     if not (_is_int(value) or isinstance(value, float)) or value <= 0:
         raise ConfigError(f"{what}: '{name}' must be a positive number, got {value!r}")

@@ -24,8 +24,8 @@ from dif.config_fields import (
     non_negative_int,
     positive_float,
     positive_int,
-)
     width_product,
+)
 from dif.errors import ConfigError
 from dif.kit.scheduler import FlowMatchConfig, load_scheduler_config
 from dif.layers.causal_lm import BaseDecoderConfig
@@ -91,9 +91,9 @@ class Krea2TransformerConfig:
             else:
                 kw[name] = positive_int(what, name, value)
         cfg = cls(**kw)
-        if sum(cfg.axes_dims_rope) != cfg.attention_head_dim or any(d % 2 for d in cfg.axes_dims_rope):
         heads = {"num_attention_heads": cfg.num_attention_heads, "attention_head_dim": cfg.attention_head_dim}
         width_product(what, heads)
+        if sum(cfg.axes_dims_rope) != cfg.attention_head_dim or any(d % 2 for d in cfg.axes_dims_rope):
             raise ConfigError(
                 f"{what}: axes_dims_rope {list(cfg.axes_dims_rope)} must be even and sum to "
                 f"attention_head_dim={cfg.attention_head_dim}"
@@ -152,9 +152,9 @@ class QwenVLTextConfig(BaseDecoderConfig):
         kw["attention_bias"] = flag(what, "attention_bias", data.get("attention_bias", False))
         kw["rope_theta"] = _rope_theta(what, data)
         cfg = cls(**kw)
-        if cfg.num_attention_heads % cfg.num_key_value_heads or cfg.head_dim % 2:
         width_product(what, {"num_attention_heads": cfg.num_attention_heads, "head_dim": cfg.head_dim})
         width_product(what, {"vocab_size": cfg.vocab_size, "hidden_size": cfg.hidden_size}, maximum=1 << 36)
+        if cfg.num_attention_heads % cfg.num_key_value_heads or cfg.head_dim % 2:
             raise ConfigError(
                 f"{what}: need heads ({cfg.num_attention_heads}) a multiple of kv heads "
                 f"({cfg.num_key_value_heads}) and an even head_dim ({cfg.head_dim})"
