@@ -71,7 +71,14 @@ class ArenaExecutable:
             check_plan_binding(program, plan, backend)
         kernels = {n.id: lower_node(n, table, backend) for n in program.nodes}
         bound = {name: _read_only(arr) for name, arr in check_weights(program, weights, backend).items()}
-        arena = np.zeros(plan.arena_bytes, dtype=np.uint8)
+        try:
+            arena = np.zeros(plan.arena_bytes, dtype=np.uint8)
+        except MemoryError:
+            from dif.errors import DeviceMemoryError
+            from dif.host import available_memory_bytes
+
+            free = available_memory_bytes()
+            raise DeviceMemoryError(backend, program.name, plan.arena_bytes, "plan arena", free) from None
         views = {name: _view(arena, plan, value) for name, value in _results(program).items()}
         return cls(program, plan, bound, kernels, arena, views, backend, _aliased(program, plan))
 

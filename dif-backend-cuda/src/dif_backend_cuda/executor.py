@@ -19,7 +19,7 @@ import numpy as np
 from attrs import define, field
 
 from dif.backend_checks import check_inputs, check_plan_binding, check_weights
-from dif.errors import BackendError
+from dif.errors import DeviceMemoryError
 from dif.ir.program import Program, Value
 from dif.ir.types import TensorType
 from dif.plan.plan import Plan, align_up
@@ -42,16 +42,17 @@ def _pack(values: Iterable[Value]) -> tuple[dict[str, int], int]:
     return offsets, total
 
 
-def _device_alloc(nbytes: int, what: str) -> Any:
+def _device_alloc(nbytes: int, what: str, program: str = "") -> Any:
     import cupy
 
     try:
         return cupy.cuda.Memory(max(nbytes, 1))
     except cupy.cuda.memory.OutOfMemoryError as exc:
-        raise BackendError(
-            f"cuda backend: cannot allocate {nbytes} B for the {what}: {exc}",
-            hint="free device memory, or plan with a smaller budget so weights are streamed",
-        ) from exc
+        try:
+            free: int | None = int(cupy.cuda.runtime.memGetInfo()[0])
+        except Exception:  # the device may be past answering; the error still names the request
+            free = None
+        raise DeviceMemoryError(BACKEND, program, nbytes, what, free, str(exc)) from exc
 
 
 @define
@@ -84,13 +85,13 @@ class CudaExecutable:
         check_weights(program, weights, BACKEND)
         streams = stream_schedule(program, plan)  # raises before anything is allocated
         stream = backend.stream
-        memory = {"arena": _device_alloc(plan.arena_bytes, "plan arena")}
+        memory = {"arena": _device_alloc(plan.arena_bytes, "plan arena", program.name)}
         types = program.types
         resident = [Value(name, types[name]) for name in streams.resident]
         w_off, w_total = _pack(resident)
-        memory["weights"] = _device_alloc(w_total, "resident weights")
+        memory["weights"] = _device_alloc(w_total, "resident weights", program.name)
         in_off, in_total = _pack(program.inputs)
-        memory["inputs"] = _device_alloc(in_total, "input slots")
+        memory["inputs"] = _device_alloc(in_total, "input slots", program.name)
         tensors: dict[str, DevTensor] = {}
         for v in resident:
             tensors[v.name] = DevTensor(memory["weights"].ptr + w_off[v.name], v.type.shape, v.type.dtype)
@@ -104,7 +105,7 @@ class CudaExecutable:
         }
         streamer = None
         if streams.blocks:
-            memory["staging"] = _device_alloc(streams.staging_bytes, "weight staging slots")
+            memory["staging"] = _device_alloc(streams.staging_bytes, "weight staging slots", program.name)
             memory["pinned"] = cupyx.empty_pinned((streams.pinned_bytes,), dtype=np.uint8)
             placed = streams.placements()
             for name, (dev_off, _host_off) in placed.items():
@@ -140,7 +141,7 @@ class CudaExecutable:
             steps += lowered
             step_nodes += [node.id] * len(lowered)
         meta = np.concatenate(ctx.meta_chunks) if ctx.meta_chunks else np.zeros(1, np.int64)
-        memory["meta"] = _device_alloc(meta.nbytes, "kernel metadata")
+        memory["meta"] = _device_alloc(meta.nbytes, "kernel metadata", program.name)
         upload(memory["meta"].ptr, [(0, meta)], stream)
         for s in steps:
             if isinstance(s, Launch):

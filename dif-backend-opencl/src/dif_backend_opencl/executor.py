@@ -30,7 +30,7 @@ import numpy as np
 from attrs import define, field
 
 from dif.backend_checks import check_inputs, check_plan_binding, check_weights
-from dif.errors import DifError
+from dif.errors import DeviceMemoryError, DifError
 from dif.interp import evaluate_node
 from dif.ir.program import Node, Program
 from dif.plan.placement import HOST
@@ -216,7 +216,11 @@ class _Builder:
         return slot
 
     def _acquire(self, nbytes: int) -> Any:
-        buf = self.backend.pool.acquire(nbytes)
+        try:
+            buf = self.backend.pool.acquire(nbytes)
+        except DeviceMemoryError as exc:  # name the program and what the device has free
+            free = self.backend.budget().free_memory_bytes
+            raise DeviceMemoryError("opencl", self.program.name, exc.nbytes, exc.what, free, exc.detail) from exc
         self.owned.append(buf)
         return buf
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from attrs import define, field
 
-from dif.errors import BackendError
+from dif.errors import BackendError, DeviceMemoryError
 
 MIN_BUCKET = 256
 
@@ -55,8 +55,10 @@ class BufferPool:
         else:
             try:
                 buf = cl.Buffer(self.context, cl.mem_flags.READ_WRITE, size)
-            except cl.Error as exc:
-                raise BackendError(f"OpenCL could not allocate {size} B: {exc}") from exc
+            except (cl.Error, MemoryError, RuntimeError) as exc:  # pyopencl's MemoryError is a cl.Error
+                # the executable that asked re-raises this with its program and the device's free memory
+                detail = str(exc) or type(exc).__name__
+                raise DeviceMemoryError("opencl", "", size, "device buffer", None, detail) from exc
             self.allocations += 1
         self.live_bytes += size
         return buf
