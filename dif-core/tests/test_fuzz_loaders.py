@@ -1,9 +1,8 @@
-"""Fuzz every loader of bytes from outside: whatever the input, only `DifError` may come out.
+"""Fuzz every loader of bytes from outside with hypothesis: whatever the input, only `DifError` may come out.
 
-Each target is (name, loader, valid_bytes_factory). A loader takes bytes (file-based loaders write
-them to a temp file first). Inputs are valid files mutated (bit flips, truncation, insertion,
-splices; JSON documents also get structural edits) and plain random bytes. To fuzz a new format,
-add one line to TARGETS.
+Each target is (name, loader, valid_bytes_factory), taken from `dif.testing.fuzz_targets.core_targets`
+(to fuzz a new format, add it there). Inputs are valid files mutated (bit flips, truncation, insertion,
+splices; JSON documents also get structural edits) and plain random bytes.
 """
 
 from __future__ import annotations
@@ -11,106 +10,29 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
-import struct
-import tempfile
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dif.errors import DifError
-from dif.ir.builder import ProgramBuilder
-from dif.ir.program import Program
-from dif.serialize import container
-from dif.serialize.difir import MAGIC, VERSION, program_from_bytes, program_to_bytes
-from dif.serialize.diftensor import load_tensors, save_tensors
-from dif.serialize.provenance import provenance_from_bytes, provenance_to_bytes
-from dif.serialize.text import parse_program, print_program
-from dif.testing.fuzz import fuzz_cases
-
-_TMP = tempfile.TemporaryDirectory(prefix="dif-fuzz-")
+from dif.testing.fuzz_run import FuzzTarget
+from dif.testing.fuzz_targets import core_targets
 
 
-@functools.cache
-def _program() -> Program:
-    b = ProgramBuilder("fuzz")
-    x = b.input("x", (2, 6), "f32")
-    w = b.param("w", (6, 6), "bf16")
-    with b.scope(module="m", block="b0", tensors=["w.weight"]):
-        h = b.emit("linear", b.emit("cast", x, dtype="bf16"), w)
-        a, c = b.emit_multi("split", h, axis=-1, sizes=[2, 4])
-        y = b.emit("concat", b.emit("gelu", a, approximate="tanh"), c, axis=1)
-    b.output(b.emit("rms_norm", y, eps=1e-5), a)
-    b.meta["k"] = "v"
-    return b.build()
-
-
-def _via_file(data: bytes, load: Callable[[Path], Any]) -> Any:
-    path = Path(_TMP.name) / "input.bin"
-    path.unlink(missing_ok=True)  # a new inode: never truncate a file an earlier example may still have mapped
-    path.write_bytes(data)
-    return load(path)
-
-
-def _load_tensors(data: bytes) -> None:
-    tensors, _ = _via_file(data, load_tensors)
-    for arr in tensors.values():
-        arr.tobytes()  # touch every byte of every mapped view
-
-
-@functools.cache
-def _valid_diftensor() -> bytes:
-    import ml_dtypes
-
-    tensors = {
-        "a": np.arange(6, dtype=np.float32).reshape(2, 3),
-        "b": np.ones(4, ml_dtypes.bfloat16),
-        "c": np.zeros(0, np.int8),
-    }
-    path = Path(_TMP.name) / "valid.diftensor"
-    save_tensors(path, tensors, {"note": "fuzz"})
-    return path.read_bytes()
-
-
-def _header_and_data() -> tuple[bytes, bytes]:
-    raw = _valid_diftensor()
-    (n,) = struct.unpack("<Q", raw[:8])
-    return raw[8 : 8 + n], raw[8 + n :]
-
-
-def _load_safetensors_header(header: bytes) -> None:
-    _load_tensors(struct.pack("<Q", len(header)) + header + _header_and_data()[1])
-
-
-def _load_program_section(section: bytes) -> None:
-    sections = container.unpack(program_to_bytes(_program()), MAGIC, (VERSION,), "fuzz")[1]
-    program_from_bytes(container.pack(MAGIC, VERSION, {**sections, "program": section}))
+# The one registry (dif.testing.fuzz_targets): perf/fuzz.py and test_fuzz_targets.py run the same readers
+# with dif's own mutator; here hypothesis drives them (its shrinking gives the smallest failing input).
+def _first_seed(target: FuzzTarget) -> bytes:
+    return target.seeds()[0]
 
 
 TARGETS: list[tuple[str, Callable[[bytes], Any], Callable[[], bytes]]] = [
-    (
-        "container",
-        lambda b: container.unpack(b, b"FUZZMAGC", (1,), "fuzz"),
-        lambda: container.pack(b"FUZZMAGC", 1, {"a": b"alpha", "": b"", "c": bytes(range(40))}),
-    ),
-    ("difir", program_from_bytes, lambda: program_to_bytes(_program())),
-    (
-        "difir-program-section",
-        _load_program_section,
-        lambda: container.unpack(program_to_bytes(_program()), MAGIC, (VERSION,), "fuzz")[1]["program"],
-    ),
-    ("diftensor", _load_tensors, _valid_diftensor),
-    ("safetensors-header", _load_safetensors_header, lambda: _header_and_data()[0]),
-    ("provenance", provenance_from_bytes, lambda: provenance_to_bytes(_program())),
-    ("text", lambda b: parse_program(b.decode("utf-8", "replace")), lambda: print_program(_program()).encode()),
-    *fuzz_cases(),
+    (t.name, t.load, functools.partial(_first_seed, t)) for t in core_targets()
 ]
 
-FUZZ = settings(max_examples=200, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
+FUZZ = settings(max_examples=100, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.floats() | st.text(max_size=6),

@@ -7,6 +7,7 @@ message starts with `what` (the file or the config's name) and names the field a
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping
 from typing import Any
 
@@ -68,8 +69,9 @@ def width_product(what: str, factors: Mapping[str, int], *, maximum: int = MAX_C
 
 
 def positive_float(what: str, name: str, value: Any) -> float:
-    """`value` as a float if it is a number > 0 (integers accepted, booleans not)."""
-    if not (_is_int(value) or isinstance(value, float)) or value <= 0:
+    """`value` as a float if it is a finite number > 0 (integers accepted, booleans not)."""
+    # a comparison, not math.isfinite: it refuses NaN, Infinity and integers past float range without raising
+    if not (_is_int(value) or isinstance(value, float)) or not 0 < value <= sys.float_info.max:
         raise ConfigError(f"{what}: '{name}' must be a positive number, got {value!r}")
     return float(value)
 

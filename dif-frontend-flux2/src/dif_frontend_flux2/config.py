@@ -166,8 +166,8 @@ class Qwen3Config(BaseDecoderConfig):
         if data.get("use_sliding_window"):
             raise ConfigError(f"{what}: use_sliding_window=true is not supported")
         types = data.get("layer_types")
-        if types is not None and any(t != "full_attention" for t in types):
-            raise ConfigError(f"{what}: only full_attention layers are supported, got {sorted(set(types))}")
+        if types is not None and (not isinstance(types, list) or any(t != "full_attention" for t in types)):
+            raise ConfigError(f"{what}: 'layer_types' must list only 'full_attention' layers, got {str(types)[:200]}")
         kw = known_fields(cls, what, data, strict=False)
         kw.pop("rope_theta", None)
         kw["rope_theta"] = _qwen_rope_theta(what, data)
@@ -271,7 +271,7 @@ class Flux2VaeConfig:
         check_class_name(what, data, "AutoencoderKLFlux2")
         kw = known_fields(cls, what, data, ignored=_VAE_IGNORED)
         for n in ("block_out_channels", "decoder_block_out_channels"):
-            if kw.get(n) is not None:
+            if n in kw and (kw[n] is not None or n == "block_out_channels"):  # only the decoder's may be null
                 kw[n] = int_tuple(what, n, kw[n])
         for n in ("in_channels", "out_channels", "latent_channels", "layers_per_block", "norm_num_groups"):
             if n in kw:
@@ -285,6 +285,8 @@ class Flux2VaeConfig:
             kw["patch_size"] = ps
         for n in ("down_block_types", "up_block_types"):
             if n in kw:
+                if not isinstance(kw[n], list) or not all(isinstance(t, str) for t in kw[n]):
+                    raise ConfigError(f"{what}: '{n}' must be a list of block type names, got {str(kw[n])[:200]}")
                 kw[n] = tuple(kw[n])
         for n in ("use_quant_conv", "use_post_quant_conv", "mid_block_add_attention"):
             if n in kw:

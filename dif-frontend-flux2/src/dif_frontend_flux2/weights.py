@@ -113,7 +113,7 @@ def is_flux2_folder(path: Path) -> bool:
         return False
     try:
         return '"Flux2KleinPipeline"' in index.read_text(encoding="utf-8")
-    except OSError:
+    except (OSError, UnicodeDecodeError):
         return False
 
 

@@ -9,6 +9,7 @@ Defaults equal the diffusers / transformers class defaults, so a sparse config m
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -209,6 +210,15 @@ class QwenImageVaeConfig:
                 kw[name] = positive_int(what, name, kw[name])
         if "dim_mult" in kw:
             kw["dim_mult"] = int_tuple(what, "dim_mult", kw["dim_mult"])
+        for name in ("temperal_downsample", "attn_scales", "latents_mean", "latents_std"):
+            if name in kw and not isinstance(kw[name], list):
+                raise ConfigError(f"{what}: '{name}' must be a list, got {str(kw[name])[:200]}")
+        for name in ("attn_scales", "latents_mean", "latents_std"):
+            for i, v in enumerate(kw.get(name, ())):
+                number = isinstance(v, int | float) and not isinstance(v, bool)
+                # a comparison, not math.isfinite: it refuses NaN and integers past float range without raising
+                if not number or not -sys.float_info.max <= v <= sys.float_info.max:
+                    raise ConfigError(f"{what}: '{name}[{i}]' must be a finite number, got {str(v)[:200]}")
         if "temperal_downsample" in kw:
             kw["temperal_downsample"] = tuple(
                 flag(what, f"temperal_downsample[{i}]", v) for i, v in enumerate(kw["temperal_downsample"])

@@ -102,6 +102,11 @@ def encode_json(value: Any) -> str:
     return json.dumps(value)  # ensure_ascii: a lone surrogate becomes an escape, decoded back to one
 
 
+def _odd(rng: random.Random) -> Any:
+    """One of ODD_VALUES, copied: edits write into the value, and a shared one would leak into later cases."""
+    return copy.deepcopy(rng.choice(ODD_VALUES))
+
+
 def _paths(doc: Any, prefix: tuple[Any, ...] = (), depth: int = 0) -> list[tuple[Any, ...]]:
     out = [prefix]
     if depth > 64:
@@ -189,7 +194,7 @@ class Mutator:
         target = _get(doc, path)
         op = rng.randrange(8)
         if op == 0:
-            value: Any = rng.choice(ODD_VALUES)
+            value: Any = _odd(rng)
         elif op == 1:
             value = _Raw("[" * (depth := rng.choice((50, 1000, 100_000))) + "0" + "]" * depth)
         elif op == 2:
@@ -206,7 +211,7 @@ class Mutator:
             if op == 5:
                 pairs = [(k, v) for k, v in pairs if k != key]  # drop a key
             elif op == 6:
-                pairs.append((key, rng.choice(ODD_VALUES)))  # a duplicate key, the later value different
+                pairs.append((key, _odd(rng)))  # a duplicate key, the later value different
             else:
                 pairs = [(rng.choice(("", key + "_", key.upper(), "\ud800", "__metadata__")) if k == key else k, v)
                          for k, v in pairs]  # fmt: skip
@@ -218,7 +223,7 @@ class Mutator:
             else:
                 value = target + target if op == 6 else list(reversed(target))
         else:
-            value = rng.choice(ODD_VALUES)
+            value = _odd(rng)
         if not path:
             return value
         _get(doc, path[:-1])[path[-1]] = value
