@@ -160,6 +160,26 @@ def test_a_long_prompt_is_cut_with_a_warning_giving_the_counts(tmp_path: Path) -
     assert "prompt is" not in run("-p", "fox", *SMALL, "-o", str(out)).stderr  # a short one: no warning
 
 
+def test_ctrl_c_mid_denoise_names_the_step_and_leaves_no_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import dif.kit.sampling as sampling
+
+    real = sampling.euler_step
+    calls: list[int] = []
+
+    def euler_step(*args: object) -> object:
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(sampling, "euler_step", euler_step)
+    out = tmp_path / "out.png"
+    result = run("-p", "x", *SMALL[:-4], "--steps", "3", "--seed", "1", "-o", str(out))
+    assert result.exit_code == 130, result.output
+    assert "dif flux2: interrupted in the denoise stage after step 1 of 3" in result.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_ctrl_c_in_a_stage_exits_130_and_leaves_no_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from dif_frontend_flux2.pipeline import Flux2Pipeline
 
@@ -170,5 +190,5 @@ def test_ctrl_c_in_a_stage_exits_130_and_leaves_no_file(tmp_path: Path, monkeypa
     out, lat = tmp_path / "out.png", tmp_path / "lat.safetensors"
     result = run("-p", "x", *SMALL, "-o", str(out), "--save-latents", str(lat))
     assert result.exit_code == 130, result.output
-    assert "dif flux2: interrupted" in result.stderr and "Traceback" not in result.output
+    assert "dif flux2: interrupted in the decode stage" in result.stderr and "Traceback" not in result.output
     assert list(tmp_path.iterdir()) == []  # no PNG, no latents, no temp file

@@ -96,5 +96,5 @@ def test_ctrl_c_in_a_stage_exits_130_and_leaves_no_file(tmp_path: Path, monkeypa
     monkeypatch.setattr(Krea2Pipeline, "denoise", interrupted)
     out = tmp_path / "out.png"
     result = run("-p", "x", *SMALL, "-o", str(out))
-    assert result.exit_code == 130 and "dif krea2: interrupted" in result.stderr, result.output
+    assert result.exit_code == 130 and "dif krea2: interrupted in the denoise stage" in result.stderr, result.output
     assert list(tmp_path.iterdir()) == []

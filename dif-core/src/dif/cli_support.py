@@ -12,12 +12,13 @@ from __future__ import annotations
 import re
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from fractions import Fraction
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from attrs import field, frozen
+from attrs import define, field, frozen
 
 from dif.errors import UsageError
 
@@ -101,6 +102,36 @@ def unwritable_reason(path: Path) -> str | None:
     return None
 
 
+RUN_STAGES = ("load", "encode", "denoise", "decode", "save")
+"""The stages of a `generate` run in order (`TextToImagePipeline.generate`'s, then the files)."""
+
+
+@define
+class RunProgress:
+    """Where a `generate` run is, from the pipeline's `on_stage` / `on_step`: so Ctrl-C can say what it
+    interrupted ("in the denoise stage after step 3 of 8"). Files are written by rename: none is left."""
+
+    done: list[str] = field(factory=list)
+    step: tuple[int, int] | None = None
+
+    def finished(self, stage: str, seconds: float) -> None:
+        self.done.append(stage)
+
+    def where(self) -> str:
+        """The stage under way and, while denoising, the last step done."""
+        stage = next((s for s in RUN_STAGES if s not in self.done), "save")
+        steps = f" after step {self.step[0]} of {self.step[1]}" if stage == "denoise" and self.step else ""
+        return f"in the {stage} stage{steps}"
+
+    @contextmanager
+    def interrupts(self) -> Iterator[None]:
+        """Ctrl-C in the body re-raised as a KeyboardInterrupt whose message is `where()`."""
+        try:
+            yield
+        except KeyboardInterrupt:
+            raise KeyboardInterrupt(self.where()) from None
+
+
 def parse_byte_size(text: str) -> int:
     """Bytes of a memory size as people write it: "12GB" (10^9 each), "12GiB" (2^30 each), "12000MB",
     "1.5GiB", "4096" (bytes). Units are case-blind. `UsageError` for anything else or a size below one byte."""
@@ -156,16 +187,24 @@ def generate_image(
     noise = load_noise_file(opts.init_noise) if opts.init_noise is not None else None
     req = image_request(opts.prompt, opts.settings, negative_prompt=opts.negative_prompt, init_noise=noise)
     checks = run_checks(finite=opts.check_finite, allow_nonfinite_weights=opts.allow_nonfinite_weights)
+    progress = RunProgress()
     with checks:
         warnings = pipe.resolve(req)[3]  # the request's own errors (sizes, steps) before any work
-        with ProgressBar(quiet=opts.as_json) as bar:
-            pipe.on_step = lambda done, total, _latents: bar.step(done, total)
+        with ProgressBar(quiet=opts.as_json) as bar, progress.interrupts():
+
+            def on_step(done: int, total: int, _latents: Any) -> None:
+                bar.step(done, total)
+                progress.step = (done, total)
+
+            pipe.on_step, pipe.on_stage = on_step, progress.finished
             for warning in warnings:
                 print(f"warning: {warning}", file=sys.stderr, flush=True)
             result = pipe.generate(req)
-    summary, timings = save_image_run(
-        result, opts.output, latents=opts.save_latents, frontend=opts.frontend, version=version, started=opts.started
-    )
+            progress.done[:] = RUN_STAGES[:-1]  # what is left is writing the files
+            summary, timings = save_image_run(
+                result, opts.output, latents=opts.save_latents, frontend=opts.frontend, version=version,
+                started=opts.started,
+            )  # fmt: skip
     memory = pipe.memory_report()
     summary["memory"] = memory
     if opts.as_json:

@@ -91,10 +91,11 @@ class DifGroup(click.Group):
                 return super().invoke(ctx)
             except DifError as exc:
                 raise click.ClickException(one_line(exc)) from None
-            except KeyboardInterrupt:
+            except KeyboardInterrupt as exc:
                 # the shell convention for SIGINT; files are written by rename, so none is left half-way
                 what = " ".join(filter(None, (ctx.command_path, ctx.invoked_subcommand)))
-                click.echo(f"\n{what}: interrupted", err=True)
+                where = f" {exc}" if str(exc) else ""  # a command may say where it was ("in the denoise stage")
+                click.echo(f"\n{what}: interrupted{where}", err=True)
                 raise click.exceptions.Exit(130) from None
 
 
