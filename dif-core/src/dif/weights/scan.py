@@ -9,6 +9,7 @@ the arrays are memmap views, so the scan reads each byte once and touches nothin
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -80,7 +81,7 @@ def nonfinite_counts(source: TensorSource, names: Iterable[str], *, threads: int
     """Tensor name -> number of NaN / infinite values, for the tensors of `names` that have any."""
     arrays = {name: source[name] for name in names}
     tasks = [(name, chunk) for name, array in arrays.items() for chunk in _chunks(np.asarray(array))]
-    counts = _parallel([lambda c=chunk: _count_nonfinite(c) for _, chunk in tasks], threads)
+    counts = _parallel([functools.partial(_count_nonfinite, chunk) for _, chunk in tasks], threads)
     found: dict[str, int] = {}
     for (name, _), count in zip(tasks, counts, strict=True):
         if count:
@@ -106,18 +107,14 @@ def tensor_stats(
     """Statistics of each tensor of `names` (default: all of `source`, in its order)."""
     picked = list(source.names() if names is None else names)
     tasks = [(name, chunk) for name in picked for chunk in _chunks(np.asarray(source[name]))]
-    parts = _parallel([lambda c=chunk: _chunk_stats(c) for _, chunk in tasks], threads)
-    merged: dict[str, list[float]] = {name: [0, 0, np.inf, -np.inf, 0.0, 0] for name in picked}
-    for (name, _), (nan, inf, lo, hi, total, n) in zip(tasks, parts, strict=True):
-        acc = merged[name]
-        acc[0] += nan
-        acc[1] += inf
-        acc[2], acc[3] = min(acc[2], lo), max(acc[3], hi)
-        acc[4] += total
-        acc[5] += n
+    parts = _parallel([functools.partial(_chunk_stats, chunk) for _, chunk in tasks], threads)
+    merged: dict[str, list[float]] = {name: [0.0, 0.0, np.inf, -np.inf, 0.0, 0.0] for name in picked}
+    for (name, _), part in zip(tasks, parts, strict=True):
+        acc, (nan, inf, lo, hi, total, n) = merged[name], part
+        acc[:] = [acc[0] + nan, acc[1] + inf, min(acc[2], lo), max(acc[3], hi), acc[4] + total, acc[5] + n]
     out = []
     for name in picked:
-        nan, inf, lo, hi, total, n = merged[name]
+        nan_count, inf_count, lo, hi, total, n = merged[name]
         info = source.info(name)
         out.append(
             TensorStats(
@@ -129,8 +126,8 @@ def tensor_stats(
                 float(lo) if n else None,
                 float(hi) if n else None,
                 float(total / n) if n else None,
-                int(nan),
-                int(inf),
+                int(nan_count),
+                int(inf_count),
             )
         )
     return out
