@@ -114,7 +114,7 @@ def tensor_stats(
         acc[:] = [acc[0] + nan, acc[1] + inf, min(acc[2], lo), max(acc[3], hi), acc[4] + total, acc[5] + n]
     out = []
     for name in picked:
-        nan_count, inf_count, lo, hi, total, n = merged[name]
+        nan_count, inf_count, low, high, sum_, finite = merged[name]
         info = source.info(name)
         out.append(
             TensorStats(
@@ -123,9 +123,9 @@ def tensor_stats(
                 info.dtype,
                 tuple(info.shape),
                 int(np.prod(info.shape, dtype=np.int64)),
-                float(lo) if n else None,
-                float(hi) if n else None,
-                float(total / n) if n else None,
+                float(low) if finite else None,
+                float(high) if finite else None,
+                float(sum_ / finite) if finite else None,
                 int(nan_count),
                 int(inf_count),
             )
