@@ -1,9 +1,9 @@
 """Checkpoint access, step 5: scan tensors for NaN / infinite values, and per-tensor statistics.
 
 `nonfinite_counts` is the load-time scan `bind_weights` runs on every tensor a program binds
-(a checkpoint of NaNs would otherwise run to a black image): floats are tested on their raw bits
-(exponent all ones), in chunks spread over threads, since numpy's integer ops release the GIL and
-the arrays are memmap views, so the scan reads each byte once and touches nothing else.
+(a checkpoint of NaNs would otherwise run to a black image): numpy floats by `np.isfinite`, ml_dtypes'
+bfloat16 / float8 by their raw bits (exponent all ones), in chunks spread over threads, since those
+numpy loops release the GIL; the arrays are memmap views, so the scan reads each byte once.
 `tensor_stats` is what `dif weights stats` prints: count, min, max, mean, non-finite per tensor.
 """
 
@@ -69,7 +69,12 @@ def _parallel(tasks: Sequence[Callable[[], T]], threads: int | None) -> list[T]:
         return list(pool.map(lambda task: task(), tasks))
 
 
-def _count_nonfinite(chunk: np.ndarray) -> int:
+def count_nonfinite(array: np.ndarray) -> int:
+    """NaN and infinite values in `array` (any shape): numpy's own floats by `np.isfinite`, ml_dtypes'
+    (bfloat16, float8) by their exponent bits, several times faster than their `np.isfinite`."""
+    chunk = np.ascontiguousarray(array).reshape(-1)
+    if chunk.dtype.kind == "f":
+        return int(chunk.size - np.count_nonzero(np.isfinite(chunk)))
     bits = _BITS.get(chunk.dtype.name)
     if bits is None:
         return 0 if chunk.dtype.kind in "iub" else int(chunk.size - np.count_nonzero(np.isfinite(chunk)))
@@ -81,7 +86,7 @@ def nonfinite_counts(source: TensorSource, names: Iterable[str], *, threads: int
     """Tensor name -> number of NaN / infinite values, for the tensors of `names` that have any."""
     arrays = {name: source[name] for name in names}
     tasks = [(name, chunk) for name, array in arrays.items() for chunk in _chunks(np.asarray(array))]
-    counts = _parallel([functools.partial(_count_nonfinite, chunk) for _, chunk in tasks], threads)
+    counts = _parallel([functools.partial(count_nonfinite, chunk) for _, chunk in tasks], threads)
     found: dict[str, int] = {}
     for (name, _), count in zip(tasks, counts, strict=True):
         if count:
