@@ -17,7 +17,7 @@ import numpy as np
 from attrs import define, field
 
 from dif.backend_checks import check_inputs, check_plan_binding, check_weights
-from dif.errors import DifError, NotImplementedOnBackend
+from dif.errors import DeviceMemoryError, DifError, NotImplementedOnBackend
 from dif.interp import cast_results
 from dif.ir.program import Node, Program, Value
 from dif.ops.registry import OpTable
@@ -73,12 +73,8 @@ class ArenaExecutable:
         bound = {name: _read_only(arr) for name, arr in check_weights(program, weights, backend).items()}
         try:
             arena = np.zeros(plan.arena_bytes, dtype=np.uint8)
-        except MemoryError:
-            from dif.errors import DeviceMemoryError
-            from dif.host import available_memory_bytes
-
-            free = available_memory_bytes()
-            raise DeviceMemoryError(backend, program.name, plan.arena_bytes, "plan arena", free) from None
+        except MemoryError as exc:
+            raise _out_of_memory(backend, program.name, "plan arena", exc, plan.arena_bytes) from None
         views = {name: _view(arena, plan, value) for name, value in _results(program).items()}
         return cls(program, plan, bound, kernels, arena, views, backend, _aliased(program, plan))
 
@@ -93,7 +89,10 @@ class ArenaExecutable:
                 continue
             node = nodes[node_id]
             operands = [env[o] if o in env else _read_only(self.views[o]) for o in node.operands]
-            outs = cast_results(node, self.kernels[node_id](operands, node.attrs))
+            try:
+                outs = cast_results(node, self.kernels[node_id](operands, node.attrs))
+            except MemoryError as exc:  # a kernel's own temporaries (the reference sdpa's N x N scores)
+                raise _out_of_memory(self.backend, self.program.name, f"op '{node.op}' (node {node.id})", exc) from None
             for value, out in zip(node.results, outs, strict=True):
                 np.copyto(self.views[value.name], out, casting="no")
         return {
@@ -103,6 +102,16 @@ class ArenaExecutable:
     def release(self) -> None:
         """Nothing to free on a device: the arena and the weights are host memory, freed with the
         executable when its owner drops it (`dif.backend.Executable.release`)."""
+
+
+def _out_of_memory(
+    backend: str, program: str, what: str, exc: MemoryError, nbytes: int | None = None
+) -> DeviceMemoryError:
+    """numpy's MemoryError as dif's, with the bytes asked for (numpy's `_ArrayMemoryError` knows them)."""
+    from dif.host import available_memory_bytes
+
+    asked = int(getattr(exc, "_total_size", 0)) if nbytes is None else nbytes
+    return DeviceMemoryError(backend, program, asked, what, available_memory_bytes(), str(exc))
 
 
 def _aliased(program: Program, plan: Plan) -> frozenset[int]:
