@@ -42,3 +42,30 @@ def test_a_refused_buffer_names_program_bytes_and_free_memory(
     assert " B for its device buffer (" in text
     assert f"({fresh.budget().free_memory_bytes} B free)" in text and "--vram-budget" in text
     assert ("MEM_OBJECT_ALLOCATION_FAILURE" in text) == (failure == "cl")
+
+
+def test_a_driver_failing_on_first_use_names_the_program_too(ocl: object) -> None:
+    import pyopencl as cl
+
+    from dif_backend_opencl.device import OpenCLBackend
+
+    b = ProgramBuilder("ocl_lazy_oom_probe")
+    x = b.input("x", (4, 8), "f32")
+    b.output(b.emit("exp", b.emit("exp", x)))
+    program = b.build()
+    backend = OpenCLBackend(host_eval_max_bytes=0)
+    exe, _ = prepare(program, {}, backend=backend)
+
+    class Refused:
+        node_id = -1
+
+        def enqueue(self, queue: object) -> None:
+            raise cl.MemoryError("clEnqueueNDRangeKernel failed: MEM_OBJECT_ALLOCATION_FAILURE")
+
+    exe.steps.insert(0, Refused())  # type: ignore[attr-defined]
+    with pytest.raises(DeviceMemoryError) as info:
+        exe.run({"x": np.zeros((4, 8), np.float32)})
+    text = str(info.value)
+    held = sum(int(buf.size) for buf in exe.owned)  # type: ignore[attr-defined]
+    assert f"opencl backend: program 'ocl_lazy_oom_probe' could not allocate {held} B for its device buffers" in text
+    assert "MEM_OBJECT_ALLOCATION_FAILURE" in text and "--vram-budget" in text

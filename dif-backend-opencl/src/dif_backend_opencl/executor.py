@@ -119,6 +119,17 @@ class OpenCLExecutable:
     def _run(self, inputs: Mapping[str, np.ndarray], times: dict[int, float] | None) -> dict[str, np.ndarray]:
         import pyopencl as cl
 
+        try:
+            return self._enqueue_all(inputs, times)
+        except cl.MemoryError as exc:  # drivers that allocate on first use fail here, not in cl.Buffer
+            held = sum(int(buf.size) for buf in self.owned)
+            free = self.backend.budget().free_memory_bytes
+            what = "device buffers (allocated by the driver on first use)"
+            raise DeviceMemoryError(BACKEND, self.program.name, held, what, free, str(exc)) from exc
+
+    def _enqueue_all(self, inputs: Mapping[str, np.ndarray], times: dict[int, float] | None) -> dict[str, np.ndarray]:
+        import pyopencl as cl
+
         if self.closed:
             raise DifError(f"backend '{BACKEND}': '{self.program.name}' was closed", hint="prepare it again")
         queue = self.backend.queue
