@@ -82,8 +82,8 @@ class ImageOptions:
         return None
 
     def unwritable(self) -> tuple[Path, str] | None:
-        """(path, why) of the first file to write (output, then --save-latents) that cannot be
-        written: its folder is not writable, or the file exists read-only."""
+        """(path, why) of the first file to write (output, then --save-latents) whose folder is not
+        writable (files are written as a temp file there, then renamed)."""
         for path in (self.output, self.save_latents):
             if path is not None and (why := unwritable_reason(path)) is not None:
                 return path, why
@@ -95,10 +95,8 @@ def unwritable_reason(path: Path) -> str | None:
     import os
 
     folder = path.resolve().parent
-    if not os.access(folder, os.W_OK | os.X_OK):
+    if not os.access(folder, os.W_OK | os.X_OK):  # a temp file is made there, then renamed over `path`
         return f"folder {folder} is not writable"
-    if path.exists() and not os.access(path, os.W_OK):
-        return f"{path} exists and is not writable"
     return None
 
 
