@@ -248,3 +248,20 @@ def test_device_memory_error_names_program_bytes_free_and_the_budget_hint() -> N
     assert "cuda backend: program 'flux2_transformer' could not allocate 17179869184 B for its plan arena" in text
     assert "(1073741824 B free): out of memory" in text and "--vram-budget" in text
     assert "free memory unknown" in str(DeviceMemoryError("opencl", "p", 1, "buffer", None))
+
+
+def test_admission_caps_the_steps_before_drawing_a_schedule() -> None:
+    from dif.kit.admission import MAX_STEPS
+
+    drawn: list[int] = []
+
+    def schedule(tokens: int, steps: int):  # type: ignore[no-untyped-def]
+        drawn.append(steps)
+        return flow_match_schedule(steps)
+
+    kw = {"pixels_per_token": 16, "channels": 4, "cfg": False, "dtype": DType.F32, "free_host_bytes": 0}
+    admit_image(64, 64, steps=MAX_STEPS, schedule=schedule, **kw)  # type: ignore[arg-type]
+    drawn.clear()
+    with pytest.raises(UsageError, match=r"^steps 1000000000 is more than 10000"):
+        admit_image(64, 64, steps=10**9, schedule=schedule, **kw)  # type: ignore[arg-type]
+    assert drawn == []  # refused before a 4 GB linspace

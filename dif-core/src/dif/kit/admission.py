@@ -19,6 +19,10 @@ from dif.dtypes import DType
 from dif.errors import DifError, UsageError
 from dif.sched import FlowMatchSchedule
 
+MAX_STEPS = 10_000
+"""The most sampling steps a run may ask for: past every published sampler's count by far, and still
+steps of 1e-4 in sigma (a billion steps would draw a 4 GB schedule and run for years)."""
+
 Schedule = Callable[[int, int], FlowMatchSchedule]
 """(image tokens, steps) -> the run's schedule (a pipeline's `schedule`)."""
 
@@ -64,10 +68,12 @@ def admit_image(
     free_host_bytes: int | None = None,
 ) -> None:
     """`UsageError` unless a `width` x `height` run (a multiple of `pixels_per_token`; latent tokens
-    of `channels` packed channels) can start: its schedule at `steps` is finite, and `host_bytes`
+    of `channels` packed channels) can start: at most `MAX_STEPS` steps, its schedule is finite, and `host_bytes`
     fits `free_host_bytes` (default: the host's available memory now; 0 = unknown, not checked)."""
     from dif.host import available_memory_bytes
 
+    if steps > MAX_STEPS:
+        raise UsageError(f"steps {steps} is more than {MAX_STEPS}", hint="flow-match samplers use 1-100 steps")
     size = f"{width}x{height}"
     tokens = (width // pixels_per_token) * (height // pixels_per_token)
     schedule(1, steps)  # a config the schedule refuses at any size is the config's error, raised as it is
