@@ -265,3 +265,11 @@ def test_admission_caps_the_steps_before_drawing_a_schedule() -> None:
     with pytest.raises(UsageError, match=r"^steps 1000000000 is more than 10000"):
         admit_image(64, 64, steps=10**9, schedule=schedule, **kw)  # type: ignore[arg-type]
     assert drawn == []  # refused before a 4 GB linspace
+
+
+@pytest.mark.parametrize("guidance", [float("nan"), float("inf")])
+def test_admission_refuses_a_guidance_that_is_not_a_number(guidance: float) -> None:
+    kw = {"pixels_per_token": 16, "channels": 4, "cfg": True, "dtype": DType.F32, "free_host_bytes": 0}
+    admit_image(64, 64, steps=2, schedule=lambda n, s: flow_match_schedule(s), guidance=4.0, **kw)  # type: ignore[arg-type]
+    with pytest.raises(UsageError, match=rf"^guidance {guidance} is not a finite number"):
+        admit_image(64, 64, steps=2, schedule=lambda n, s: flow_match_schedule(s), guidance=guidance, **kw)  # type: ignore[arg-type]

@@ -66,12 +66,16 @@ def admit_image(
     dtype: DType,
     schedule: Schedule,
     free_host_bytes: int | None = None,
+    guidance: float = 0.0,
 ) -> None:
     """`UsageError` unless a `width` x `height` run (a multiple of `pixels_per_token`; latent tokens
     of `channels` packed channels) can start: at most `MAX_STEPS` steps, its schedule is finite, and `host_bytes`
-    fits `free_host_bytes` (default: the host's available memory now; 0 = unknown, not checked)."""
+    fits `free_host_bytes` (default: the host's available memory now; 0 = unknown, not checked);
+    `guidance` must be finite."""
     from dif.host import available_memory_bytes
 
+    if not np.isfinite(guidance):  # click's FloatRange parses "nan" and "inf"
+        raise UsageError(f"guidance {guidance} is not a finite number")
     if steps > MAX_STEPS:
         raise UsageError(f"steps {steps} is more than {MAX_STEPS}", hint="flow-match samplers use 1-100 steps")
     size = f"{width}x{height}"
