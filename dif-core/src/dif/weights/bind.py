@@ -4,7 +4,9 @@
 read: missing tensors, unexpected ones, wrong shapes and unusable dtypes are gathered into one
 `WeightError` that names each tensor and the file it lives in. Float dtypes convert (a bf16
 checkpoint runs an f32 program and vice versa); the conversion happens on first access and is
-cached, and same-dtype tensors stay zero-copy memmap views.
+cached, and same-dtype tensors stay zero-copy memmap views. Then every bound tensor is scanned
+once for NaN / infinite values (`check_finite_weights`, `dif.weights.scan`): a damaged checkpoint is
+refused with the tensor named instead of running to a black image.
 """
 
 from __future__ import annotations
