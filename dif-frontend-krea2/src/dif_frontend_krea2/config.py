@@ -92,8 +92,8 @@ class Krea2TransformerConfig:
             else:
                 kw[name] = positive_int(what, name, value)
         cfg = cls(**kw)
-        heads = {"num_attention_heads": cfg.num_attention_heads, "attention_head_dim": cfg.attention_head_dim}
-        width_product(what, heads)
+        width = {"num_attention_heads": cfg.num_attention_heads, "attention_head_dim": cfg.attention_head_dim}
+        width_product(what, width)
         if sum(cfg.axes_dims_rope) != cfg.attention_head_dim or any(d % 2 for d in cfg.axes_dims_rope):
             raise ConfigError(
                 f"{what}: axes_dims_rope {list(cfg.axes_dims_rope)} must be even and sum to "
