@@ -98,6 +98,7 @@ def main(argv: list[str] | None = None) -> int:
         for start in range(0, args.cases, args.chunk)
     ]
     results: dict[int, list[FuzzResult]] = {i: [] for i in range(len(targets))}
+    commit = _commit()  # the code that runs is the code imported now, whatever is committed meanwhile
     began = time.perf_counter()
     context = multiprocessing.get_context("fork")
     pending = list(tasks)
@@ -151,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.out is not None:
         doc = {
             "kind": "dif-fuzz/1",
-            "commit": _commit(),
+            "commit": commit,
             "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
             "machine": f"{platform.machine()}, {os.cpu_count()} CPUs (shared with other work)",
             "python": platform.python_version(),
