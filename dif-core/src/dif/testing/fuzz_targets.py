@@ -162,7 +162,7 @@ def _recipe_seeds() -> list[bytes]:
                 "name": "dif",
                 "role": "measured",
                 "argv": ["{python}", "-m", "dif_tools", "-p", "{prompt}"],
-                "env": {"DIF_X": "{recipe_dir}"},
+                "env": {"BENCH_SAMPLE_DIR": "{recipe_dir}"},
                 "timeout_s": 30,
                 "depends_on": ["setup"],
                 "outputs": ["{workdir}/out.png"],
