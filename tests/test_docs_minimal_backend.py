@@ -24,7 +24,8 @@ from dif.interp import interpret
 from dif.ir.builder import ProgramBuilder
 from dif.ir.program import Program
 from dif.plugins import backends, isolated_plugins, register_plugin
-from dif.runtime import ProgramCache, get_backend
+from dif.program_cache import ProgramCache
+from dif.runtime import get_backend
 from dif.testing.conformance import declared_conformance
 
 REPO = Path(__file__).resolve().parents[1]

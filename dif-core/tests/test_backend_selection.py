@@ -17,7 +17,8 @@ from dif.errors import BackendError, BackendUnavailableError
 from dif.ir.builder import ProgramBuilder
 from dif.ir.program import Program
 from dif.plugins import isolated_plugins, register_plugin
-from dif.runtime import ProgramCache, get_backend, prepare
+from dif.program_cache import ProgramCache
+from dif.runtime import get_backend, prepare
 from dif.target import RuntimeBudget, TargetProfile
 
 LINEAR_ONLY = frozenset({"linear"})

@@ -21,8 +21,8 @@ from dif.frontend import SEED, FrontendInfo, SettingSpec, frontend_hooks, size_s
 from dif.image_pipeline import ImageRequest, TextToImagePipeline
 from dif.media import read_png_metadata
 from dif.plugins import add_commands, frontends, isolated_plugins, register_plugin
+from dif.program_cache import ProgramCache
 from dif.runstats import StageTimer
-from dif.runtime import ProgramCache
 from dif.sched import flow_match_schedule
 from dif.serialize.diftensor import load_tensors
 from dif.telemetry import validate_document

@@ -24,7 +24,7 @@ from dif.plan.pipeline import (
     decide_pipeline_residency,
 )
 from dif.plugins import isolated_plugins, register_plugin
-from dif.runtime import ProgramCache
+from dif.program_cache import ProgramCache
 from dif.target import RuntimeBudget, TargetProfile
 
 NEEDS = [ProgramNeed("text", "encode", 400), ProgramNeed("denoiser", "denoise", 600), ProgramNeed("vae", "decode", 300)]

@@ -11,7 +11,8 @@ from dif.backend import Availability, BackendInfo
 from dif.errors import BackendError, BackendUnavailableError
 from dif.ir.builder import ProgramBuilder
 from dif.plugins import isolated_plugins, register_plugin
-from dif.runtime import ProgramCache, backend_status, describe_backends, get_backend, prepare
+from dif.program_cache import ProgramCache
+from dif.runtime import backend_status, describe_backends, get_backend, prepare
 from dif.target import RuntimeBudget, TargetProfile
 
 

@@ -42,7 +42,7 @@ def load(
     detected by the installed frontends unless `family` names it; with no path, the embedded tiny
     checkpoint of `family` (default "flux2"). `backend` as the CLI's --backend (None: the best
     available), `dtype` "auto" | "f32" | "bf16" | "f16", `vram_budget` in bytes for the whole pipeline
-    (text encoder + denoiser + VAE together; see `dif.runtime.ProgramCache`)."""
+    (text encoder + denoiser + VAE together; see `dif.program_cache.ProgramCache`)."""
     from dif.frontend import detect_frontend
     from dif.plugins import frontends
 

@@ -31,7 +31,7 @@ class Executable(Protocol):
         """Free the device memory this executable holds (arena, weights, staging, pinned buffers, a
         captured graph), after its last run has finished; it does not run again (prepare anew). A
         pipeline calls it when its one memory budget cannot keep this program resident through the next
-        stage (`dif.runtime.ProgramCache`). A backend with nothing on a device makes it a no-op; one
+        stage (`dif.program_cache.ProgramCache`). A backend with nothing on a device makes it a no-op; one
         without the method is treated as such."""
         ...
 

@@ -214,7 +214,7 @@ def generate_image(
 
 def memory_lines(memory: Mapping[str, Any]) -> list[str]:
     """The line a run prints about its memory budget and streamed weights (none when it had no budget
-    and streamed nothing); `memory` is `dif.runtime.ProgramCache.memory_report()`."""
+    and streamed nothing); `memory` is `dif.program_cache.ProgramCache.memory_report()`."""
     cap, streamed = memory["vram_budget_bytes"], memory["streamed_params"]
     strategies = sorted({d["strategy"] for d in memory.get("pipeline", {}).values()} - {"all-resident"})
     if cap is None and not streamed and not strategies:

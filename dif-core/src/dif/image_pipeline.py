@@ -22,10 +22,10 @@ from attrs import frozen
 from dif.dtypes import DType
 from dif.errors import UsageError
 from dif.kit.sampling import Predict, StepCallback, sample
+from dif.program_cache import ProgramCache
 from dif.progress import stage_starting
 from dif.report import ImageRun, image_settings
 from dif.runstats import StageTimer, peak_rss_bytes
-from dif.runtime import ProgramCache
 from dif.sched import FlowMatchSchedule
 from dif.target import RuntimeBudget
 
@@ -66,7 +66,7 @@ def image_request(
 
 class TextToImagePipeline:
     """Base of a frontend's pipeline (an attrs class with a `dtype` field and its programs in a
-    `dif.runtime.ProgramCache` field `_programs`, made with the pipeline's `vram_budget` when it takes
+    `dif.program_cache.ProgramCache` field `_programs`, made with the pipeline's `vram_budget` when it takes
     one). `grid_h`, `grid_w` count latent tokens. `cfg_base` is the model's CFG combine rule
     (`dif.sched.cfg_combine`); `on_step(done, total, latents)` is called after each step."""
 

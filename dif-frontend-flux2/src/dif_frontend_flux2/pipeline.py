@@ -31,7 +31,8 @@ from dif.kit.sampling import Predict, StepCallback
 from dif.kit.scheduler import FlowMatchConfig, load_scheduler_config
 from dif.media import to_uint8
 from dif.noise import initial_latents
-from dif.runtime import ProgramCache, Runner
+from dif.program_cache import ProgramCache
+from dif.runtime import Runner
 from dif.sched import FlowMatchSchedule
 from dif.weights import TensorSource, bind_weights
 from dif_frontend_flux2.model import build_transformer, flux2_rope_tables, flux2_timestep_proj

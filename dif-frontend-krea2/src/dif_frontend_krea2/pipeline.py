@@ -32,7 +32,8 @@ from dif.kit.finite import require_finite
 from dif.kit.sampling import Predict, StepCallback
 from dif.media import to_uint8
 from dif.noise import initial_latents
-from dif.runtime import ProgramCache, Runner
+from dif.program_cache import ProgramCache
+from dif.runtime import Runner
 from dif.sched import FlowMatchSchedule
 from dif.text import TextTokenizer
 from dif_frontend_krea2.config import TURBO_MU, Krea2Configs

@@ -1,0 +1,352 @@
+"""The programs of one pipeline (text encoder, denoiser, VAE) on one backend, under ONE memory budget.
+
+Where it sits: a frontend's pipeline holds a `ProgramCache`; each program is built, optimized and planned
+once per shape (`dif.runtime`) against the budget for all of them (the backend's free memory when the
+pipeline starts, or a lower cap: `--vram-budget`), with `dif.plan.pipeline` deciding which are resident
+during which stage; programs are released and prepared again between stages when they do not fit together,
+and weights still too large are streamed.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from attrs import define, evolve, field
+
+from dif.backend import Backend, BackendInfo, Executable
+from dif.errors import PlanError
+from dif.runtime import INTERP, Runner, capped_budget, create_backend, get_backend, optimize_for
+from dif.target import RuntimeBudget
+
+if TYPE_CHECKING:
+    from dif.ir.program import Program
+    from dif.plan.pipeline import PipelineResidency
+    from dif.plan.plan import Decision, Plan
+
+ALWAYS = "always"  # `dif.plan.pipeline.ALWAYS` (not imported: `import dif.program_cache` stays light)
+
+
+@define(eq=False)
+class _Entry:
+    """One program of a pipeline: optimized and planned on its backend; prepared while `executable` is set.
+    `alone` is its plan within the pipeline's whole budget, `plan` the one the pipeline's decision chose."""
+
+    key: Hashable
+    stage: str
+    name: str
+    program: Program
+    weights: Mapping[str, np.ndarray]
+    backend: Backend
+    budget: RuntimeBudget
+    decisions: tuple[Decision, ...]
+    alone: Plan
+    plan: Plan
+    runner: Runner = lambda inputs: {}
+    executable: Executable | None = None
+    plans: dict[int, Plan] = field(factory=dict)  # by the bytes they were planned within
+    prepared: int = 0
+    released: int = 0
+
+    @property
+    def resident_bytes(self) -> int:
+        """Arena + every weight: what the program holds with nothing streamed."""
+        return int(self.alone.arena_bytes + self.alone.param_bytes)
+
+
+@define
+class ProgramCache:
+    """The programs of one pipeline, each built, bound and planned once per key on its backend, and
+    prepared while the pipeline's memory decision says it is resident.
+
+    backend: a backend name, None for the default (`DIF_BACKEND`, else per program the available one of
+    highest priority that has its ops and dtypes, see `get_backend`), or "interp" for the reference
+    interpreter (no plan, no backend). vram_budget: the device bytes the whole pipeline may hold (text
+    encoder + denoiser + VAE together); without it, the backend's free memory when the first program is
+    planned. Programs registered inside `planning()` form a run: when it ends, `dif.plan.pipeline`
+    decides from their planned sizes what is resident during which stage; all resident: they are
+    prepared at once; otherwise `enter(stage)` releases the programs the stage does not keep and prepares
+    the stage's own. A runner whose program was released prepares it again when called. Programs got
+    outside `planning()` are prepared at once, each within what those prepared before leave.
+    """
+
+    backend: str | None = None
+    vram_budget: int | None = None
+    plan_peak_bytes: int = 0  # the largest prepared plan's arena peak + parameter bytes
+    load_seconds: float = 0.0  # time spent building, binding, planning and preparing
+    budget: RuntimeBudget | None = field(init=False, default=None)  # the pipeline budget the latest plan used
+    residency: dict[str, dict[str, Any]] = field(init=False, factory=dict)  # by program name: `memory_report`
+    decision: dict[str, PipelineResidency] = field(init=False, factory=dict)  # by backend name
+    releases: list[str] = field(init=False, factory=list)  # "NAME before STAGE", in order
+    _runners: dict[Hashable, Runner] = field(init=False, factory=dict)  # under "interp"
+    _entries: dict[Hashable, _Entry] = field(init=False, factory=dict)
+    _run: list[_Entry] | None = field(init=False, default=None)  # the programs of the latest `planning()`
+    _planning: bool = field(init=False, default=False)
+    _budgets: dict[str, RuntimeBudget] = field(init=False, factory=dict)  # by backend name, fixed at first use
+    _backend: Backend | None = field(init=False, default=None)  # the latest program's
+    _backends: dict[str, Backend] = field(init=False, factory=dict)  # by name: each created once
+
+    @property
+    def backend_name(self) -> str:
+        """The backend that ran the latest program prepared, before any the default one ("interp" =
+        the reference interpreter)."""
+        if self.backend == INTERP:
+            return INTERP
+        if self._backend is None:
+            self._backend = get_backend(self.backend, create=self._instance)
+        return str(self._backend.name)
+
+    def _instance(self, info: BackendInfo) -> Backend:
+        """The backend `info` registers, created once for all the programs (one device context)."""
+        if info.name not in self._backends:
+            self._backends[info.name] = create_backend(info)
+        return self._backends[info.name]
+
+    # -- registering ---------------------------------------------------------------------------------
+    def get(
+        self, key: Hashable, build: Callable[[], tuple[Program, Mapping[str, np.ndarray]]], stage: str = ALWAYS
+    ) -> Runner:
+        """The runner cached under `key`; on a miss `build()` returns (program, bound weights), which is
+        optimized and planned now (weights are not read). `stage`: the pipeline stage that runs it
+        (`dif.plan.pipeline.STAGES`; `ALWAYS`: resident throughout). Outside `planning()` the program is
+        also prepared now."""
+        if self.backend == INTERP:
+            return self._interpreted(key, build)
+        entry = self._entries.get(key)
+        if entry is None:
+            start = time.perf_counter()
+            program, weights = build()
+            entry = self._entries[key] = self._register(key, stage, program, weights)
+            self.load_seconds += time.perf_counter() - start
+        if self._run is not None and entry not in self._run:
+            self._run.append(entry)
+            if not self._planning:  # a program the run did not announce (a new shape mid-run)
+                self._decide()
+        if not self._planning:
+            self._ensure(entry)
+        return entry.runner
+
+    def _interpreted(self, key: Hashable, build: Callable[[], tuple[Program, Mapping[str, np.ndarray]]]) -> Runner:
+        from dif.interp import interpret
+
+        runner = self._runners.get(key)
+        if runner is None:
+            start = time.perf_counter()
+            program, weights = build()
+            resolved = dict(weights)
+            runner = self._runners[key] = lambda inputs: interpret(program, inputs, resolved)
+            self.load_seconds += time.perf_counter() - start
+        return runner
+
+    def _register(self, key: Hashable, stage: str, program: Program, weights: Mapping[str, np.ndarray]) -> _Entry:
+        backend = self._backend = get_backend(self.backend, program=program, create=self._instance)
+        budget = self.budget = self._pipeline_budget(backend)
+        optimized, decisions = optimize_for(program, backend, backend.profile())
+        taken = {e.name for e in self._entries.values()}
+        name = program.name if program.name not in taken else f"{program.name} #{len(taken) + 1}"
+        alone = self._plan(optimized, backend, budget, decisions)
+        entry = _Entry(key, stage, name, optimized, weights, backend, budget, decisions, alone, alone)
+        entry.plans[self._available(budget)] = alone
+        entry.runner = lambda inputs: self._execute(entry, inputs)
+        return entry
+
+    def _pipeline_budget(self, backend: Backend) -> RuntimeBudget:
+        """The one budget of every program on `backend`: its free memory when the first was planned,
+        capped by `vram_budget`."""
+        name = str(backend.name)
+        if name not in self._budgets:
+            self._budgets[name] = capped_budget(backend.budget(), self.vram_budget)
+        return self._budgets[name]
+
+    @staticmethod
+    def _available(budget: RuntimeBudget) -> int:
+        return budget.free_memory_bytes - budget.workspace_bytes
+
+    def _plan(self, program: Program, backend: Backend, budget: RuntimeBudget, decisions: Sequence[Decision]) -> Plan:
+        from dif.plan.planner import plan_program
+
+        try:
+            return plan_program(program, backend.profile(), budget, decisions=decisions)
+        except PlanError as exc:
+            if self.vram_budget is None:
+                raise
+            raise PlanError(
+                f"within the memory budget of {self.vram_budget} B: {str(exc).splitlines()[0]}",
+                hint="raise --vram-budget (or leave it out to plan for all the free device memory)",
+            ) from exc
+
+    def _plan_within(self, entry: _Entry, nbytes: int) -> Plan:
+        """`entry`'s plan within `nbytes` of device memory (streaming what does not fit), made once."""
+        if entry.alone.binding.min_memory_bytes <= nbytes:
+            return entry.alone
+        if nbytes not in entry.plans:
+            budget = evolve(entry.budget, free_memory_bytes=nbytes + entry.budget.workspace_bytes)
+            entry.plans[nbytes] = self._plan(entry.program, entry.backend, budget, entry.decisions)
+        return entry.plans[nbytes]
+
+    # -- the pipeline's decision ---------------------------------------------------------------------
+    @contextmanager
+    def planning(self) -> Iterator[None]:
+        """Register the programs of one run (the `get` calls inside), then decide what is resident when
+        (`dif.plan.pipeline.decide_pipeline_residency`, from their plans, before anything is allocated);
+        when all fit together, prepare them all now."""
+        self._run, self._planning = [], True
+        try:
+            yield
+        finally:
+            self._planning = False
+        self._decide()
+        if all(d.all_resident for d in self.decision.values()):
+            for entry in self._run:
+                self._ensure(entry)
+
+    def _decide(self) -> None:
+        from dif.plan.pipeline import ProgramNeed, decide_pipeline_residency
+
+        run = self._run or []
+        self.decision = {}
+        for backend in dict.fromkeys(str(e.backend.name) for e in run):
+            group = [e for e in run if str(e.backend.name) == backend]
+            available = self._available(group[0].budget)
+            stale = [
+                e
+                for e in self._entries.values()
+                if e.executable is not None and e not in run and str(e.backend.name) == backend
+            ]
+            held = sum(e.plan.binding.min_memory_bytes for e in stale)
+            if held and held + sum(e.resident_bytes for e in group) > available:
+                for e in stale:  # programs of an earlier run (another size) make room for this one's
+                    self._release(e, "this run")
+            by_name = {e.name: e for e in group}
+            needs = [ProgramNeed(e.name, e.stage, e.resident_bytes) for e in group]
+
+            def plan_within(name: str, nbytes: int, by_name: dict[str, _Entry] = by_name) -> int:
+                return self._plan_within(by_name[name], nbytes).binding.min_memory_bytes
+
+            decision = decide_pipeline_residency(needs, available, plan_within)
+            self.decision[backend] = decision
+            for e in group:
+                want = self._plan_within(e, decision.allowance_bytes[e.name])
+                if want is not e.plan:
+                    if e.executable is not None:
+                        self._release(e, "re-planning")
+                    e.plan = want
+
+    def enter(self, stage: str) -> bool:
+        """Make the device hold what `stage` needs: release the prepared programs the decision does not
+        keep during it, then prepare the stage's programs of the run. True when anything was released or
+        prepared (the caller times that apart from the stage's work)."""
+        if self._run is None:
+            return False
+        changed = False
+        for backend, decision in self.decision.items():
+            if not decision.all_resident:
+                keep = set(decision.resident_during(stage))
+                for e in self._entries.values():
+                    if e.executable is not None and str(e.backend.name) == backend and e.name not in keep:
+                        changed = self._release(e, stage) or changed
+        for e in self._run:
+            if e.stage in (stage, ALWAYS) and e.executable is None:
+                self._ensure(e)
+                changed = True
+        return changed
+
+    # -- preparing and releasing ---------------------------------------------------------------------
+    def _ensure(self, entry: _Entry) -> Executable:
+        """`entry` prepared: room made for it first (the programs its stage does not keep released;
+        without a decision, planned within what the prepared programs leave)."""
+        if entry.executable is not None:
+            return entry.executable
+        decision = self.decision.get(str(entry.backend.name))
+        if decision is None:
+            held = sum(
+                e.plan.binding.min_memory_bytes
+                for e in self._entries.values()
+                if e.executable is not None and e.backend is entry.backend
+            )
+            entry.plan = self._plan_within(entry, self._available(entry.budget) - held)
+        elif not decision.all_resident:
+            keep = set(decision.resident_during(entry.stage))
+            for e in self._entries.values():
+                if e.executable is not None and e.backend is entry.backend and e.name not in keep:
+                    self._release(e, entry.stage)
+        from dif.progress import loading
+
+        start = time.perf_counter()
+        plan = self._with_decision(entry, decision)
+        with loading(entry.name, plan.resident_bytes):
+            entry.executable = entry.backend.prepare(entry.program, plan, entry.weights)
+        self.load_seconds += time.perf_counter() - start
+        entry.prepared += 1
+        self.plan_peak_bytes = max(self.plan_peak_bytes, int(plan.peak_bytes + plan.param_bytes))
+        self._record(entry, plan)
+        return entry.executable
+
+    def _with_decision(self, entry: _Entry, decision: PipelineResidency | None) -> Plan:
+        """`entry.plan` with the pipeline's decision appended to its recorded decisions."""
+        from dif.plan.plan import Decision
+
+        if decision is None:
+            return entry.plan
+        during = [stage for stage, names in decision.phases.items() if entry.name in names]
+        what = (
+            f"pipeline residency: {decision.strategy}; '{entry.name}' resident during {', '.join(during) or 'none'}"
+            f", planned within {decision.allowance_bytes[entry.name]} B"
+        )
+        return evolve(entry.plan, decisions=(*entry.plan.decisions, Decision(what, decision.arithmetic)))
+
+    def _execute(self, entry: _Entry, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        return self._ensure(entry).run(inputs)
+
+    def _release(self, entry: _Entry, before: str) -> bool:
+        """Free `entry`'s device memory (`Executable.release`, where the backend has one)."""
+        if entry.executable is None:
+            return False
+        release = getattr(entry.executable, "release", None)
+        if callable(release):
+            release()
+        entry.executable = None
+        entry.released += 1
+        self.releases.append(f"{entry.name} before {before}")
+        if entry.name in self.residency:
+            self.residency[entry.name]["released"] = entry.released
+        return True
+
+    def _record(self, entry: _Entry, plan: Plan) -> None:
+        streamed = set(plan.streamed)
+        timings = getattr(entry.executable, "timings", {})
+        self.residency[entry.name] = {
+            "stage": entry.stage,
+            "params": len(plan.residency),
+            "streamed_params": len(streamed),
+            "streamed_bytes": sum(p.type.nbytes for p in entry.program.params if p.name in streamed),
+            "resident_bytes": plan.resident_bytes,
+            "min_memory_bytes": plan.binding.min_memory_bytes,
+            "all_resident_bytes": entry.resident_bytes,
+            "prepared": entry.prepared,
+            "released": entry.released,
+            # where prepare's time went (upload, lowering, capture ...), as the backend measured it
+            "prepare_s": {k: round(float(v), 4) for k, v in timings.items() if k.endswith("_s")},
+        }
+
+    def memory_report(self) -> dict[str, Any]:
+        """What the plans were made against and what they stream, for run reports: the cap
+        (`vram_budget_bytes`, None without one), the pipeline's budget (`free_memory_bytes`), parameter
+        counts over all prepared programs, per program name: stage, params, streamed_params, streamed_bytes,
+        resident_bytes, min_memory_bytes (arena + resident weights + staging), all_resident_bytes, how often
+        it was prepared and released; `pipeline`: the residency decision by backend
+        (`PipelineResidency.to_dict`); `releases`: "NAME before STAGE" in order."""
+        programs = {name: dict(r) for name, r in self.residency.items()}
+        return {
+            "vram_budget_bytes": self.vram_budget,
+            "free_memory_bytes": self.budget.free_memory_bytes if self.budget is not None else None,
+            "params": sum(r["params"] for r in programs.values()),
+            "streamed_params": sum(r["streamed_params"] for r in programs.values()),
+            "streamed_bytes": sum(r["streamed_bytes"] for r in programs.values()),
+            "programs": programs,
+            "pipeline": {backend: d.to_dict() for backend, d in self.decision.items()},
+            "releases": list(self.releases),
+        }
