@@ -146,19 +146,23 @@ class TextToImagePipeline:
         raise NotImplementedError
 
     def generate(self, req: Any, /) -> ImageRun:
-        """The whole run for the frontend's `ImageRequest` `req`: the "load" stage (noise and
-        schedule, cheap checks first, then the programs: all planned, then the pipeline's one memory
+        """The whole run for the frontend's `ImageRequest` `req`: the "load" stage (schedule and the
+        caller's noise, cheap checks first, then the programs: all planned, then the pipeline's one memory
         budget decides what is resident when, `dif.plan.pipeline`; prepared now when all fit together,
-        else by each stage as it starts), then `run_stages`."""
+        else by each stage as it starts; then the seeded noise), then `run_stages`."""
         width, height, _ = self.fit_size(*self.size(req))
         grid = (height // self.pixels_per_token, width // self.pixels_per_token)
         steps, guidance, cfg, warnings = self.resolve(req)
         timer = StageTimer(self.on_stage)
         with timer.stage("load"):
-            noise = self.initial_noise(req, *grid)
             schedule = self.schedule(grid[0] * grid[1], steps)
+            # the caller's noise is checked before anything loads; seeded noise is drawn once the plans have
+            # admitted the size (a size too large for the device is refused before gigabytes of noise are drawn)
+            noise = self.initial_noise(req, *grid) if req.init_noise is not None else None
             with self._programs.planning():  # plans all, decides what is resident when, prepares what fits
                 self.prepare_all(width, height)
+            if noise is None:
+                noise = self.initial_noise(req, *grid)
         return self.run_stages(
             req,
             timer,
