@@ -1,14 +1,11 @@
 """`dif.progress`: the step line's rate covers the denoising steps only (decode and save after the last
 step never count), load lines show bytes and GB/s at most 10 times a second, nothing listens or draws
-when quiet; and through a pipeline run, the bar's rate agrees with the summary's steps per second."""
+when quiet. (Through a real pipeline run: tests/test_progress_pipeline.py.)"""
 
 from __future__ import annotations
 
 import io
-import time
-from pathlib import Path
 
-import numpy as np
 import pytest
 
 from dif.progress import ProgressBar, byte_callback, loading, stage_starting
@@ -87,22 +84,3 @@ def test_a_quiet_bar_neither_listens_nor_draws() -> None:
     assert out.getvalue() == ""
     with ProgressBar(stream=io.StringIO()):  # not a TTY
         assert byte_callback() is None
-
-
-def test_the_bar_of_a_pipeline_run_agrees_with_its_summary(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import dif
-    from dif.plugins import isolated_plugins
-
-    with isolated_plugins(None):
-        pipe = dif.load(family="flux2", backend="cpu", dtype="f32")
-        decode = type(pipe.pipeline).decode
-
-        def slow_decode(self, latents: np.ndarray, h: int, w: int) -> np.ndarray:  # noqa: ANN001
-            time.sleep(0.5)  # longer than the whole denoise: counted in the rate, it would halve it or worse
-            return decode(self, latents, h, w)
-
-        monkeypatch.setattr(type(pipe.pipeline), "decode", slow_decode)
-        with ProgressBar(stream=_Tty()) as bar:
-            result = pipe("a fox", width=128, height=128, steps=3, seed=1, on_step=lambda d, n, _x: bar.step(d, n))
-    summary_rate = 3 / result.run.timings["denoise"]
-    assert bar.rate == pytest.approx(summary_rate, rel=0.1)
