@@ -50,6 +50,27 @@ def test_65536_squared_is_refused_before_drawing_noise(tmp_path: Path, monkeypat
     assert not out.exists()
 
 
+def test_on_a_host_with_room_for_the_noise_the_plan_refuses_it_first(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A host that could hold the 74 GiB of arrays passes the host check; the programs' plans then refuse the
+    size (the denoiser's activations alone are far beyond any budget), still before any noise is drawn."""
+    import dif.host
+    import dif_frontend_krea2.pipeline as pipeline
+
+    monkeypatch.setattr(dif.host, "available_memory_bytes", lambda: 1 << 50)  # a petabyte: admits the arrays
+
+    def no_noise(*args: object, **kwargs: object) -> None:
+        raise AssertionError("noise was drawn before the plans admitted the size")
+
+    monkeypatch.setattr(pipeline, "initial_latents", no_noise)
+    out = tmp_path / "out.png"
+    result = run("-p", "x", "-W", "65536", "-H", "65536", "--backend", "cpu", "--vram-budget", "8GiB", "-o", str(out))
+    assert result.exit_code != 0 and "Traceback" not in result.output, result.output
+    assert "within the memory budget of 8589934592 B" in result.stderr and "does not fit" in result.stderr
+    assert not out.exists()
+
+
 def test_nan_vae_weights_are_refused_naming_the_tensor(tmp_path: Path) -> None:
     root = _copy(tmp_path)
     (path,) = (root / "vae").glob("*.safetensors")
