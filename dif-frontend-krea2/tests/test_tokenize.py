@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from dif.errors import DifWarning
 from dif.text import Message, TextTokenizer
 from dif_frontend_krea2.tokenize import (
     PREFIX_TOKENS,
@@ -52,7 +53,8 @@ def test_layout_pads_in_the_middle(tok: TextTokenizer) -> None:
 
 
 def test_long_prompt_truncates_before_the_suffix(tok: TextTokenizer) -> None:
-    pt = encode_prompt(tok, "fox " * 100, max_sequence_length=16)
+    with pytest.warns(DifWarning, match=r"prompt is 101 tokens; the text encoder takes 11: the last 90 are ignored"):
+        pt = encode_prompt(tok, "fox " * 100, max_sequence_length=16)
     assert pt.seq_len == 16 + PREFIX_TOKENS and pt.mask.all()
     assert pt.num_prompt_tokens == 16 - SUFFIX_TOKENS
     np.testing.assert_array_equal(pt.positions, np.arange(pt.seq_len))
