@@ -18,7 +18,7 @@ import pytest
 import dif_frontend_flux2
 from dif_frontend_flux2.tokenize import MAX_LENGTH, load_tokenizer, tokenize_prompts
 
-# the oracle comparisons cut long prompts on purpose: their truncation warning is expected (the long-prompt tests assert it)
+# these comparisons cut long prompts on purpose: the truncation warning is expected (long-prompt tests assert it)
 pytestmark = [pytest.mark.oracle, pytest.mark.filterwarnings("ignore:prompt is:dif.errors.DifWarning")]
 
 DEFAULT_TOKENIZER = Path(dif_frontend_flux2.__file__).parent / "default" / "tokenizer"

@@ -20,7 +20,7 @@ import dif_frontend_krea2
 from dif.text import TextTokenizer
 from dif_frontend_krea2.tokenize import encode_prompt
 
-# the oracle comparisons cut long prompts on purpose: their truncation warning is expected (the long-prompt tests assert it)
+# these comparisons cut long prompts on purpose: the truncation warning is expected (long-prompt tests assert it)
 pytestmark = [pytest.mark.oracle, pytest.mark.filterwarnings("ignore:prompt is:dif.errors.DifWarning")]
 
 DEFAULT_TOKENIZER = Path(dif_frontend_krea2.__file__).parent / "default" / "tokenizer"
