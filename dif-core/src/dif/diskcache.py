@@ -13,13 +13,12 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-import os
-import tempfile
 import warnings
 from collections.abc import Mapping
 from pathlib import Path
 
 from dif.errors import DifWarning
+from dif.serialize.container import write_atomic
 
 MAGIC = b"DIFCACHE"
 FORMAT = 1
@@ -39,14 +38,7 @@ def write_entry(path: Path, payload: bytes, key: Mapping[str, str]) -> None:
         sort_keys=True,
     ).encode()
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(MAGIC + len(header).to_bytes(4, "little") + header + payload)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_atomic(path, MAGIC + len(header).to_bytes(4, "little") + header + payload)
 
 
 def read_entry(path: Path, key: Mapping[str, str]) -> bytes | None:

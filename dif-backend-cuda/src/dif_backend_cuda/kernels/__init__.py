@@ -12,8 +12,6 @@ Nothing here imports cupy or NVRTC until a module is first needed.
 from __future__ import annotations
 
 import hashlib
-import os
-import tempfile
 import threading
 import warnings
 from concurrent.futures import ThreadPoolExecutor
@@ -23,6 +21,7 @@ from typing import Any
 
 from dif.diskcache import read_entry, write_entry
 from dif.errors import BackendError, DifWarning
+from dif.serialize.container import write_atomic
 
 MODULES = ("elementwise", "norm", "layout", "linalg", "conv", "attention", "fused")
 PRELUDES: dict[str, tuple[str, ...]] = {"linalg": ("gemm_tile.cuh",), "conv": ("gemm_tile.cuh",)}
@@ -88,18 +87,6 @@ def compile_cubin(source: str, arch: str, name: str) -> bytes:
         nvrtc.nvrtcDestroyProgram(prog)
 
 
-def _write_atomic(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 class KernelCache:
     """Compiled modules for one device architecture; functions looked up by kernel name.
 
@@ -144,7 +131,8 @@ class KernelCache:
                 return path
             warnings.warn(f"cached kernel {path} does not match its seal; recompiling it", DifWarning, stacklevel=2)
         cubin = compile_cubin(source, self.arch, name)
-        _write_atomic(path, cubin)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(path, cubin)
         write_entry(seal, hashlib.sha256(cubin).hexdigest().encode(), key)
         self.stats[name] = "compiled"
         return path
