@@ -94,10 +94,10 @@ def upload(
     stream: Any,
     on_bytes: Callable[[int], None] | None = None,
 ) -> float:
-    """Copy host `arrays` ((byte offset, array) pairs) to `dst_ptr + offset` and wait for them; `stream`
-    (the backend's) is made to wait too, so work queued on it after this sees the weights. `on_bytes(n)` is
-    called (from lane threads) as each chunk of n bytes is queued; None: the open progress bar's, if any
-    (`dif.progress.byte_callback`). Returns the seconds spent."""
+    """Copy host `arrays` ((byte offset, array) pairs) to `dst_ptr + offset` and wait for them (every lane's
+    stream, then `stream`, the backend's, is synchronized, so work queued on it afterwards sees the weights).
+    `on_bytes(n)` is called (from lane threads) as each chunk of n bytes is queued; None: the open progress
+    bar's, if any (`dif.progress.byte_callback`). Returns the seconds spent."""
     import cupy
 
     from dif.progress import byte_callback
