@@ -1,8 +1,8 @@
 """cuDNN convolution (cudnn frontend graph, `conv_fprop`) for one fp16/bf16 `conv2d` node in DiffIR's
-NCHW layout, given to cuDNN as strides; fp32 accumulation. Built once at prepare time over fixed device
-pointers; executing it is graph-capturable. The bias, when present, is a separate broadcast add (see
-`lower/conv.py`). Eligibility (else the NVRTC implicit GEMM runs): fp16/bf16, one group,
-symmetric padding. fp32 stays on the NVRTC kernel: cuDNN may use TF32 for it.
+NCHW layout, given to cuDNN as strides; fp32 accumulation. One graph per distinct problem, shared by the
+nodes of that problem (`CudnnContext.shared_graph`); executing it is graph-capturable. The bias, when
+present, is a separate broadcast add (see `lower/conv.py`). Eligibility (else the NVRTC implicit GEMM
+runs): fp16/bf16, one group, symmetric padding. fp32 stays on the NVRTC kernel: cuDNN may use TF32 for it.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from dif.dtypes import DType
-from dif_backend_cuda.sdpa import CudnnContext
+from dif_backend_cuda.sdpa import CudnnContext, finish_graph
 
 
 def eligible(dtype: DType, groups: int, padding: tuple[int, int, int, int]) -> str:
@@ -26,7 +26,7 @@ def eligible(dtype: DType, groups: int, padding: tuple[int, int, int, int]) -> s
 
 
 class CudnnConv:
-    """A built cuDNN convolution graph with its variant pack and workspace."""
+    """One `conv2d` node on cuDNN: the shared graph of its problem and the node's own variant pack."""
 
     kind = "cudnn"
 
@@ -44,30 +44,33 @@ class CudnnConv:
         stride: tuple[int, int],
         dilation: tuple[int, int],
     ) -> None:
-        cudnn = ctx.lib
-        dt = cudnn.data_type.BFLOAT16 if dtype == DType.BF16 else cudnn.data_type.HALF
-        fp32 = cudnn.data_type.FLOAT
-        g = cudnn.pygraph(io_data_type=dt, intermediate_data_type=fp32, compute_data_type=fp32, handle=ctx.handle)
-
-        def nchw(name: str, dims: tuple[int, int, int, int]) -> Any:
-            n, c, h, wd = dims
-            return g.tensor(name=name, dim=[n, c, h, wd], stride=[c * h * wd, h * wd, wd, 1], data_type=dt)
-
-        tx, tw = nchw("x", x_shape), nchw("w", w_shape)
-        out = g.conv_fprop(
-            image=tx, weight=tw, padding=list(padding), stride=list(stride), dilation=list(dilation),
-            compute_data_type=fp32,
-        )  # fmt: skip
-        n, o, ho, wo = y_shape
-        out.set_output(True).set_dim([n, o, ho, wo]).set_stride([o * ho * wo, ho * wo, wo, 1]).set_data_type(dt)
-        g.validate()
-        g.build_operation_graph()
-        g.create_execution_plans([cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK])
-        g.check_support()
-        self.ctx, self.graph = ctx, g
-        self.pack = {tx: x, tw: w, out: y}
         key = ("conv", dtype, x_shape, w_shape, padding, stride, dilation)
-        self.workspace, self.choice = ctx.build_fastest(g, self.pack, key)
+
+        def build() -> tuple[Any, dict[str, Any]]:
+            cudnn = ctx.lib
+            dt = cudnn.data_type.BFLOAT16 if dtype == DType.BF16 else cudnn.data_type.HALF
+            fp32 = cudnn.data_type.FLOAT
+            g = cudnn.pygraph(io_data_type=dt, intermediate_data_type=fp32, compute_data_type=fp32, handle=ctx.handle)
+
+            def nchw(name: str, dims: tuple[int, int, int, int]) -> Any:
+                n, c, h, wd = dims
+                return g.tensor(name=name, dim=[n, c, h, wd], stride=[c * h * wd, h * wd, wd, 1], data_type=dt)
+
+            tx, tw = nchw("x", x_shape), nchw("w", w_shape)
+            out = g.conv_fprop(
+                image=tx, weight=tw, padding=list(padding), stride=list(stride), dilation=list(dilation),
+                compute_data_type=fp32,
+            )  # fmt: skip
+            n, o, ho, wo = y_shape
+            out.set_output(True).set_dim([n, o, ho, wo]).set_stride([o * ho * wo, ho * wo, wo, 1]).set_data_type(dt)
+            finish_graph(cudnn, g)
+            return g, {"x": tx, "w": tw, "y": out}
+
+        pointers = {"x": x, "w": w, "y": y}
+        self.ctx = ctx
+        self.built, shared = ctx.shared_graph(key, build, pointers)
+        self.pack = self.built.pack(pointers)
+        self.choice = f"{self.built.choice}{', graph shared' if shared else ''}"
 
     def __call__(self, stream: Any) -> None:
-        self.graph.execute(self.pack, self.workspace.ptr, handle=self.ctx.handle)
+        self.built.graph.execute(self.pack, self.built.workspace.ptr, handle=self.ctx.handle)

@@ -44,6 +44,8 @@ class LtContext:
         self.version = int(cublasLt.get_version())
         # `choices(version)`: the backend's store of algorithm choices for this cuBLASLt version
         self.choices = choices(f"cublasLt {self.version}") if choices is not None else None
+        # the heuristic's candidates per distinct problem (`problem_key`): asked once, not once per node
+        self.heuristics: dict[tuple[Any, ...], np.ndarray] = {}
 
 
 @frozen
@@ -109,6 +111,13 @@ def _alignment(addr: int) -> int:
     return min(256, addr & -addr) if addr else 256
 
 
+def problem_key(p: GemmProblem) -> tuple[Any, ...]:
+    """What cuBLASLt's choice of algorithm depends on: everything but the addresses, of which only their
+    alignment counts."""
+    fields = (p.dtype, p.m, p.n, p.k, p.lda, p.ldb, p.ldd, p.trans_a, p.trans_b, p.alpha, p.batch, bool(p.bias))
+    return (*fields, p.stride_a, p.stride_b, p.stride_d, *(_alignment(a) for a in (p.a, p.b, p.d)))
+
+
 class LtMatmul:
     """A planned cuBLASLt matmul; `__call__(stream)` enqueues it (no allocation, graph-safe)."""
 
@@ -134,6 +143,20 @@ class LtMatmul:
         self.adesc = self._layout(dt, a_rows, a_cols, p.lda, p.stride_a)
         self.bdesc = self._layout(dt, b_rows, b_cols, p.ldb, p.stride_b)
         self.ddesc = self._layout(dt, p.m, p.n, p.ldd, p.stride_d)
+        self.key = problem_key(p)
+        heuristic = ctx.heuristics.get(self.key)
+        if heuristic is None:
+            heuristic = ctx.heuristics[self.key] = self._heuristic()
+        self.heuristic = heuristic
+        self.candidates = len(heuristic)
+        self.choice = 0
+        self.alpha = np.full(1, p.alpha, dtype=np.float32)
+        self.beta = np.zeros(1, dtype=np.float32)
+
+    def _heuristic(self) -> np.ndarray:
+        """The heuristic's candidates for this problem (at most `TUNE_CANDIDATES`, best first)."""
+        ctx, p = self.ctx, self.p
+        lib = ctx.lib
         pref = lib.matmul_preference_create()
         try:
             pattr = lib.MatmulPreferenceAttribute
@@ -152,7 +175,7 @@ class LtMatmul:
                     getattr(pattr, f"MIN_ALIGNMENT_{name}_BYTES"),
                     _alignment(addr),
                 )
-            self.heuristic = np.zeros(TUNE_CANDIDATES, dtype=lib.matmul_heuristic_result_dtype)
+            heuristic = np.zeros(TUNE_CANDIDATES, dtype=lib.matmul_heuristic_result_dtype)
             count = np.zeros(1, dtype=np.int32)
             lib.matmul_algo_get_heuristic(
                 ctx.handle,
@@ -163,17 +186,14 @@ class LtMatmul:
                 self.ddesc,
                 pref,
                 TUNE_CANDIDATES,
-                self.heuristic.ctypes.data,
+                heuristic.ctypes.data,
                 count.ctypes.data,
             )
         finally:
             lib.matmul_preference_destroy(pref)
-        self.candidates = int(count[0])
-        if self.candidates < 1:
+        if count[0] < 1:
             raise BackendError(f"cuBLASLt found no algorithm for {p}")
-        self.choice = 0
-        self.alpha = np.full(1, p.alpha, dtype=np.float32)
-        self.beta = np.zeros(1, dtype=np.float32)
+        return heuristic[: int(count[0])]
 
     @property
     def algo_ptr(self) -> int:
@@ -187,9 +207,6 @@ class LtMatmul:
         first); returns a summary. Timing writes only the output buffer, which the forward overwrites anyway."""
         from dif_backend_cuda.tuning import fastest
 
-        p = self.p
-        key = (*(getattr(p, f) for f in ("dtype", "m", "n", "k", "lda", "ldb", "ldd", "trans_a", "trans_b", "alpha")),
-               p.batch, bool(p.bias), *(_alignment(a) for a in (p.a, p.b, p.d)))  # fmt: skip
         if self.ctx.choices is None:
             self.choice = 0
             return f"algorithm 1 of {self.candidates} (heuristic)"
@@ -201,7 +218,7 @@ class LtMatmul:
 
             return fastest(run, self.candidates, stream)[0]
 
-        self.choice, how = self.ctx.choices.choose(key, self.candidates, measure)
+        self.choice, how = self.ctx.choices.choose(self.key, self.candidates, measure)
         return f"algorithm {self.choice + 1} of {self.candidates} ({how})"
 
     def _set(self, setter: Any, dtype_of: Any, obj: int, attr: Any, value: int) -> None:

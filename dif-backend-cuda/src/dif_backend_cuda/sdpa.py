@@ -1,7 +1,12 @@
 """cuDNN fused attention (cudnn frontend's SDPA graph) for one `sdpa` node: fp16/bf16, grouped-query
 heads, our [B, S, H, D] layout given to cuDNN as strides of its [B, H, S, D] view (tokens may be further
-apart than H * D: views inside wider buffers, `dif.plan.views`). Built once at
-prepare time over fixed device pointers; executing it is graph-capturable.
+apart than H * D: views inside wider buffers, `dif.plan.views`). Executing it is graph-capturable.
+
+A cuDNN graph does not hold device pointers (each execution gets a variant pack), and building one
+(operation graph, heuristics, plan, often a runtime-compiled kernel) costs tens of milliseconds. So
+`CudnnContext.shared_graph` builds one graph per distinct problem and every node of that problem (the
+36 layers of a text encoder, the blocks of a DiT) executes it with its own pack; executions are ordered
+on the backend's one stream, so they share the workspace too.
 
 Eligibility (else the NVRTC flash kernel runs): fp16/bf16, D == Dv, D a multiple of 8 and at most 256,
 and causal only when Sq == Skv (cuDNN's causal mask is top-left aligned). A key mask reaches cuDNN as an
@@ -12,8 +17,10 @@ rows whose keys are all masked (kernels/attention.cu).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Hashable, Mapping
 from typing import TYPE_CHECKING, Any
+
+from attrs import frozen
 
 from dif.dtypes import DType
 
@@ -21,9 +28,24 @@ if TYPE_CHECKING:
     from dif_backend_cuda.tuning import Choices
 
 
+@frozen
+class SharedGraph:
+    """A built cuDNN graph: its tensors by name (the keys of a variant pack), workspace and plan choice."""
+
+    graph: Any
+    tensors: Mapping[str, Any]
+    workspace: Any
+    choice: str
+
+    def pack(self, pointers: Mapping[str, int]) -> dict[Any, int]:
+        """The variant pack binding this graph's tensors to `pointers` (by tensor name)."""
+        return {self.tensors[name]: ptr for name, ptr in pointers.items()}
+
+
 class CudnnContext:
-    """One cuDNN handle bound to the backend's stream, and the execution plan chosen per distinct graph
-    (`build_fastest`, through `tuning.Choices`)."""
+    """One cuDNN handle bound to the backend's stream, the graphs built so far (one per distinct
+    problem, `shared_graph`) and the execution plan chosen per graph (`build_fastest`, through
+    `tuning.Choices`)."""
 
     def __init__(self, stream: Any, choices: Callable[[str], Choices] | None = None) -> None:
         import cudnn
@@ -35,6 +57,29 @@ class CudnnContext:
         self.version = str(cudnn.backend_version())
         # `choices(version)`: the backend's store of plan choices for this cuDNN version (None: cuDNN's own)
         self.choices = choices(f"cudnn {self.version}") if choices is not None else None
+        self._graphs: dict[Hashable, SharedGraph | Exception] = {}
+
+    def shared_graph(
+        self, key: Hashable, build: Callable[[], tuple[Any, Mapping[str, Any]]], pointers: Mapping[str, int]
+    ) -> tuple[SharedGraph, bool]:
+        """(the built graph of problem `key`, whether an earlier node built it). `build()` makes the graph
+        (validated, execution plans created, support checked) and returns it with its tensors by name;
+        the plan is then chosen (timed on `pointers` when tuning is on). A problem cuDNN refused is
+        refused again for the next node without a second attempt."""
+        known = self._graphs.get(key)
+        if isinstance(known, Exception):
+            raise known
+        if known is not None:
+            return known, True
+        try:
+            graph, tensors = build()
+        except Exception as exc:
+            self._graphs[key] = exc
+            raise
+        pack = {tensors[name]: ptr for name, ptr in pointers.items()}
+        built = SharedGraph(graph, tensors, *self.build_fastest(graph, pack, key))
+        self._graphs[key] = built
+        return built, False
 
     def build_fastest(self, graph: Any, pack: dict[Any, int], key: tuple[Any, ...]) -> tuple[Any, str]:
         """Build `graph` (execution plans already created) with the plan `tuning.Choices` picks for `key`:
@@ -90,7 +135,7 @@ def eligible(dtype: DType, d: int, dv: int, sq: int, skv: int, causal: bool) -> 
 
 
 class CudnnSdpa:
-    """A built cuDNN SDPA graph with its variant pack and workspace."""
+    """One `sdpa` node on cuDNN: the shared graph of its problem and the node's own variant pack."""
 
     kind = "cudnn"
 
@@ -114,37 +159,47 @@ class CudnnSdpa:
         key_bias: int = 0,
         bias_rows: int = 1,
     ) -> None:
-        cudnn = ctx.lib
-        dt = cudnn.data_type.BFLOAT16 if dtype == DType.BF16 else cudnn.data_type.HALF
-        fp32 = cudnn.data_type.FLOAT
-        g = cudnn.pygraph(io_data_type=dt, intermediate_data_type=fp32, compute_data_type=fp32, handle=ctx.handle)
-
         qt, kt, vt, ot = token_strides  # elements between tokens: h * d, or more for a view in a wider buffer
-
-        def bshd(name: str, s: int, h: int, t: int) -> Any:
-            return g.tensor(name=name, dim=[b, h, s, d], stride=[s * t, d, t, 1], data_type=dt)
-
-        tq, tk, tv = bshd("q", sq, hq, qt), bshd("k", skv, hkv, kt), bshd("v", skv, hkv, vt)
-        kwargs = {"name": "sdpa", "q": tq, "k": tk, "v": tv, "attn_scale": scale, "use_causal_mask": causal}
-        if key_bias:  # [B, 1, bias_rows, Skv] added to every head's (and, with 1 row, every query's) scores
-            n = bias_rows * skv
-            tb = g.tensor(name="bias", dim=[b, 1, bias_rows, skv], stride=[n, n, skv, 1], data_type=dt)
-            kwargs["bias"] = tb
-        try:
-            out, _stats = g.sdpa(generate_stats=False, **kwargs)
-        except TypeError:  # older frontends spell it is_inference
-            out, _stats = g.sdpa(is_inference=True, **kwargs)
-        out.set_output(True).set_dim([b, hq, sq, d]).set_stride([sq * ot, d, ot, 1]).set_data_type(dt)
-        g.validate()
-        g.build_operation_graph()
-        g.create_execution_plans([cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK])
-        g.check_support()
-        self.ctx, self.graph = ctx, g
-        self.pack = {tq: q, tk: k, tv: v, out: o}
-        if key_bias:
-            self.pack[kwargs["bias"]] = key_bias
         key = ("sdpa", dtype, b, sq, skv, hq, hkv, d, scale, causal, bool(key_bias), bias_rows, *token_strides)
-        self.workspace, self.choice = ctx.build_fastest(g, self.pack, key)
+
+        def build() -> tuple[Any, dict[str, Any]]:
+            cudnn = ctx.lib
+            dt = cudnn.data_type.BFLOAT16 if dtype == DType.BF16 else cudnn.data_type.HALF
+            fp32 = cudnn.data_type.FLOAT
+            g = cudnn.pygraph(io_data_type=dt, intermediate_data_type=fp32, compute_data_type=fp32, handle=ctx.handle)
+
+            def bshd(name: str, s: int, h: int, t: int) -> Any:
+                return g.tensor(name=name, dim=[b, h, s, d], stride=[s * t, d, t, 1], data_type=dt)
+
+            tensors = {"q": bshd("q", sq, hq, qt), "k": bshd("k", skv, hkv, kt), "v": bshd("v", skv, hkv, vt)}
+            kwargs = {**tensors, "name": "sdpa", "attn_scale": scale, "use_causal_mask": causal}
+            if key_bias:  # [B, 1, bias_rows, Skv] added to every head's (and, with 1 row, every query's) scores
+                n = bias_rows * skv
+                tensors["bias"] = kwargs["bias"] = g.tensor(
+                    name="bias", dim=[b, 1, bias_rows, skv], stride=[n, n, skv, 1], data_type=dt
+                )
+            try:
+                out, _stats = g.sdpa(generate_stats=False, **kwargs)
+            except TypeError:  # older frontends spell it is_inference
+                out, _stats = g.sdpa(is_inference=True, **kwargs)
+            out.set_output(True).set_dim([b, hq, sq, d]).set_stride([sq * ot, d, ot, 1]).set_data_type(dt)
+            tensors["o"] = out
+            finish_graph(cudnn, g)
+            return g, tensors
+
+        pointers = {"q": q, "k": k, "v": v, "o": o, **({"bias": key_bias} if key_bias else {})}
+        self.ctx = ctx
+        self.built, shared = ctx.shared_graph(key, build, pointers)
+        self.pack = self.built.pack(pointers)
+        self.choice = f"{self.built.choice}{', graph shared' if shared else ''}"
 
     def __call__(self, stream: Any) -> None:
-        self.graph.execute(self.pack, self.workspace.ptr, handle=self.ctx.handle)
+        self.built.graph.execute(self.pack, self.built.workspace.ptr, handle=self.ctx.handle)
+
+
+def finish_graph(cudnn: Any, graph: Any) -> None:
+    """Validate `graph`, lower it to cuDNN's operation graph and make its execution plans."""
+    graph.validate()
+    graph.build_operation_graph()
+    graph.create_execution_plans([cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK])
+    graph.check_support()
