@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 from attrs import define, field
 
+from dif import trace
 from dif.backend_checks import check_inputs, check_plan_binding, check_weights
 from dif.errors import DeviceMemoryError, DifError, NotImplementedOnBackend
 from dif.interp import cast_results
@@ -23,6 +24,7 @@ from dif.ir.program import Node, Program, Value
 from dif.ops.registry import OpTable
 from dif.plan.plan import Plan
 from dif.plan.views import VIEW_OPS, byte_strides
+from dif.trace.vocabulary import ALLOC, COPY_D2H
 
 Kernel = Callable[[list[np.ndarray], Mapping[str, Any]], tuple[np.ndarray, ...]]
 
@@ -76,6 +78,10 @@ class ArenaExecutable:
         except MemoryError as exc:
             raise _out_of_memory(backend, program.name, "plan arena", exc, plan.arena_bytes) from None
         views = {name: _view(arena, plan, value) for name, value in _results(program).items()}
+        rec = trace.begin("prepare", program, backend)
+        if rec is not None:
+            rec.event(ALLOC, nbytes=plan.arena_bytes, what="plan arena")
+            rec.finish()
         return cls(program, plan, bound, kernels, arena, views, backend, _aliased(program, plan))
 
     def run(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -84,20 +90,31 @@ class ArenaExecutable:
         for name, arr in check_inputs(self.program, inputs, self.backend).items():
             env[name] = _read_only(arr)
         nodes = self.program.node_by_id
+        rec = trace.begin("run", self.program, self.backend, self.plan.schedule)  # None: tracing is off
         for node_id in self.plan.schedule:
-            if node_id in self.aliased:
-                continue
             node = nodes[node_id]
-            operands = [env[o] if o in env else _read_only(self.views[o]) for o in node.operands]
-            try:
-                outs = cast_results(node, self.kernels[node_id](operands, node.attrs))
-            except MemoryError as exc:  # a kernel's own temporaries (the reference sdpa's N x N scores)
-                raise _out_of_memory(self.backend, self.program.name, f"op '{node.op}' (node {node.id})", exc) from None
-            for value, out in zip(node.results, outs, strict=True):
-                np.copyto(self.views[value.name], out, casting="no")
-        return {
+            started = rec.clock() if rec is not None else 0.0
+            if node_id not in self.aliased:
+                operands = [env[o] if o in env else _read_only(self.views[o]) for o in node.operands]
+                try:
+                    outs = cast_results(node, self.kernels[node_id](operands, node.attrs))
+                except MemoryError as exc:  # a kernel's own temporaries (the reference sdpa's N x N scores)
+                    what = f"op '{node.op}' (node {node.id})"
+                    raise _out_of_memory(self.backend, self.program.name, what, exc) from None
+                for value, out in zip(node.results, outs, strict=True):
+                    np.copyto(self.views[value.name], out, casting="no")
+            if rec is not None:
+                impl = "view" if node_id in self.aliased else "numpy reference"
+                rec.op(node, started, [self.views[r.name] for r in node.results], impl=impl)
+        started = rec.clock() if rec is not None else 0.0
+        result = {
             name: np.array(env[name] if name in env else self.views[name], copy=True) for name in self.program.outputs
         }
+        if rec is not None:
+            ms = (rec.clock() - started) * 1000.0
+            rec.event(COPY_D2H, ms=ms, nbytes=sum(int(a.nbytes) for a in result.values()), what="outputs")
+            rec.finish()
+        return result
 
     def release(self) -> None:
         """Nothing to free on a device: the arena and the weights are host memory, freed with the

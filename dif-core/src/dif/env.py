@@ -104,6 +104,26 @@ DIF_CUDA_TUNE = declare(
     "library's first. A `tune=` argument to `CudaBackend` wins over it.",
     default="cached",
 )
+DIF_TRACE_FILE = declare(
+    "DIF_TRACE_FILE",
+    "Path of a file to which every execution (prepare, run) appends one dif-telemetry/1 trace document as "
+    "one JSON line, with an event per op attributed to its DiffIR op id (`dif trace`). Unset: no tracing.",
+)
+DIF_NVTX = declare(
+    "DIF_NVTX",
+    "1 pushes NVTX ranges (`dif::prepare`, `dif::run`, `op<id> <opcode>`) on backends that have them (cuda).",
+    default="0",
+)
+DIF_CAPTURE = declare(
+    "DIF_CAPTURE",
+    "`ops` writes every op result of each execution, `blocks` the last result of each provenance block, to a "
+    "`.diftensor` capture in DIF_CAPTURE_DIR (`dif bisect`). Unset: nothing is captured.",
+)
+DIF_CAPTURE_DIR = declare(
+    "DIF_CAPTURE_DIR",
+    "Folder DIF_CAPTURE writes its captures to (created when missing).",
+    default="dif-capture",
+)
 DIF_CACHE_DIR = declare(
     "DIF_CACHE_DIR",
     "Folder for on-disk caches (compiled kernels, tuned plans). Default: $XDG_CACHE_HOME/dif or ~/.cache/dif.",

@@ -29,6 +29,10 @@ BUILTINS: dict[str, tuple[str, str, str]] = {
     "probe": ("dif_tools.commands.probe", "probe", "TargetProfile and RuntimeBudget of every backend."),
     "run": ("dif_tools.commands.run", "run", "Run a .difir program on inputs from a safetensors file."),
     "weights": ("dif_tools.commands.weights", "weights", "Checkpoint tensors: per-tensor statistics, NaN / inf."),
+    "trace": ("dif_tools.commands.trace", "trace", "Attribute execution time to ops, kinds, blocks and stages."),
+    "plan": ("dif_tools.commands.plan", "plan", "A .difplan's recorded decisions: show, diff, residency, explain."),
+    "bisect": ("dif_tools.commands.bisect", "bisect", "First divergence between dif's captures and an oracle."),
+    "quality": ("dif_tools.commands.quality", "quality", "Image / audio / video sanity, metrics and verdict."),
 }
 
 
