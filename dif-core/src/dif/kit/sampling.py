@@ -1,5 +1,5 @@
-"""The sampling loop every flow-match frontend runs: Euler steps over a `FlowMatchSchedule`, with
-classifier-free guidance by the model's combine rule, written once.
+"""The sampling loop every flow-match frontend runs: Euler, Heun or DPM++ 2M steps over a
+`FlowMatchSchedule`, with classifier-free guidance by the model's combine rule, written once.
 
 Where it sits: inside a pipeline's "denoise" stage (`dif.image_pipeline.TextToImagePipeline.denoise`).
 The frontend supplies only `predict(latents, timestep, conditioning) -> velocity`, the per-step
@@ -13,8 +13,10 @@ from typing import Any, Literal
 
 import numpy as np
 
+from dif.errors import UsageError
 from dif.kit.finite import require_finite
-from dif.sched import FlowMatchSchedule, cfg_combine, euler_step
+from dif.sched import SAMPLERS, FlowMatchSchedule, cfg_combine, euler_step
+from dif.sched.solvers import dpm_x0, dpmpp_2m_step, heun_derivative, heun_predict
 
 Predict = Callable[[np.ndarray, float, Any], np.ndarray]
 """(latents (1, N, C) in the run dtype, timestep (a numpy float32 scalar, 1000 * sigma; pass it on
@@ -35,19 +37,45 @@ def sample(
     cfg_base: Literal["uncond", "cond"] = "uncond",
     on_step: StepCallback | None = None,
 ) -> np.ndarray:
-    """`latents` after every step of `schedule`: v = predict(x, t, cond); with `uncond` (CFG on)
-    v = cfg_combine(v, predict(x, t, uncond), guidance, base=cfg_base); x = euler_step(x, v, dt).
-    The result keeps the dtype of `latents`. `on_step(i, n, x)` is called after each step. Under
-    the run's finite checks (`dif.kit.finite`) the initial latents, each step's velocity and the
-    latents after it must be finite (`NonFiniteError` naming the step)."""
+    """`latents` after every step of `schedule`, stepped by `schedule.sampler`: v = predict(x, t, cond);
+    with `uncond` (CFG on) v = cfg_combine(v, predict(x, t, uncond), guidance, base=cfg_base); then
+    "euler": x = euler_step(x, v, dt); "heun": an Euler predictor to sigma_{i+1}, a second model call
+    there and the averaged derivative from x (the last step, to sigma 0, is Euler's); "dpm++2m":
+    DPM-Solver++(2M) on the data predictions x - sigma * v (`dif.sched.solvers`). The result keeps the
+    dtype of `latents`. `on_step(i, n, x)` is called after each step. Under the run's finite checks
+    (`dif.kit.finite`) the initial latents, each model output and the latents after each step must be
+    finite (`NonFiniteError` naming the step)."""
     x = require_finite("initial latents", latents)
     total = schedule.num_steps
-    for i, t in enumerate(schedule.timesteps):
-        velocity = require_finite("denoiser output", predict(x, t, cond), step=(i + 1, total))
+
+    def velocity(x: np.ndarray, t: np.float32, step: int) -> np.ndarray:
+        where = (step + 1, total)
+        v = require_finite("denoiser output", predict(x, t, cond), step=where)
         if uncond is not None:
-            unguided = require_finite("denoiser output (negative prompt)", predict(x, t, uncond), step=(i + 1, total))
-            velocity = cfg_combine(velocity, unguided, guidance, base=cfg_base)
-        x = require_finite("latents", euler_step(x, velocity, schedule.dt(i)), step=(i + 1, total))
+            unguided = require_finite("denoiser output (negative prompt)", predict(x, t, uncond), step=where)
+            v = cfg_combine(v, unguided, guidance, base=cfg_base)
+        return v
+
+    sigmas, timesteps = schedule.sigmas, schedule.timesteps
+    if schedule.sampler not in SAMPLERS:
+        raise UsageError(f"unknown sampling method '{schedule.sampler}'", hint=f"use one of {', '.join(SAMPLERS)}")
+    prev_x0: np.ndarray | None = None
+    for i, t in enumerate(timesteps):
+        v = velocity(x, t, i)
+        if schedule.sampler == "euler":
+            x = euler_step(x, v, schedule.dt(i))
+        elif schedule.sampler == "heun":
+            d = heun_derivative(x, v, sigmas[i])
+            if i + 1 < total:  # Heun's corrector: a second model call at the predicted point
+                guess = heun_predict(x, d, schedule.dt(i), x.dtype)
+                d2 = heun_derivative(guess, velocity(guess, timesteps[i + 1], i), sigmas[i + 1])
+                d = d.dtype.type(0.5) * (d + d2)
+            x = heun_predict(x, d, schedule.dt(i), x.dtype)
+        else:
+            x0 = dpm_x0(x, v, sigmas[i])
+            x = dpmpp_2m_step(x, x0, prev_x0, sigmas, i, x.dtype)
+            prev_x0 = x0
+        x = require_finite("latents", x, step=(i + 1, total))
         if on_step is not None:
             on_step(i + 1, total, x)
     return x

@@ -9,9 +9,14 @@ from dif.sched.flow_match import (
     shift_static,
     time_shift_exponential,
     time_shift_linear,
+    with_sampling,
 )
+from dif.sched.sigmas import SCHEDULERS, respace_sigmas
+from dif.sched.solvers import SAMPLERS
 
 __all__ = [
+    "SAMPLERS",
+    "SCHEDULERS",
     "FlowMatchSchedule",
     "cfg_combine",
     "euler_step",
@@ -19,5 +24,7 @@ __all__ = [
     "linear_sigmas",
     "shift_static",
     "time_shift_exponential",
+    "respace_sigmas",
     "time_shift_linear",
+    "with_sampling",
 ]

@@ -18,7 +18,9 @@ from typing import Literal
 import numpy as np
 from attrs import frozen
 
-from dif.errors import DifError
+from dif.errors import DifError, UsageError
+from dif.sched.sigmas import respace_sigmas
+from dif.sched.solvers import SAMPLERS
 
 F32 = np.float32
 F32_MAX = float(np.finfo(F32).max)
@@ -66,11 +68,16 @@ def shift_static(sigmas: np.ndarray, shift: float) -> np.ndarray:
 
 @frozen(eq=False)
 class FlowMatchSchedule:
-    """sigmas: (n+1,) float32 ending in the terminal 0; timesteps: (n,) float32 = 1000*sigma."""
+    """sigmas: (n+1,) float32 ending in the terminal 0; timesteps: (n,) float32 = 1000*sigma.
+    `sampler` (`dif.sched.solvers.SAMPLERS`) and `scheduler` (`dif.sched.sigmas.SCHEDULERS`) say how
+    the loop steps through them and how they were spaced (`with_sampling`)."""
 
     sigmas: np.ndarray
     timesteps: np.ndarray
     mu: float | None = None
+    sampler: str = "euler"
+    scheduler: str = "simple"
+    num_train_timesteps: int = 1000
 
     @property
     def num_steps(self) -> int:
@@ -112,7 +119,23 @@ def flow_match_schedule(
         shifted = shift_static(base, shift)
     timesteps = (shifted * F32(num_train_timesteps)).astype(F32)
     full = np.concatenate([shifted, np.zeros(1, F32)]).astype(F32)
-    return FlowMatchSchedule(full, timesteps, mu)
+    return FlowMatchSchedule(full, timesteps, mu, num_train_timesteps=num_train_timesteps)
+
+
+def with_sampling(
+    schedule: FlowMatchSchedule, *, sampler: str = "euler", scheduler: str = "simple"
+) -> FlowMatchSchedule:
+    """`schedule` (the model's own, "simple") with its sigmas respaced by `scheduler`
+    (`dif.sched.sigmas.respace_sigmas`; the timesteps follow: sigma * num_train_timesteps in float32)
+    and stepped by `sampler`. `UsageError` naming the option for an unknown name."""
+    if sampler not in SAMPLERS:
+        raise UsageError(f"unknown sampling method '{sampler}'", hint=f"--sampling-method takes {', '.join(SAMPLERS)}")
+    if schedule.scheduler != "simple":
+        raise DifError(f"the schedule is already respaced ({schedule.scheduler})")
+    sigmas = respace_sigmas(schedule.sigmas[:-1], scheduler)
+    timesteps = schedule.timesteps if scheduler == "simple" else (sigmas * F32(schedule.num_train_timesteps))
+    full = np.concatenate([sigmas, np.zeros(1, F32)]).astype(F32)
+    return FlowMatchSchedule(full, timesteps.astype(F32), schedule.mu, sampler, scheduler, schedule.num_train_timesteps)
 
 
 def euler_step(sample: np.ndarray, velocity: np.ndarray, dt: float | np.float32) -> np.ndarray:
