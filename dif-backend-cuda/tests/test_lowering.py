@@ -265,3 +265,20 @@ def test_elementwise_fast_paths_are_chosen_by_shape(
     kernel: str,
 ) -> None:  # fmt: skip
     assert _lower_one(sigs, op, shapes, dtype, **attrs).name == kernel
+
+
+def test_one_kernel_mode_makes_every_kernel_a_template(sigs: dict[str, dict[str, list[str]]]) -> None:
+    """Under DIF_ONE_KERNEL (how kernels/__init__.py compiles), no kernel is an entry point of its own:
+    each is a template NVRTC instantiates only when named, so a compile generates code for one kernel."""
+    cpp = shutil.which("cpp")
+    assert cpp is not None  # `sigs` skipped otherwise
+    for mod in MODULES:
+        text = subprocess.run(
+            [cpp, "-P", "-x", "c++", "-DDIF_ONE_KERNEL"], input=module_source(mod), capture_output=True, text=True,
+            check=True,
+        ).stdout  # fmt: skip
+        assert 'extern "C"' not in text, mod
+        templated = re.findall(
+            r"template\s*<\s*int\s*>\s*__global__\s+void\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?(\w+)", text
+        )
+        assert sorted(templated) == sorted(sigs[mod]), mod

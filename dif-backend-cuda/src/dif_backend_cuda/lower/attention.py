@@ -94,11 +94,9 @@ def _sdpa(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Ts, outs: Ts) -> Steps:
         ],
         shared,
     )
-    if shared > 48 * 1024:
-        limit = int(ctx.backend.props["smem_optin"])
-        if shared > limit:
-            raise unsupported(node, f"head dims {d}/{dv} need {shared} B of shared memory (device: {limit})")
-        launch.fn.max_dynamic_shared_size_bytes = shared
+    limit = int(ctx.backend.props["smem_optin"])
+    if shared > limit:  # above 48 KiB the launch opts in when resolved (`Launch.resolve`)
+        raise unsupported(node, f"head dims {d}/{dv} need {shared} B of shared memory (device: {limit})")
     return [launch]
 
 

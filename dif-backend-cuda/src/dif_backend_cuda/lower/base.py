@@ -32,6 +32,7 @@ THREADS = 256
 ILP = 4  # items per thread per grid-stride trip (ILP in kernels/common.cuh)
 TILE = 64  # output tile of the NVRTC GEMM and implicit-GEMM conv kernels (TBM / TBN in kernels/gemm_tile.cuh)
 MAX_GRID_Z = 65535
+DEFAULT_SHARED = 48 * 1024  # dynamic shared memory a launch may use without opting in
 
 
 @frozen
@@ -77,7 +78,7 @@ class MetaRef:
 
 
 class Launch:
-    """One kernel launch with fixed arguments."""
+    """One kernel launch with fixed arguments. `fn` may be a `kernels.PendingKernel` until `resolve`."""
 
     kind = "kernel"
 
@@ -87,7 +88,15 @@ class Launch:
         self.fn, self.name, self.grid, self.block, self.args, self.shared = fn, name, grid, block, args, shared
 
     def resolve(self, meta_ptr: int) -> None:
+        """Fix the metadata addresses and wait for the kernel (compiled meanwhile on the pool); dynamic
+        shared memory above the default 48 KiB is opted into here (the lowering checked the device's limit)."""
+        from dif_backend_cuda.kernels import PendingKernel
+
         self.args = [np.uint64(meta_ptr + 8 * a.offset) if isinstance(a, MetaRef) else a for a in self.args]
+        if isinstance(self.fn, PendingKernel):
+            self.fn = self.fn.get()
+        if self.shared > DEFAULT_SHARED:
+            self.fn.max_dynamic_shared_size_bytes = self.shared
 
     def __call__(self, stream: Any) -> None:
         self.fn(self.grid, self.block, tuple(self.args), shared_mem=self.shared, stream=stream)
