@@ -48,6 +48,7 @@ class _Entry:
     runner: Runner = lambda inputs: {}
     executable: Executable | None = None
     plans: dict[int, Plan] = field(factory=dict)  # by the bytes they were planned within
+    timings: dict[str, float] = field(factory=dict)  # seconds: build (and bind), optimize, plan
     prepared: int = 0
     released: int = 0
 
@@ -119,7 +120,9 @@ class ProgramCache:
         if entry is None:
             start = time.perf_counter()
             program, weights = build()
+            built = time.perf_counter()
             entry = self._entries[key] = self._register(key, stage, program, weights)
+            entry.timings = {"build_s": built - start, **entry.timings}
             self.load_seconds += time.perf_counter() - start
         if self._run is not None and entry not in self._run:
             self._run.append(entry)
@@ -144,11 +147,14 @@ class ProgramCache:
     def _register(self, key: Hashable, stage: str, program: Program, weights: Mapping[str, np.ndarray]) -> _Entry:
         backend = self._backend = get_backend(self.backend, program=program, create=self._instance)
         budget = self.budget = self._pipeline_budget(backend)
+        start = time.perf_counter()
         optimized, decisions = optimize_for(program, backend, backend.profile())
+        optimized_at = time.perf_counter()
         taken = {e.name for e in self._entries.values()}
         name = program.name if program.name not in taken else f"{program.name} #{len(taken) + 1}"
         alone = self._plan(optimized, backend, budget, decisions)
         entry = _Entry(key, stage, name, optimized, weights, backend, budget, decisions, alone, alone)
+        entry.timings = {"optimize_s": optimized_at - start, "plan_s": time.perf_counter() - optimized_at}
         entry.plans[self._available(budget)] = alone
         entry.runner = lambda inputs: self._execute(entry, inputs)
         return entry
@@ -328,7 +334,9 @@ class ProgramCache:
             "all_resident_bytes": entry.resident_bytes,
             "prepared": entry.prepared,
             "released": entry.released,
-            # where prepare's time went (upload, lowering, capture ...), as the backend measured it
+            # where the program's load went: built (and bound), optimized, planned here; then prepared
+            # (upload, lowering, capture ...) as the backend measured it
+            "register_s": {k: round(v, 4) for k, v in entry.timings.items()},
             "prepare_s": {k: round(float(v), 4) for k, v in timings.items() if k.endswith("_s")},
         }
 
