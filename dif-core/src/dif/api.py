@@ -10,6 +10,7 @@ the defaults are the CLI's (dtype auto, the checkpoint's native size, its steps 
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -37,12 +38,16 @@ def load(
     backend: str | None = None,
     dtype: str = "auto",
     vram_budget: int | None = None,
+    lora: Sequence[str | Path | tuple[str | Path, float]] = (),
+    lora_allow_unmatched: bool = False,
 ) -> ImagePipeline:
     """The pipeline of the checkpoint at `path` (a diffusers folder or a single file), its family
     detected by the installed frontends unless `family` names it; with no path, the embedded tiny
     checkpoint of `family` (default "flux2"). `backend` as the CLI's --backend (None: the best
     available), `dtype` "auto" | "f32" | "bf16" | "f16", `vram_budget` in bytes for the whole pipeline
-    (text encoder + denoiser + VAE together; see `dif.program_cache.ProgramCache`)."""
+    (text encoder + denoiser + VAE together; see `dif.program_cache.ProgramCache`). `lora`: adapters
+    merged into the denoiser, each "FILE", "FILE:SCALE" or (FILE, SCALE), as the CLI's --lora
+    (`dif.lora`); `lora_allow_unmatched` as --lora-allow-unmatched."""
     from dif.frontend import detect_frontend
     from dif.plugins import frontends
 
@@ -62,7 +67,12 @@ def load(
     target = Path(path) if path is not None else info.default_checkpoint
     if target is None or info.pipeline is None:
         raise UsageError(f"frontend '{info.name}' has no embedded checkpoint or pipeline", hint="pass a path")
-    pipe = info.pipeline(target, dtype=dtype, backend=backend, vram_budget=vram_budget)
+    extra: dict[str, Any] = {}
+    if lora:  # only frontends that merge adapters take these keywords
+        from dif.lora import LoraSpec
+
+        extra = {"lora": tuple(LoraSpec.parse(s) for s in lora), "lora_allow_unmatched": lora_allow_unmatched}
+    pipe = info.pipeline(target, dtype=dtype, backend=backend, vram_budget=vram_budget, **extra)
     return ImagePipeline(info, pipe)
 
 

@@ -1,7 +1,8 @@
 """`dif flux2 ...`: the FLUX.2 [klein] commands (added to `dif` by plugin.py's register_commands).
 
     dif flux2 generate -p "a cat" [-m MODEL] [--base DIR] [--transformer F] [--vae F] [-n NEG]
-                       [--steps N] [--guidance G] [--seed S] [-W W -H H] [--init-noise F] ...
+                       [--steps N] [--guidance G] [--seed S] [-W W -H H] [--init-noise F]
+                       [--lora FILE[:SCALE] ...] [--lora-allow-unmatched] ...
     dif flux2 info [MODEL | --variant klein-9b] [--json]
 The commands are `dif.kit.commands.image_commands` of `plugin.INFO`; what is FLUX.2's own is the
 options that place a single-file checkpoint's parts and what `info` shows of one. Without --model
@@ -16,7 +17,7 @@ from typing import Any
 
 import click
 
-from dif.kit.commands import image_commands
+from dif.kit.commands import LORA_OPTIONS, image_commands
 from dif_frontend_flux2 import DEFAULT_CHECKPOINT
 from dif_frontend_flux2.plugin import INFO
 
@@ -38,6 +39,7 @@ CHECKPOINT_OPTIONS = [
         type=click.Path(exists=True, dir_okay=False, path_type=Path),
         help="VAE single file (BFL or diffusers names) replacing the folder's.",
     ),
+    *LORA_OPTIONS,
 ]
 
 

@@ -29,17 +29,26 @@ def _pipeline(
     base: Path | None = None,
     transformer_file: Path | None = None,
     vae_file: Path | None = None,
+    lora: tuple[Any, ...] = (),
+    lora_allow_unmatched: bool = False,
     **options: Any,
 ) -> Any:
     """A `Flux2Pipeline` for the checkpoint at `path` (dtype "auto": the transformer's storage dtype,
-    by its first float tensor; options: backend, vram_budget, on_step, on_stage)."""
+    by its first float tensor; `lora`: `FILE[:SCALE]` specs merged into the transformer; options:
+    backend, vram_budget, on_step, on_stage)."""
     from dif.checkpoint import storage_dtype
     from dif.dtypes import DType
     from dif_frontend_flux2.pipeline import Flux2Pipeline
     from dif_frontend_flux2.weights import open_checkpoint
 
     checkpoint = open_checkpoint(
-        path, variant=weight_variant, base=base, transformer_file=transformer_file, vae_file=vae_file
+        path,
+        variant=weight_variant,
+        base=base,
+        transformer_file=transformer_file,
+        vae_file=vae_file,
+        loras=tuple(lora or ()),
+        lora_allow_unmatched=lora_allow_unmatched,
     )
     run_dtype = storage_dtype(checkpoint.transformer, by="first") if dtype == "auto" else DType(dtype)
     return Flux2Pipeline(checkpoint, dtype=run_dtype, **options)

@@ -21,12 +21,13 @@ renamed `.weight`, 1x1 conv attention kernels used as linears, up blocks numbere
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from attrs import frozen
 
 from dif.errors import CheckpointError
+from dif.lora import LoraSpec, Target, merge_loras
 from dif.weights import Chunk, DropUnitAxes, MappedSource, Rule, SwapHalves, TensorSource, open_component
 from dif.weights import open_safetensors as open_file
 from dif.weights.safetensors_file import read_header
@@ -135,10 +136,13 @@ def open_checkpoint(
     base: str | Path | None = None,
     transformer_file: str | Path | None = None,
     vae_file: str | Path | None = None,
+    loras: Sequence[LoraSpec | str | Path] = (),
+    lora_allow_unmatched: bool = False,
 ) -> Flux2Checkpoint:
     """Open a checkpoint. `path` is a diffusers folder or a transformer single file; `base` is the
     diffusers folder supplying the other components when `path` is a file (default: its folder);
-    `transformer_file` / `vae_file` replace those components with single files (either naming)."""
+    `transformer_file` / `vae_file` replace those components with single files (either naming).
+    `loras` (`--lora FILE[:SCALE]`) are merged into the transformer's weights (`merge_transformer_loras`)."""
     path = Path(path)
     if not path.exists():
         raise CheckpointError(f"{path}: no such file or folder")
@@ -170,6 +174,9 @@ def open_checkpoint(
     else:
         name = root.resolve().name or "flux2"
     layout = "bfl" if isinstance(transformer, MappedSource) else "diffusers"
+    if loras:
+        transformer = merge_transformer_loras(transformer, loras, allow_unmatched=lora_allow_unmatched)
+        name += " + LoRA " + ", ".join(LoraSpec.parse(s).describe() for s in loras)
     return Flux2Checkpoint(root, name, layout, configs, tokenizer_dir, transformer, text_encoder, vae)
 
 
@@ -257,6 +264,53 @@ def bfl_transformer_rules(names: Iterable[str]) -> dict[str, Rule]:
             if inner in _SINGLE:
                 rules[f"single_transformer_blocks.{parts[1]}.{_SINGLE[inner]}.{kind}"] = Rule(original)
     return rules
+
+
+# -- LoRA ---------------------------------------------------------------------------------------
+
+
+def lora_table(source: TensorSource) -> dict[str, tuple[Target, ...]]:
+    """The transformer's adaptable modules under both namings LoRA files use: diffusers
+    (`transformer_blocks.0.attn.to_q`) and BFL (`double_blocks.0.img_attn.qkv`, whose delta rows
+    split in three over to_q / to_k / to_v; `final_layer.adaLN_modulation.1`, whose (shift, scale)
+    halves swap like the base weight's). Only 2-D weights of `source` are targets."""
+    weights = {n for n in source.names() if n.endswith(".weight") and len(source.info(n).shape) == 2}
+    table: dict[str, tuple[Target, ...]] = {n[: -len(".weight")]: (Target(n),) for n in weights}
+
+    def add(name: str, *targets: Target) -> None:
+        if targets and all(t.param in weights for t in targets):
+            table[name] = targets
+
+    for bfl, diffusers in _TOP.items():
+        add(bfl, Target(f"{diffusers}.weight"))
+    add("final_layer.adaLN_modulation.1", Target("norm_out.linear.weight", SwapHalves()))
+    blocks = lambda pattern: sorted({int(m[1]) for n in weights if (m := re.match(pattern, n))})  # noqa: E731
+    for i in blocks(r"transformer_blocks\.(\d+)\."):
+        for inner, target in _DOUBLE.items():
+            add(f"double_blocks.{i}.{inner}", Target(f"transformer_blocks.{i}.{target}.weight"))
+        for inner, qkv in _QKV.items():
+            add(
+                f"double_blocks.{i}.{inner}",
+                *(Target(f"transformer_blocks.{i}.{t}.weight", Chunk(k, 3)) for k, t in enumerate(qkv)),
+            )
+    for i in blocks(r"single_transformer_blocks\.(\d+)\."):
+        for inner, target in _SINGLE.items():
+            add(f"single_blocks.{i}.{inner}", Target(f"single_transformer_blocks.{i}.{target}.weight"))
+    return table
+
+
+def merge_transformer_loras(
+    transformer: TensorSource, loras: Sequence[LoraSpec | str | Path], *, allow_unmatched: bool = False
+) -> TensorSource:
+    """The transformer source with `loras` merged into its weights (`dif.lora.merge_loras`)."""
+    return merge_loras(
+        transformer,
+        loras,
+        lora_table(transformer),
+        family="flux2",
+        model="FLUX.2 [klein]",
+        allow_unmatched=allow_unmatched,
+    )
 
 
 # -- BFL (ldm) VAE names -------------------------------------------------------------------------

@@ -52,6 +52,24 @@ def setting_option(spec: SettingSpec) -> Decorator:
     return click.option(*flags, spec.name, type=ptype, default=None, help=spec.help)
 
 
+LORA_OPTIONS: list[Decorator] = [
+    click.option(
+        "--lora",
+        multiple=True,
+        metavar="FILE[:SCALE]",
+        help="LoRA / LoKr / LoHa adapter merged into the denoiser's weights (repeatable; SCALE default 1). "
+        "Dialects: diffusers/PEFT, kohya, ai-toolkit/ComfyUI, OneTrainer, LyCORIS.",
+    ),
+    click.option(
+        "--lora-allow-unmatched",
+        is_flag=True,
+        help="Merge a LoRA's matching modules and warn about keys that match none (default: refuse the file).",
+    ),
+]
+"""The LoRA options of a frontend that merges adapters (`dif.lora`): pass them in
+`checkpoint_options`; they reach `info.pipeline` as `lora=(spec, ...)`, `lora_allow_unmatched`."""
+
+
 def _apply(fn: Any, decorators: Sequence[Decorator]) -> Any:
     for decorator in reversed(decorators):
         fn = decorator(fn)

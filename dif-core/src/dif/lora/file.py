@@ -1,0 +1,259 @@
+"""LoRA files, step 1: read an adapter file and sort its tensors into per-module adapters.
+
+Where it sits: before binding. `read_lora(path)` opens a safetensors adapter (headers only), names
+its dialect from the key spelling, strips the dialect's prefix and groups the keys by module:
+
+  dialect      keys                                                    module names
+  diffusers    transformer.<mod>.lora_A.weight / lora_B.weight         dotted, the model's diffusers names
+  peft         base_model.model.<mod>.lora_A[.default].weight          dotted (diffusers or original names)
+  kohya        lora_unet_<mod_with_underscores>.lora_down/lora_up/.alpha  flattened
+  ai-toolkit   diffusion_model.<mod>.lora_A / lora_down (+ .alpha)     dotted, original (BFL / ComfyUI) names
+  onetrainer   lora_transformer_<flat>.lora_down/up/.alpha, or
+               transformer.<mod>.lora_down / lora_up / .alpha          flattened or dotted
+  lycoris      lycoris_<flat>.lokr_* / .hada_* (+ .alpha)              flattened
+and LoKr (`lokr_w1[_a,_b]`, `lokr_w2[_a,_b]`) / LoHa (`hada_w1_a` ... `hada_w2_b`) adapters under
+any of those prefixes. Which model module a name means is the frontend's business
+(`dif.lora.merge.ModuleTable`); this module knows only file conventions. DoRA (`dora_scale`),
+Tucker cores (`lora_mid`, `lokr_t2`, `hada_t1`) and conv kernels are refused by name.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from pathlib import Path
+
+import numpy as np
+from attrs import frozen
+
+from dif.errors import CheckpointError, UsageError, WeightError
+from dif.weights.safetensors_file import SafetensorsFile
+from dif.weights.source import FileSource
+
+# (prefix, dialect, flattened) in match order: the longest prefixes first.
+PREFIXES: tuple[tuple[str, str, bool], ...] = (
+    ("base_model.model.", "peft", False),
+    ("model.diffusion_model.", "ai-toolkit", False),
+    ("diffusion_model.", "ai-toolkit", False),
+    ("lora_unet_", "kohya", True),
+    ("lora_transformer_", "onetrainer", True),
+    ("lycoris_", "lycoris", True),
+    ("transformer.", "diffusers", False),
+    ("unet.", "diffusers", False),
+)
+TEXT_ENCODER_PREFIXES = ("lora_te_", "lora_te1_", "lora_te2_", "text_encoder.", "text_encoder_2.", "lora_te3_")
+
+# Suffix -> part name, longest first. ".default" is PEFT's adapter name inside the key.
+_PARTS: tuple[tuple[str, str], ...] = (
+    (".lora_A.default.weight", "down"),
+    (".lora_B.default.weight", "up"),
+    (".lora_A.weight", "down"),
+    (".lora_B.weight", "up"),
+    (".lora_down.weight", "down"),
+    (".lora_up.weight", "up"),
+    (".lora_mid.weight", "mid"),
+    (".lora_B.bias", "up_bias"),
+    (".alpha", "alpha"),
+    (".dora_scale", "dora_scale"),
+    (".lokr_w1_a", "lokr_w1_a"),
+    (".lokr_w1_b", "lokr_w1_b"),
+    (".lokr_w2_a", "lokr_w2_a"),
+    (".lokr_w2_b", "lokr_w2_b"),
+    (".lokr_w1", "lokr_w1"),
+    (".lokr_w2", "lokr_w2"),
+    (".lokr_t2", "lokr_t2"),
+    (".hada_w1_a", "hada_w1_a"),
+    (".hada_w1_b", "hada_w1_b"),
+    (".hada_w2_a", "hada_w2_a"),
+    (".hada_w2_b", "hada_w2_b"),
+    (".hada_t1", "hada_t1"),
+    (".hada_t2", "hada_t2"),
+)
+_REFUSED = {
+    "dora_scale": "DoRA (weight-decomposed LoRA, 'dora_scale' tensors) is not supported; "
+    "merge it into the checkpoint with the tool that trained it, or use a plain LoRA",
+    "mid": "LoCon Tucker cores ('lora_mid') are for conv layers; this model's adapters target linears",
+    "lokr_t2": "LoKr Tucker cores ('lokr_t2') are for conv layers; this model's adapters target linears",
+    "hada_t1": "LoHa Tucker cores ('hada_t1') are for conv layers; this model's adapters target linears",
+    "hada_t2": "LoHa Tucker cores ('hada_t2') are for conv layers; this model's adapters target linears",
+    "up_bias": "LoRA bias terms ('lora_B.bias') are not supported",
+}
+
+
+@frozen
+class LoraSpec:
+    """One `--lora FILE[:SCALE]`: the file and the strength it is merged with (default 1.0)."""
+
+    path: Path
+    scale: float = 1.0
+
+    @classmethod
+    def parse(cls, text: str | Path | LoraSpec | tuple[str | Path, float]) -> LoraSpec:
+        """`FILE`, `FILE:SCALE` (a trailing `:number` is the scale), a (path, scale) pair or a spec."""
+        if isinstance(text, LoraSpec):
+            return text
+        if isinstance(text, tuple):
+            path, scale = text
+            return cls(Path(path), _scale(str(scale), str(path)))
+        if isinstance(text, Path):
+            return cls(text)
+        head, sep, tail = text.rpartition(":")
+        if sep and head and re.fullmatch(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?", tail.strip()):
+            return cls(Path(head), _scale(tail, text))
+        return cls(Path(text))
+
+    def describe(self) -> str:
+        return f"{self.path.name}@{self.scale:g}"
+
+
+def _scale(value: str, given: str) -> float:
+    try:
+        scale = float(value)
+    except ValueError:
+        raise UsageError(f"--lora {given}: scale {value!r} is not a number", hint="write FILE or FILE:0.8") from None
+    if not np.isfinite(scale):
+        raise UsageError(f"--lora {given}: scale {value!r} is not finite", hint="write FILE or FILE:0.8")
+    return scale
+
+
+@frozen(eq=False)
+class Adapter:
+    """The tensors of one adapted module, by part name ("down", "up", "alpha", "lokr_w1", ...)
+    and the file keys they came from (for messages)."""
+
+    module: str
+    parts: Mapping[str, str]  # part -> key in the file
+    kind: str  # "lora" | "lokr" | "loha"
+
+
+@frozen(eq=False)
+class LoraFile:
+    """An adapter file read and grouped: `adapters` by module name (dialect prefix stripped; for a
+    flattened dialect the name has underscores for dots), `unknown` keys no convention explains,
+    `text_encoder` keys (adapters of a text encoder), PEFT `alpha` from the file's metadata."""
+
+    path: Path
+    source: FileSource
+    dialect: str
+    flattened: bool
+    adapters: Mapping[str, Adapter]
+    unknown: tuple[str, ...]
+    text_encoder: tuple[str, ...]
+    metadata_alpha: float | None
+
+    def tensor(self, adapter: Adapter, part: str) -> np.ndarray:
+        return np.asarray(self.source[adapter.parts[part]], dtype=np.float32)
+
+    def rank(self, adapter: Adapter) -> int | None:
+        """The adapter's rank: rows of lora_down / columns of hada_w1_a / of a decomposed LoKr factor."""
+        parts = adapter.parts
+        for part, axis in (("down", 0), ("hada_w1_b", 0), ("lokr_w2_b", 0), ("lokr_w1_b", 0)):
+            if part in parts:
+                return int(self.source.info(parts[part]).shape[axis])
+        return None
+
+    def alpha(self, adapter: Adapter) -> float | None:
+        if "alpha" in adapter.parts:
+            value = np.asarray(self.source[adapter.parts["alpha"]], dtype=np.float64).reshape(-1)
+            if value.size != 1 or not np.isfinite(value[0]):
+                raise WeightError(f"{self.path}: '{adapter.parts['alpha']}' is not one finite number")
+            return float(value[0])
+        return self.metadata_alpha
+
+
+def _dialect(keys: list[str]) -> tuple[str, str, bool]:
+    """(prefix, dialect, flattened) of the most keys; OneTrainer's dotted form is `transformer.` with
+    `lora_down`, not `lora_A`."""
+    counts: dict[tuple[str, str, bool], int] = {}
+    for key in keys:
+        for entry in PREFIXES:
+            if key.startswith(entry[0]):
+                counts[entry] = counts.get(entry, 0) + 1
+                break
+    if not counts:
+        return "", "bare", False
+    best = max(counts, key=lambda e: counts[e])
+    if best[1] == "diffusers" and any(".lora_down." in k for k in keys):
+        return best[0], "onetrainer", False
+    return best
+
+
+def _metadata_alpha(metadata: Mapping[str, str], path: Path) -> float | None:
+    """PEFT / diffusers adapters store `lora_alpha` and `r` in the `lora_adapter_metadata` JSON."""
+    text = metadata.get("lora_adapter_metadata")
+    if text is None:
+        return None
+    try:
+        meta = json.loads(text)
+    except (TypeError, ValueError):
+        raise WeightError(f"{path}: metadata 'lora_adapter_metadata' is not JSON") from None
+    if not isinstance(meta, dict):
+        return None
+    meta = {k.split(".")[-1]: v for k, v in meta.items()}
+    if meta.get("alpha_pattern") or meta.get("rank_pattern"):
+        raise WeightError(
+            f"{path}: per-module alpha_pattern / rank_pattern in 'lora_adapter_metadata' is not supported"
+        )
+    alpha = meta.get("lora_alpha")
+    return float(alpha) if isinstance(alpha, (int, float)) else None
+
+
+def read_lora(path: str | Path) -> LoraFile:
+    """Open and sort an adapter file (headers only; tensors are read when merged).
+
+    Raises `CheckpointError` / `FormatError` for a missing or corrupt file, `WeightError` naming the
+    key for a refused kind (DoRA, Tucker cores, bias) and for a module with a part missing."""
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"{path}: no such LoRA file")
+    if path.suffix.lower() == ".gguf":
+        raise WeightError(f"{path}: a GGUF LoRA is not supported; give the adapter as .safetensors")
+    handle = SafetensorsFile(path)
+    source = FileSource({name: handle for name in handle.tensors}, str(path))
+    keys = source.names()
+    if not keys:
+        raise WeightError(f"{path}: the LoRA file holds no tensors")
+    prefix, dialect, flattened = _dialect(keys)
+    groups: dict[str, dict[str, str]] = {}
+    unknown: list[str] = []
+    text_encoder: list[str] = []
+    for key in keys:
+        if key.startswith(TEXT_ENCODER_PREFIXES):
+            text_encoder.append(key)
+            continue
+        name = key[len(prefix) :] if prefix and key.startswith(prefix) else key
+        for suffix, part in _PARTS:
+            if name.endswith(suffix):
+                module = name[: -len(suffix)]
+                if part in _REFUSED:
+                    raise WeightError(f"{path}: '{key}': {_REFUSED[part]}")
+                groups.setdefault(module, {})[part] = key
+                break
+        else:
+            unknown.append(key)
+    adapters = {module: _adapter(path, module, parts) for module, parts in groups.items()}
+    metadata = handle.metadata
+    return LoraFile(
+        path, source, dialect, flattened, adapters, tuple(unknown), tuple(text_encoder),
+        _metadata_alpha(metadata, path),
+    )  # fmt: skip
+
+
+def _adapter(path: Path, module: str, parts: Mapping[str, str]) -> Adapter:
+    names = set(parts) - {"alpha"}
+    if names == {"down", "up"}:
+        return Adapter(module, parts, "lora")
+    if names and names <= {"lokr_w1", "lokr_w1_a", "lokr_w1_b", "lokr_w2", "lokr_w2_a", "lokr_w2_b"}:
+        for factor in ("lokr_w1", "lokr_w2"):
+            if factor not in names and {f"{factor}_a", f"{factor}_b"} - names:
+                raise WeightError(f"{path}: LoKr module '{module}' has neither '{factor}' nor '{factor}_a' + '_b'")
+        return Adapter(module, parts, "lokr")
+    if names == {"hada_w1_a", "hada_w1_b", "hada_w2_a", "hada_w2_b"}:
+        return Adapter(module, parts, "loha")
+    some = next(iter(parts.values()))
+    raise WeightError(
+        f"{path}: module '{module}' has parts {sorted(names) or ['alpha only']} (e.g. '{some}'): "
+        "not a LoRA (lora_down + lora_up), LoKr or LoHa adapter",
+        hint="the file is incomplete or of a kind dif does not read",
+    )
