@@ -34,6 +34,7 @@ TEST_DEPS=(
   pyopencl
   pocl-binary-distribution
   pillow
+  av  # PyAV: dif quality decodes MP4 frames and audio with it (its tests make MP4s)
   pytest
   hypothesis
   ruff
