@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# One GPU-machine call for the user's boundary (issue 13), run from a clean snapshot of a commit so the
+# working tree's unfinished edits cannot leak in; every stage time-boxed, results under $OUT:
+#   stage 1  pytest dif-backend-cuda/tests (empty kernel cache: one NVRTC program per kernel)
+#   stage 2  dif bench on $RECIPE (default klein-4b) with EMPTY dif caches, --repeat 2: round 0 is the
+#            machine's first run, round 1 has the caches filled; diffusers in the same run
+#   stage 3  one more fresh dif process under cProfile (caches filled): where the load time goes
+# Device call (repo root; a snapshot tar of the commit beside it, carry [".whl"]):
+#   git archive -o device-snapshot.tar HEAD; then run:
+#   set -o pipefail; bash perf/h200_boundary.sh 2>&1 | tee $OUT/run.log
+set -uo pipefail
+export PYTHONUNBUFFERED=1
+OUT=${OUT:-/tmp/h200_out}
+mkdir -p "$OUT"
+T0=$SECONDS
+stamp() { echo "== $((SECONDS - T0)) s: $*"; }
+if [ -f device-snapshot.tar ]; then  # run the commit, not the working tree
+  rm -rf /tmp/snap && mkdir -p /tmp/snap && tar -xf device-snapshot.tar -C /tmp/snap && cp -r .whl /tmp/snap/
+  cd /tmp/snap || exit 1
+fi
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+  || exit 1
+SRC=dif-core/src:dif-backend-cpu/src:dif-backend-cuda/src:dif-frontend-flux2/src:dif-frontend-krea2/src:dif-tools/src
+export PYTHONPATH=/tmp/site:$PWD/${SRC//:/:$PWD/}:$PWD/perf:/tmp/dif_entry_points
+export DIF_CACHE_DIR=/tmp/dif_cache_boundary
+rm -rf "$DIF_CACHE_DIR"
+nvidia-smi --query-gpu=name,driver_version,memory.used,memory.total --format=csv,noheader
+python3 -c "from pathlib import Path; from pipeline_wall import ensure_entry_points; \
+print(ensure_entry_points(Path.cwd(), Path('/tmp/dif_entry_points')))"
+
+if [ "${SKIP_TESTS:-0}" != 1 ]; then
+  stamp "stage 1: CUDA backend tests"
+  DIF_CACHE_DIR=/tmp/dif_cache_tests timeout "${TEST_S:-200}" python3 -m pytest -q -p no:cacheprovider \
+    dif-backend-cuda/tests --junitxml=/tmp/cuda_junit.xml >"$OUT/pytest_cuda.log" 2>&1
+  echo "pytest rc=$?"
+  tail -8 "$OUT/pytest_cuda.log"
+  python3 perf/junit_summary.py /tmp/cuda_junit.xml "$OUT/cuda_tests_h200.json" --label "pytest dif-backend-cuda/tests on the H200"
+fi
+
+RECIPE=${RECIPE:-klein-4b-h200}
+stamp "stage 2: dif bench $RECIPE, empty caches, repeat ${REPEAT:-2}"
+WORK=/tmp/bench_$RECIPE
+RECIPE=perf/recipes/$RECIPE.json REPEAT=${REPEAT:-2} WORK=$WORK OUT=$WORK/out timeout "${BENCH_S:-330}" \
+  bash perf/recipes/h200_bench.sh 2>&1 | grep -v "^\[" | tail -16
+cp "$WORK/bench.json" "$OUT/bench_$(basename "$RECIPE" .json).json" 2>/dev/null
+
+stamp "stage 3: one fresh dif process under cProfile"
+MODEL=$(ls -d "$WORK"/models/* 2>/dev/null | head -1)
+if [ -n "$MODEL" ]; then
+  timeout 120 python3 -m cProfile -o "$OUT/dif.prof" -m dif_tools flux2 generate -m "$MODEL" -p "a red fox in snow" \
+    --steps 4 -W 1024 -H 1024 --seed 0 --backend cuda --dtype bf16 -o /tmp/prof.png --json > "$OUT/prof_run.json"
+  python3 - "$OUT/dif.prof" > "$OUT/prof.txt" <<'PY'
+import pstats, sys
+s = pstats.Stats(sys.argv[1])
+s.sort_stats("cumulative").print_stats(60)
+s.sort_stats("tottime").print_stats(40)
+PY
+  head -c 9000 "$OUT/prof.txt" | tail -c 7000
+fi
+stamp "done"
