@@ -6,7 +6,7 @@
 #            machine's first run, round 1 has the caches filled; diffusers in the same run
 #   stage 3  one more fresh dif process under cProfile (caches filled): where the load time goes
 # Device call (repo root; a snapshot tar of the commit beside it, carry [".whl"]):
-#   git archive -o device-snapshot.tar HEAD; then run:
+#   git archive --format=tar.gz -o device-snapshot.tgz HEAD; then run:
 #   set -o pipefail; bash perf/h200_boundary.sh 2>&1 | tee $OUT/run.log
 set -uo pipefail
 export PYTHONUNBUFFERED=1
@@ -14,8 +14,8 @@ OUT=${OUT:-/tmp/h200_out}
 mkdir -p "$OUT"
 T0=$SECONDS
 stamp() { echo "== $((SECONDS - T0)) s: $*"; }
-if [ -f device-snapshot.tar ]; then  # run the commit, not the working tree
-  rm -rf /tmp/snap && mkdir -p /tmp/snap && tar -xf device-snapshot.tar -C /tmp/snap && cp -r .whl /tmp/snap/
+if [ -f device-snapshot.tgz ]; then  # run the commit, not the working tree
+  rm -rf /tmp/snap && mkdir -p /tmp/snap && tar -xzf device-snapshot.tgz -C /tmp/snap && cp -r .whl /tmp/snap/
   cd /tmp/snap || exit 1
 fi
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
