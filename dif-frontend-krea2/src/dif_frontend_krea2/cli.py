@@ -1,7 +1,8 @@
 """`dif krea2 ...`: the Krea 2 commands (added to `dif` by plugin.py's register_commands).
 
     dif krea2 generate -p "a cat" [-m MODEL] [-n NEG] [--steps N] [--guidance G] [--seed S]
-                       [-W W -H H] [--init-noise F] [--save-latents F] [--backend NAME] ...
+                       [-W W -H H] [--init-noise F] [--save-latents F] [--backend NAME]
+                       [--lora FILE[:SCALE] ...] [--lora-allow-unmatched] ...
     dif krea2 info [MODEL | --variant raw|turbo] [--json]
 The commands are `dif.kit.commands.image_commands` of `plugin.INFO`, with the same options and
 output conventions as `dif flux2`; what is Krea 2's own is what `info` shows of a checkpoint.
@@ -14,7 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from dif.kit.commands import image_commands
+from dif.kit.commands import LORA_OPTIONS, image_commands
 from dif_frontend_krea2 import DEFAULT_CHECKPOINT
 from dif_frontend_krea2.plugin import INFO
 
@@ -86,4 +87,5 @@ krea2 = image_commands(
     help="Krea 2 (Raw and Turbo): text-to-image and checkpoint inspection.",
     model_help="Krea 2 diffusers folder (default: the embedded tiny demo model).",
     describe_run=lambda s: f"{s['model']} ({s['variant']})",
+    checkpoint_options=LORA_OPTIONS,
 )

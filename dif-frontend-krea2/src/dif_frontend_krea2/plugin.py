@@ -21,15 +21,26 @@ def _detect(path: Path) -> bool:
     return Path(path).is_dir() and is_krea2_folder(Path(path))
 
 
-def _pipeline(path: str | Path, *, dtype: str = "auto", weight_variant: str | None = None, **options: Any) -> Any:
+def _pipeline(
+    path: str | Path,
+    *,
+    dtype: str = "auto",
+    weight_variant: str | None = None,
+    lora: tuple[Any, ...] = (),
+    lora_allow_unmatched: bool = False,
+    **options: Any,
+) -> Any:
     """A `Krea2Pipeline` for the checkpoint at `path` (dtype "auto": the transformer's storage dtype,
-    by most tensors; options: backend, vram_budget, on_step, on_stage, max_sequence_length)."""
+    by most tensors; `lora`: `FILE[:SCALE]` specs merged into the transformer; options: backend,
+    vram_budget, on_step, on_stage, max_sequence_length)."""
     from dif.checkpoint import storage_dtype
     from dif.dtypes import DType
     from dif_frontend_krea2.pipeline import Krea2Pipeline
     from dif_frontend_krea2.weights import open_checkpoint
 
-    checkpoint = open_checkpoint(path, variant=weight_variant)
+    checkpoint = open_checkpoint(
+        path, variant=weight_variant, loras=tuple(lora or ()), lora_allow_unmatched=lora_allow_unmatched
+    )
     run_dtype = storage_dtype(checkpoint.transformer) if dtype == "auto" else DType(dtype)
     return Krea2Pipeline(checkpoint, dtype=run_dtype, **options)
 

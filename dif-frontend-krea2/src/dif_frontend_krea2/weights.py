@@ -14,13 +14,14 @@ Every mismatch is reported by `dif.weights.bind_weights` naming the tensor and i
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from attrs import frozen
 
 from dif.errors import CheckpointError, WeightError
 from dif.ir.program import Program
+from dif.lora import LoraSpec, Target, merge_loras
 from dif.weights import BoundWeights, MappedSource, Rule, Take, TensorSource, bind_weights, open_component
 from dif_frontend_krea2.config import Krea2Configs, is_krea2_folder, load_configs
 from dif_frontend_krea2.vae import unused_tensor_patterns
@@ -90,9 +91,16 @@ class Krea2Checkpoint:
         return self.configs.pipeline.variant
 
 
-def open_checkpoint(path: str | Path, *, variant: str | None = None) -> Krea2Checkpoint:
+def open_checkpoint(
+    path: str | Path,
+    *,
+    variant: str | None = None,
+    loras: Sequence[LoraSpec | str | Path] = (),
+    lora_allow_unmatched: bool = False,
+) -> Krea2Checkpoint:
     """Open a Krea 2 diffusers folder (model_index.json naming Krea2Pipeline); nothing is read yet
-    beyond configs and safetensors headers. `variant` picks e.g. `*.fp16.safetensors` files."""
+    beyond configs and safetensors headers. `variant` picks e.g. `*.fp16.safetensors` files;
+    `loras` (`--lora FILE[:SCALE]`) are merged into the transformer (`merge_transformer_loras`)."""
     root = Path(path)
     if not root.exists():
         raise CheckpointError(f"{root}: no such file or folder")
@@ -103,12 +111,17 @@ def open_checkpoint(path: str | Path, *, variant: str | None = None) -> Krea2Che
         )
     configs = load_configs(root)
     text = open_component(root / "text_encoder", variant=variant)
+    transformer: TensorSource = open_component(root / "transformer", variant=variant)
+    name = root.resolve().name or "krea2"
+    if loras:
+        transformer = merge_transformer_loras(transformer, loras, allow_unmatched=lora_allow_unmatched)
+        name += " + LoRA " + ", ".join(LoraSpec.parse(s).describe() for s in loras)
     return Krea2Checkpoint(
         root,
-        root.resolve().name or "krea2",
+        name,
         configs,
         root / "tokenizer",
-        open_component(root / "transformer", variant=variant),
+        transformer,
         text,
         _text_prefix(text),
         last_temporal_tap(open_component(root / "vae", variant=variant)),
@@ -149,3 +162,58 @@ def bind_vae(program: Program, source: TensorSource) -> BoundWeights:
     if _has_3d_kernels(source):
         source = last_temporal_tap(source)
     return bind_weights(program, source, ignore=unused_tensor_patterns())
+
+
+# -- LoRA ---------------------------------------------------------------------------------------
+
+_ORIGINAL_ATTN = {"wq": "to_q", "wk": "to_k", "wv": "to_v", "wo": "to_out.0", "gate": "to_gate"}
+_ORIGINAL_MLP = {"gate": "ff.gate", "up": "ff.up", "down": "ff.down"}
+_ORIGINAL_TOP = {
+    "first": "img_in",
+    "last.linear": "final_layer.linear",
+    "tmlp.0": "time_embed.linear_1",
+    "tmlp.2": "time_embed.linear_2",
+    "tproj.1": "time_mod_proj",
+    "txtmlp.1": "txt_in.linear_1",
+    "txtmlp.3": "txt_in.linear_2",
+    "txtfusion.projector": "text_fusion.projector",
+}
+
+
+def lora_table(source: TensorSource) -> dict[str, tuple[Target, ...]]:
+    """The transformer's adaptable modules under the diffusers names (`transformer_blocks.0.attn.to_q`)
+    and the original Krea 2 / ComfyUI / ai-toolkit names (`blocks.0.attn.wq`, `txtfusion.refiner_blocks.0.mlp.up`,
+    `first`, `last.linear` ...). Only 2-D weights of `source` are targets."""
+    weights = {n for n in source.names() if n.endswith(".weight") and len(source.info(n).shape) == 2}
+    table: dict[str, tuple[Target, ...]] = {n[: -len(".weight")]: (Target(n),) for n in weights}
+    for module in list(table):
+        original = _original_name(module)
+        if original is not None:
+            table[original] = table[module]
+    return table
+
+
+def _original_name(module: str) -> str | None:
+    for original, diffusers in _ORIGINAL_TOP.items():
+        if module == diffusers:
+            return original
+    m = re.fullmatch(r"(transformer_blocks|text_fusion\.(?:layerwise|refiner)_blocks)\.(\d+)\.(.+)", module)
+    if m is None:
+        return None
+    prefix = "blocks" if m[1] == "transformer_blocks" else m[1].replace("text_fusion.", "txtfusion.")
+    for original, diffusers in _ORIGINAL_ATTN.items():
+        if m[3] == f"attn.{diffusers}":
+            return f"{prefix}.{m[2]}.attn.{original}"
+    for original, diffusers in _ORIGINAL_MLP.items():
+        if m[3] == diffusers:
+            return f"{prefix}.{m[2]}.mlp.{original}"
+    return None
+
+
+def merge_transformer_loras(
+    transformer: TensorSource, loras: Sequence[LoraSpec | str | Path], *, allow_unmatched: bool = False
+) -> TensorSource:
+    """The transformer source with `loras` merged into its weights (`dif.lora.merge_loras`)."""
+    return merge_loras(
+        transformer, loras, lora_table(transformer), family="krea2", model="Krea 2", allow_unmatched=allow_unmatched
+    )
