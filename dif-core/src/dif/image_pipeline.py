@@ -3,11 +3,13 @@ denoise -> decode stages after its "load" stage, and the `dif.report.ImageRun` t
 
 Where it sits: a frontend's pipeline (FLUX.2's, Krea 2's) subclasses `TextToImagePipeline` and
 implements the model-specific work: `fit_size`, `resolve`, `schedule`, `initial_noise`,
-`prepare_all`, `encode` / `predictor` / `decode`, `run_keys`. `denoise` is the kit's one sampling
-loop (`dif.kit.sampling.sample`) and `generate` the one order of a run: resolve the request (size,
-steps, guidance, CFG), draw the noise, make the schedule and prepare the programs in its "load"
-stage, then `run_stages`. The CLI (`dif.kit.commands`) and the Python API (`dif.load`) build
-the request with `image_request` from the frontend's settings.
+`prepare_all`, `encode` / `encode_images` / `predictor` / `decode`, `run_keys`. `denoise` is the kit's
+one sampling loop (`dif.kit.sampling.sample`), with the img2img start and the inpainting blend, and
+`generate_batch` the one order of a run: resolve the request (size, steps, guidance, CFG, images), draw
+the noise, make the schedule and prepare the programs in its "load" stage, then `run_batch` (a batch of
+B images is one denoiser program with batch axis B, image i seeded `seed + i`). The CLI
+(`dif.kit.commands`) and the Python API (`dif.load`) build the request with `image_request` from the
+frontend's settings and the images read (`dif.media.image_input`).
 """
 
 from __future__ import annotations
@@ -17,11 +19,12 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar, Literal
 
 import numpy as np
-from attrs import frozen
+from attrs import evolve, frozen
 
 from dif.dtypes import DType
 from dif.errors import UsageError
 from dif.kit.sampling import Predict, StepCallback, sample
+from dif.media.image_input import InputImage, read_image
 from dif.program_cache import ProgramCache
 from dif.progress import stage_starting
 from dif.report import ImageRun, image_settings
@@ -44,24 +47,128 @@ class ImageRequest:
     width: int | None = None
     height: int | None = None
     init_noise: np.ndarray | None = None
+    ref_images: tuple[InputImage, ...] = ()  # reference images (FLUX.2 klein editing), in order
+    init_image: InputImage | None = None  # img2img / inpainting source
+    strength: float | None = None  # img2img: the fraction of the schedule run (None: 1.0 with init_image)
+    mask: InputImage | None = None  # inpainting: white = repaint, the size of init_image
+    batch: int = 1  # images in one program; image i uses seed + i
+    kv_cache: bool | None = None  # reference tokens' K/V computed once (None: the checkpoint's default)
 
 
 REQUEST_SETTINGS = ("steps", "guidance", "seed", "width", "height")
 """The `ImageRequest` fields a frontend's settings (`dif.frontend.SettingSpec`) fill."""
 
 
+IMAGE_INPUTS = ("ref_images", "init_image", "strength", "mask", "batch", "kv_cache")
+"""The `ImageRequest` fields of what a run reads besides the prompt (`image_request`'s `inputs`)."""
+
+MAX_BATCH = 64
+"""The most images one request makes (`-b`); each is a row of the denoiser's batch axis."""
+
+
 def image_request(
-    prompt: str, settings: Mapping[str, Any], *, negative_prompt: str = "", init_noise: np.ndarray | None = None
+    prompt: str,
+    settings: Mapping[str, Any],
+    *,
+    negative_prompt: str = "",
+    init_noise: np.ndarray | None = None,
+    **inputs: Any,
 ) -> ImageRequest:
     """The request of resolved `settings` (`FrontendInfo.resolve_settings`; a seed must be set);
-    `UsageError` naming a setting the request has no field for."""
-    extra = sorted(set(settings) - set(REQUEST_SETTINGS))
+    `UsageError` naming a setting the request has no field for. `inputs` are `IMAGE_INPUTS`: images as
+    paths, PIL images or uint8 arrays (decoded here, `dif.media.image_input.read_image`), checked by
+    `check_image_inputs` before anything loads."""
+    extra = sorted(set(settings) - set(REQUEST_SETTINGS)) + sorted(set(inputs) - set(IMAGE_INPUTS))
     if extra:
         raise UsageError(f"settings {', '.join(extra)} have no field in an image request")
     if settings.get("seed") is None:
         raise UsageError("an image request needs a seed", hint="draw one with dif.noise.random_seed()")
     fields: dict[str, Any] = {k: settings.get(k) for k in REQUEST_SETTINGS}
-    return ImageRequest(prompt, negative_prompt, init_noise=init_noise, **fields)
+    images = read_image_inputs(**inputs)
+    return ImageRequest(prompt, negative_prompt, init_noise=init_noise, **fields, **images)
+
+
+def read_image_inputs(
+    *,
+    ref_images: Sequence[Any] | None = None,
+    init_image: Any = None,
+    strength: float | None = None,
+    mask: Any = None,
+    batch: int | None = None,
+    kv_cache: bool | None = None,
+) -> dict[str, Any]:
+    """The `IMAGE_INPUTS` fields of a request: every image decoded (`UsageError` naming the file), then
+    `check_image_inputs`."""
+    refs = tuple(read_image(r, what="reference image", index=i) for i, r in enumerate(ref_images or ()))
+    source = None if init_image is None else read_image(init_image, what="init image")
+    masked = None if mask is None else read_image(mask, what="mask")
+    fields = {
+        "ref_images": refs, "init_image": source, "strength": strength, "mask": masked,
+        "batch": 1 if batch is None else batch, "kv_cache": kv_cache,
+    }  # fmt: skip
+    check_image_inputs(**fields)
+    return fields
+
+
+def check_image_inputs(
+    *,
+    ref_images: Sequence[InputImage],
+    init_image: InputImage | None,
+    strength: float | None,
+    mask: InputImage | None,
+    batch: int,
+    kv_cache: bool | None,
+) -> None:
+    """`UsageError` for inputs no model can run: a strength outside (0, 1] or without an init image, a
+    mask without an init image or of another size, a batch outside 1..MAX_BATCH. What a model admits
+    (how many reference images, img2img at all) its pipeline checks (`check_model_inputs`)."""
+    if strength is not None:
+        if init_image is None:
+            raise UsageError("--strength needs an init image (-i / --init-image)")
+        if not (isinstance(strength, int | float) and 0.0 < strength <= 1.0):
+            raise UsageError(f"strength {strength} is outside (0, 1]", hint="1.0 repaints everything, 0.3 a little")
+    if mask is not None:
+        if init_image is None:
+            raise UsageError(f"mask {mask.name} needs an init image (-i / --init-image) to inpaint")
+        if mask.size != init_image.size:
+            (mw, mh), (iw, ih) = mask.size, init_image.size
+            raise UsageError(
+                f"mask {mask.name} is {mw}x{mh} but init image {init_image.name} is {iw}x{ih}",
+                hint="the mask must have the init image's size (white = repaint, black = keep)",
+            )
+    if isinstance(batch, bool) or not isinstance(batch, int) or not 1 <= batch <= MAX_BATCH:
+        raise UsageError(f"batch {batch} is outside 1..{MAX_BATCH}")
+    if kv_cache and not ref_images:
+        raise UsageError("--kv-cache caches the reference images' keys and values: give -r / --ref-image")
+
+
+def strength_schedule(schedule: FlowMatchSchedule, strength: float) -> FlowMatchSchedule:
+    """The tail of `schedule` an img2img run at `strength` takes (diffusers' `get_timesteps`): the
+    first int(n - min(n * strength, n)) steps are skipped. `UsageError` when none is left."""
+    n = schedule.num_steps
+    start = int(max(n - min(n * strength, n), 0))
+    if start >= n:
+        raise UsageError(f"strength {strength} leaves no step of {n}", hint="raise --strength or --steps")
+    return evolve(schedule, sigmas=schedule.sigmas[start:], timesteps=schedule.timesteps[start:])
+
+
+def noised(image_latents: np.ndarray, noise: np.ndarray, sigma: np.float32) -> np.ndarray:
+    """sigma * noise + (1 - sigma) * image latents in float32 (flow matching's forward process, as
+    `FlowMatchEulerDiscreteScheduler.scale_noise`), broadcast over the batch axis."""
+    s = np.float32(sigma)
+    x = s * noise.astype(np.float32) + (np.float32(1.0) - s) * image_latents.astype(np.float32)
+    return x.astype(np.float32)
+
+
+@frozen(eq=False)
+class ImageConditioning:
+    """What the "encode" stage made of a request's images, in the run dtype. `context` is the frontend's
+    own (FLUX.2: the reference tokens); `init_latents` (1, N, C) the img2img source's packed latents,
+    `mask` (1, N, 1) float32 (1 = repaint) for inpainting."""
+
+    context: Any = None
+    init_latents: np.ndarray | None = None
+    mask: np.ndarray | None = None
 
 
 class TextToImagePipeline:
@@ -136,34 +243,69 @@ class TextToImagePipeline:
         """Packed initial latents in the run dtype, from `req`'s seed or its `init_noise`."""
         raise NotImplementedError
 
-    def prepare_all(self, width: int, height: int, /) -> None:
+    def prepare_all(self, width: int, height: int, /, req: Any = None) -> None:
         """Build, bind and plan (inside `ProgramCache.planning`; prepare, outside it) every program for
-        this (fitted) size, each with its stage (`ProgramCache.get(..., stage=)`)."""
+        this (fitted) size and `req`'s batch and images, each with its stage (`ProgramCache.get(..., stage=)`)."""
         raise NotImplementedError
+
+    max_reference_images: ClassVar[int] = 0
+    """How many reference images (`ImageRequest.ref_images`) the model takes; 0: none."""
+    takes_init_image: ClassVar[bool] = False
+    """Whether the model runs img2img / inpainting from `ImageRequest.init_image`."""
+
+    def check_model_inputs(self, req: ImageRequest, /) -> None:
+        """`UsageError` for images this model does not take: more reference images than
+        `max_reference_images`, an init image when it has no img2img. Called by the frontend's `resolve`."""
+        limit, refs = self.max_reference_images, len(req.ref_images)
+        if refs > limit:
+            if limit == 0:
+                raise UsageError("this model takes no reference images (-r / --ref-image)")
+            raise UsageError(
+                f"{refs} reference images given; this model takes at most {limit}",
+                hint=f"reference image {limit + 1} is {req.ref_images[limit].name}",
+            )
+        if req.init_image is not None and not self.takes_init_image:
+            raise UsageError("this model has no img2img / inpainting (-i / --init-image)")
+
+    def encode_images(self, req: Any, grid_h: int, grid_w: int, /) -> ImageConditioning | None:
+        """The request's images through the model's image encoder (the "encode" stage); None when it has none."""
+        if req.ref_images or req.init_image is not None:
+            raise NotImplementedError
+        return None
 
     def run_keys(self) -> dict[str, Any]:
         """The run's "model" name and the frontend's own settings keys (variant, layout, ...)."""
         raise NotImplementedError
 
     def generate(self, req: Any, /) -> ImageRun:
-        """The whole run for the frontend's `ImageRequest` `req`: the "load" stage (schedule and the
-        caller's noise, cheap checks first, then the programs: all planned, then the pipeline's one memory
-        budget decides what is resident when, `dif.plan.pipeline`; prepared now when all fit together,
-        else by each stage as it starts; then the seeded noise), then `run_stages`."""
+        """The one image of `req` (`generate_batch`; `UsageError` for a request of more)."""
+        runs = self.generate_batch(req)
+        if len(runs) != 1:
+            raise UsageError(f"the request makes {len(runs)} images", hint="call generate_batch")
+        return runs[0]
+
+    def generate_batch(self, req: Any, /) -> list[ImageRun]:
+        """The whole run for the frontend's `ImageRequest` `req`, one `ImageRun` per image of its batch:
+        the "load" stage (schedule and the caller's noise, cheap checks first, then the programs: all
+        planned, then the pipeline's one memory budget decides what is resident when, `dif.plan.pipeline`;
+        prepared now when all fit together, else by each stage as it starts; then the seeded noise), then
+        `run_batch`. With an init image the schedule is the tail `strength_schedule` leaves."""
         width, height, _ = self.fit_size(*self.size(req))
         grid = (height // self.pixels_per_token, width // self.pixels_per_token)
         steps, guidance, cfg, warnings = self.resolve(req)
         timer = StageTimer(self.on_stage)
         with timer.stage("load"):
             schedule = self.schedule(grid[0] * grid[1], steps)
+            if req.init_image is not None:
+                schedule = strength_schedule(schedule, 1.0 if req.strength is None else req.strength)
             # the caller's noise is checked before anything loads; seeded noise is drawn once the plans have
             # admitted the size (a size too large for the device is refused before gigabytes of noise are drawn)
             noise = self.initial_noise(req, *grid) if req.init_noise is not None else None
             with self._programs.planning():  # plans all, decides what is resident when, prepares what fits
-                self.prepare_all(width, height)
+                self.prepare_all(width, height, req)
             if noise is None:
                 noise = self.initial_noise(req, *grid)
-        return self.run_stages(
+        return self.run_batch(
             req,
             timer,
             noise=noise,
@@ -173,6 +315,7 @@ class TextToImagePipeline:
             size=(width, height),
             grid=grid,
             warnings=warnings,
+            full_steps=steps,
             **self.run_keys(),
         )
 
@@ -180,9 +323,9 @@ class TextToImagePipeline:
         """The text conditioning of `prompt`, in whatever form `denoise` takes it."""
         raise NotImplementedError
 
-    def predictor(self, grid_h: int, grid_w: int, /) -> Predict:
-        """The per-step model call at this latent grid: (latents, timestep, conditioning from
-        `encode`) -> velocity, all in the run dtype."""
+    def predictor(self, grid_h: int, grid_w: int, /, images: ImageConditioning | None = None) -> Predict:
+        """The per-step model call at this latent grid: (latents (B, N, C), timestep, conditioning from
+        `encode`) -> velocity (B, N, C), all in the run dtype; `images` from `encode_images`."""
         raise NotImplementedError
 
     def denoise(
@@ -195,19 +338,37 @@ class TextToImagePipeline:
         grid_h: int,
         grid_w: int,
         /,
+        images: ImageConditioning | None = None,
     ) -> np.ndarray:
-        """Packed latents after `schedule` from packed `noise` (the kit's loop over `predictor`);
-        CFG with `guidance` and the model's `cfg_base` when `uncond` is given."""
-        return sample(
-            noise.astype(self.dtype.np),
-            schedule,
-            self.predictor(grid_h, grid_w),
-            cond,
-            uncond=uncond,
-            guidance=guidance,
-            cfg_base=self.cfg_base,
-            on_step=self.on_step,
-        )
+        """Packed latents (B, N, C) after `schedule` from packed `noise` (B, N, C) (the kit's loop over
+        `predictor`); CFG with `guidance` and the model's `cfg_base` when `uncond` is given. With
+        `images.init_latents` (img2img) the loop starts from them noised to the schedule's first sigma;
+        with `images.mask` each step's latents keep the source, noised to the next sigma, where the mask
+        is 0 (diffusers' inpainting blend)."""
+        predict = self.predictor(grid_h, grid_w) if images is None else self.predictor(grid_h, grid_w, images)
+        x = noise.astype(self.dtype.np)
+        init = None if images is None else images.init_latents
+        if init is not None:
+            x = noised(init, noise, schedule.sigmas[0]).astype(self.dtype.np)
+
+        def run(x: np.ndarray, part: FlowMatchSchedule, on_step: StepCallback | None) -> np.ndarray:
+            return sample(
+                x, part, predict, cond, uncond=uncond, guidance=guidance, cfg_base=self.cfg_base, on_step=on_step
+            )
+
+        if init is None or images is None or images.mask is None:
+            return run(x, schedule, self.on_step)
+        mask = images.mask.astype(np.float32)
+        keep = np.float32(1.0) - mask
+        total = schedule.num_steps
+        for i in range(total):  # one step at a time: the blend follows each step
+            step = evolve(schedule, sigmas=schedule.sigmas[i : i + 2], timesteps=schedule.timesteps[i : i + 1])
+            x = run(x, step, None)
+            source = noised(init, noise, schedule.sigmas[i + 1]) if i < total - 1 else init.astype(np.float32)
+            x = (keep * source + mask * x.astype(np.float32)).astype(self.dtype.np)
+            if self.on_step is not None:
+                self.on_step(i + 1, total, x)
+        return x
 
     def decode(self, latents: np.ndarray, grid_h: int, grid_w: int, /) -> np.ndarray:
         """(H, W, 3) uint8 pixels from packed latents."""
@@ -223,7 +384,14 @@ class TextToImagePipeline:
             timer.record(f"load.{stage}", time.perf_counter() - start)
         stage_starting(stage)
 
-    def run_stages(
+    def run_stages(self, req: ImageRequest, timer: StageTimer, **kwargs: Any) -> ImageRun:
+        """`run_batch` of a one-image request: its one run."""
+        runs = self.run_batch(req, timer, **kwargs)
+        if len(runs) != 1:
+            raise UsageError(f"the request makes {len(runs)} images", hint="call run_batch")
+        return runs[0]
+
+    def run_batch(
         self,
         req: ImageRequest,
         timer: StageTimer,
@@ -236,38 +404,70 @@ class TextToImagePipeline:
         grid: tuple[int, int],
         warnings: Sequence[str],
         model: str,
+        full_steps: int | None = None,
         **extra: Any,
-    ) -> ImageRun:
-        """Stages "encode" (the prompt, and the negative prompt when `cfg`), "denoise" and "decode" on
-        `timer`, then the run: settings by `dif.report.image_settings` (`size` = (width, height) in
-        pixels, steps and mu from `schedule`, `extra` = the frontend's own keys, in order), the
-        timings, `warnings`, peak memory. `noise` is the packed initial latents in the run dtype."""
+    ) -> list[ImageRun]:
+        """Stages "encode" (the prompt, the negative prompt when `cfg`, the request's images), "denoise"
+        (all images of the batch at once) and "decode" (one image at a time) on `timer`, then one run per
+        image: settings by `dif.report.image_settings` (`size` = (width, height) in pixels, steps and mu
+        from `schedule`, image i's seed `req.seed + i`, `extra` = the frontend's own keys, in order, then
+        the images read; "steps" is `full_steps`, the count before an img2img strength cut, when given),
+        the timings, `warnings`, peak memory. `noise` is the packed initial latents (B, N, C) in the run
+        dtype."""
         self.enter_stage(timer, "encode")
         with timer.stage("encode"):
             cond = self.encode(req.prompt)
             uncond = self.encode(req.negative_prompt) if cfg else None
+            images = self.encode_images(req, *grid)
         self.enter_stage(timer, "denoise")
         with timer.stage("denoise"):
-            latents = self.denoise(noise, cond, uncond, schedule, guidance, *grid)
+            if images is None:
+                latents = self.denoise(noise, cond, uncond, schedule, guidance, *grid)
+            else:
+                latents = self.denoise(noise, cond, uncond, schedule, guidance, *grid, images)
         self.enter_stage(timer, "decode")
         with timer.stage("decode"):
-            pixels = self.decode(latents, *grid)
-        settings = image_settings(
-            prompt=req.prompt,
-            negative_prompt=req.negative_prompt,
-            steps=schedule.num_steps,
-            guidance=guidance,
-            cfg=cfg,
-            seed=req.seed,
-            init_noise=req.init_noise is not None,
-            width=size[0],
-            height=size[1],
-            dtype=self.dtype.value,
-            mu=schedule.mu,
-            model=model,
-            backend=self.backend_name,
-            **extra,
-        )
-        return ImageRun(
-            pixels, latents, noise, settings, timer.timings, tuple(warnings), peak_rss_bytes(), self.plan_peak_bytes
-        )
+            pixels = [self.decode(latents[i : i + 1], *grid) for i in range(latents.shape[0])]
+        inputs: dict[str, Any] = {}
+        if req.ref_images:
+            inputs["reference_images"] = [r.name for r in req.ref_images]
+        if req.init_image is not None:
+            inputs["init_image"] = req.init_image.name
+            inputs["strength"] = 1.0 if req.strength is None else req.strength
+            inputs["denoised_steps"] = schedule.num_steps
+        if req.mask is not None:
+            inputs["mask"] = req.mask.name
+        runs = []
+        for i, image in enumerate(pixels):
+            settings = image_settings(
+                prompt=req.prompt,
+                negative_prompt=req.negative_prompt,
+                steps=schedule.num_steps if full_steps is None else full_steps,
+                guidance=guidance,
+                cfg=cfg,
+                seed=req.seed + i,
+                init_noise=req.init_noise is not None,
+                width=size[0],
+                height=size[1],
+                dtype=self.dtype.value,
+                mu=schedule.mu,
+                model=model,
+                backend=self.backend_name,
+                **extra,
+                **inputs,
+                **({"batch_size": len(pixels), "batch_index": i} if len(pixels) > 1 else {}),
+            )
+            row = slice(i, i + 1)
+            runs.append(
+                ImageRun(
+                    image,
+                    latents[row],
+                    noise[row],
+                    settings,
+                    timer.timings,
+                    tuple(warnings),
+                    peak_rss_bytes(),
+                    self.plan_peak_bytes,
+                )  # fmt: skip
+            )
+        return runs

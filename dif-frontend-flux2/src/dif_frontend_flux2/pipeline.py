@@ -14,6 +14,7 @@ reproduces its latents and image; `--init-noise` supplies that noise, seeds use 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Hashable, Mapping
 from typing import Any
 
@@ -23,13 +24,24 @@ from attrs import define, field, frozen
 from dif.checkpoint import native_size
 from dif.dtypes import DType
 from dif.errors import CheckpointError, UsageError
-from dif.image_pipeline import ImageRequest, TextToImagePipeline
+from dif.image_pipeline import ImageConditioning, ImageRequest, TextToImagePipeline
 from dif.ir.program import Program
 from dif.kit.admission import admit_image
 from dif.kit.finite import require_finite
 from dif.kit.sampling import Predict, StepCallback
 from dif.kit.scheduler import FlowMatchConfig, load_scheduler_config
 from dif.media import to_uint8
+from dif.media.image_input import (
+    InputImage,
+    bilinear_downsample,
+    binary_mask,
+    center_crop,
+    check_shape,
+    floor_size,
+    limit_area,
+    resize_lanczos,
+    signed_pixels,
+)
 from dif.noise import initial_latents
 from dif.program_cache import ProgramCache
 from dif.runtime import Runner
@@ -39,8 +51,14 @@ from dif_frontend_flux2.model import build_transformer, flux2_rope_tables, flux2
 from dif_frontend_flux2.plugin import INFO
 from dif_frontend_flux2.text_encoder import KLEIN_TAPS, build_text_encoder, qwen3_rope_tables
 from dif_frontend_flux2.tokenize import MAX_LENGTH, load_tokenizer, tokenize_prompts
-from dif_frontend_flux2.vae import build_vae_decoder
+from dif_frontend_flux2.vae import build_vae_decoder, build_vae_encoder
 from dif_frontend_flux2.weights import VAE_DECODER_UNUSED, Flux2Checkpoint, text_encoder_unused
+
+VAE_ENCODER_UNUSED = (r"decoder\..*", r"post_quant_conv\..*", r"bn\.num_batches_tracked")
+MAX_REFERENCE_IMAGES = 4
+"""klein edits with up to 4 reference images (BFL's model card)."""
+MAX_IMAGE_AREA = 1024 * 1024
+"""Reference and init images above this many pixels are first scaled down to it (the reference pipelines')."""
 
 KLEIN_SCHEDULER = FlowMatchConfig(shift=3.0, use_dynamic_shifting=True)
 """klein's scheduler when a checkpoint ships no scheduler/scheduler_config.json (its published one)."""
@@ -86,6 +104,49 @@ def pack_noise(noise: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(noise.reshape(b, c, h * w).transpose(0, 2, 1))
 
 
+def reference_pixels(img: InputImage, pixels_per_token: int) -> np.ndarray:
+    """A reference image as Flux2KleinPipeline feeds its VAE: (1, 3, H, W) float32 in [-1, 1], scaled
+    to at most `MAX_IMAGE_AREA` pixels (LANCZOS), then centre-cropped to the token grid. `UsageError`
+    for one under 64 pixels a side or more elongated than 8:1 (the pipeline's limits)."""
+    check_shape(img, what="reference image")
+    image = limit_area(img.image, MAX_IMAGE_AREA)
+    return signed_pixels(center_crop(image, *floor_size(*image.size, pixels_per_token)))
+
+
+def reference_size(img: InputImage, pixels_per_token: int) -> tuple[int, int]:
+    """(width, height) `reference_pixels` and `init_pixels` give `img`, without resizing it."""
+    w, h = img.size
+    if w * h > MAX_IMAGE_AREA:
+        scale = math.sqrt(MAX_IMAGE_AREA / (w * h))
+        w, h = int(w * scale), int(h * scale)
+    return floor_size(w, h, pixels_per_token)
+
+
+def init_pixels(img: InputImage, pixels_per_token: int) -> np.ndarray:
+    """An img2img / inpainting source as Flux2KleinInpaintPipeline feeds its VAE: (1, 3, H, W) float32 in
+    [-1, 1], scaled to at most `MAX_IMAGE_AREA` pixels, then resized (LANCZOS, not cropped) to the token grid."""
+    image = limit_area(img.image, MAX_IMAGE_AREA)
+    return signed_pixels(resize_lanczos(image, *floor_size(*image.size, pixels_per_token)))
+
+
+def mask_tokens(mask: InputImage, width: int, height: int, pixels_per_token: int) -> np.ndarray:
+    """The inpainting mask per latent token, (1, h*w, 1) float32 (1 = repaint): resized to the image's
+    `width` x `height` (LANCZOS), greyscale, binarised at 0.5, then bilinearly downsampled to the token
+    grid, as Flux2KleinInpaintPipeline prepares it."""
+    ppt = pixels_per_token
+    values = binary_mask(resize_lanczos(mask.image, width, height))
+    return bilinear_downsample(values, height // ppt, width // ppt).reshape(1, -1, 1)
+
+
+@frozen(eq=False)
+class ReferenceTokens:
+    """The packed, normalized VAE latents of a run's reference images, (1, sum h_i*w_i, 128) in the run
+    dtype, and each image's token grid (h_i, w_i) in order (their RoPE time coordinates 10, 20, ...)."""
+
+    tokens: np.ndarray
+    shapes: tuple[tuple[int, int], ...]
+
+
 @frozen
 class GenerationRequest(ImageRequest):
     """One FLUX.2 text-to-image job. None settings take the checkpoint's defaults (see `resolve`;
@@ -96,6 +157,9 @@ class GenerationRequest(ImageRequest):
 @define
 class Flux2Pipeline(TextToImagePipeline):
     """Runs one checkpoint at one dtype on one backend; programs are cached per shape."""
+
+    max_reference_images = MAX_REFERENCE_IMAGES
+    takes_init_image = True
 
     checkpoint: Flux2Checkpoint
     dtype: DType = DType.F32
@@ -132,12 +196,42 @@ class Flux2Pipeline(TextToImagePipeline):
 
         return self._programs.get(key, build_and_bind, stage)
 
-    def prepare_all(self, width: int, height: int) -> None:
-        """Build, bind and plan the three programs for this size now (the CLI's load stage)."""
+    def size(self, req: ImageRequest, /) -> tuple[int, int]:
+        """(width, height): an init image's (fitted) size; else the request's, each side left out taking the
+        first reference image's (fitted) size, then the native size (as the reference pipelines choose)."""
+        ppt = self.pixels_per_token
+        if req.init_image is not None:
+            return reference_size(req.init_image, ppt)
+        if req.ref_images:
+            w, h = reference_size(req.ref_images[0], ppt)
+            return req.width or w, req.height or h
+        return super().size(req)
+
+    def prepare_all(self, width: int, height: int, req: ImageRequest | None = None) -> None:
+        """Build, bind and plan the programs for this size (and `req`'s batch and images) now (the CLI's
+        load stage): text encoder, denoiser, VAE decoder, and a VAE encoder per image size."""
         h, w = check_size(width, height, self.pixels_per_token)
         self._text_runner()
-        self._transformer_runner(h * w)
+        batch = 1 if req is None else req.batch
+        ref_tokens = 0
+        if req is not None:
+            for hw in self._image_sizes(req):
+                self._vae_encoder_runner(*hw)
+            ref_tokens = sum(ih * iw for ih, iw in self._ref_grids(req))
+        self._transformer_runner(h * w + ref_tokens, batch)
         self._vae_runner(h, w)
+
+    def _image_sizes(self, req: ImageRequest) -> list[tuple[int, int]]:
+        """(height, width) in pixels of every image the request encodes, in sequence order: the init image
+        first (the inpainting pipeline conditions on it), then the reference images."""
+        ppt = self.pixels_per_token
+        images = ([req.init_image] if req.init_image is not None else []) + list(req.ref_images)
+        return [reference_size(r, ppt)[::-1] for r in images]
+
+    def _ref_grids(self, req: ImageRequest) -> list[tuple[int, int]]:
+        """Token grids (h, w) of the conditioning images, in sequence order (`_image_sizes`)."""
+        ppt = self.pixels_per_token
+        return [(ph // ppt, pw // ppt) for ph, pw in self._image_sizes(req)]
 
     def _text_runner(self) -> Runner:
         cfg = self.checkpoint.configs.text_encoder
@@ -152,11 +246,12 @@ class Flux2Pipeline(TextToImagePipeline):
             "encode",
         )
 
-    def _transformer_runner(self, n_img: int) -> Runner:
+    def _transformer_runner(self, n_img: int, batch: int = 1) -> Runner:
+        """The denoiser over `n_img` image tokens (the latents, then any reference tokens) for `batch` images."""
         cfg = self.checkpoint.configs.transformer
         return self._runner(
-            ("transformer", n_img),
-            lambda: build_transformer(cfg, batch=1, n_img=n_img, n_txt=MAX_LENGTH, dtype=self.dtype),
+            ("transformer", n_img) if batch == 1 else ("transformer", n_img, batch),
+            lambda: build_transformer(cfg, batch=batch, n_img=n_img, n_txt=MAX_LENGTH, dtype=self.dtype),
             self.checkpoint.transformer,
             (),
             "denoise",
@@ -175,6 +270,40 @@ class Flux2Pipeline(TextToImagePipeline):
             "decode",
         )
 
+    def _vae_encoder_runner(self, height: int, width: int) -> Runner:
+        """The VAE encoder of one `height` x `width`-pixel image to packed, normalized tokens."""
+        cfg = self.checkpoint.configs.vae
+        return self._runner(
+            ("vae_encoder", height, width),
+            lambda: build_vae_encoder(cfg, batch=1, height=height, width=width, dtype=self.dtype, to_packed=True),
+            self.checkpoint.vae,
+            VAE_ENCODER_UNUSED,
+            "encode",
+        )
+
+    def encode_image(self, pixels: np.ndarray) -> np.ndarray:
+        """(1, 3, H, W) pixels in [-1, 1] -> packed normalized latents (1, (H/16)(W/16), 128), run dtype
+        (the VAE posterior's mean, as the pipelines encode reference images)."""
+        run = self._vae_encoder_runner(pixels.shape[2], pixels.shape[3])
+        out = run({"image": pixels.astype(self.dtype.np)})
+        return require_finite("image latents", next(iter(out.values())))
+
+    def encode_images(self, req: ImageRequest, h: int, w: int) -> ImageConditioning | None:
+        """The request's conditioning images as reference tokens (an init image first, as the inpainting
+        pipeline conditions on it), with the init image's latents and the mask per token for img2img."""
+        if not req.ref_images and req.init_image is None:
+            return None
+        ppt = self.pixels_per_token
+        parts = [self.encode_image(reference_pixels(r, ppt)) for r in req.ref_images]
+        init = mask = None
+        if req.init_image is not None:
+            init = self.encode_image(init_pixels(req.init_image, ppt))
+            parts.insert(0, init)
+            if req.mask is not None:
+                mask = mask_tokens(req.mask, w * ppt, h * ppt, ppt)
+        refs = ReferenceTokens(np.concatenate(parts, axis=1), tuple(self._ref_grids(req)))
+        return ImageConditioning(refs, init, mask)
+
     # -- stages --------------------------------------------------------------------------------
     @property
     def tokenizer(self) -> Any:
@@ -191,22 +320,34 @@ class Flux2Pipeline(TextToImagePipeline):
         out = run({"input_ids": ids, "attention_mask": mask, "rope_cos": cos, "rope_sin": sin})
         return require_finite("text features", next(iter(out.values())))
 
-    def predictor(self, h: int, w: int) -> Predict:
-        """The denoiser at h x w tokens: (latents (1, h*w, 128), t, text features) -> velocity."""
+    def predictor(self, h: int, w: int, images: ImageConditioning | None = None) -> Predict:
+        """The denoiser at h x w tokens: (latents (B, h*w, 128), t, text features (1, 512, D)) -> velocity
+        (B, h*w, 128). Reference tokens in `images.context` follow the latents in the sequence (each image
+        at RoPE time 10, 20, ...), as Flux2KleinPipeline orders them; their outputs are dropped."""
         cfg = self.checkpoint.configs.transformer
-        run = self._transformer_runner(h * w)
-        cos, sin = flux2_rope_tables(MAX_LENGTH, h, w, axes_dims=cfg.axes_dims_rope, theta=cfg.rope_theta)
+        refs: ReferenceTokens | None = None if images is None else images.context
+        shapes = () if refs is None else refs.shapes
+        n_img = h * w
+        cos, sin = flux2_rope_tables(
+            MAX_LENGTH, h, w, ref_shapes=shapes, axes_dims=cfg.axes_dims_rope, theta=cfg.rope_theta
+        )
 
         def predict(latents: np.ndarray, t: float, text: np.ndarray) -> np.ndarray:
-            t_proj = flux2_timestep_proj([t], dtype=self.dtype, channels=cfg.timestep_guidance_channels)
+            batch = latents.shape[0]
+            x = latents
+            if refs is not None:
+                x = np.concatenate([latents, np.repeat(refs.tokens, batch, axis=0).astype(latents.dtype)], axis=1)
+            run = self._transformer_runner(x.shape[1], batch)
+            t_proj = flux2_timestep_proj([t] * batch, dtype=self.dtype, channels=cfg.timestep_guidance_channels)
             inputs = {
-                "latents": latents,
-                "text_features": text,
+                "latents": x,
+                "text_features": np.repeat(text, batch, axis=0) if text.shape[0] != batch else text,
                 "timestep_proj": t_proj,
                 "rope_cos": cos,
                 "rope_sin": sin,
             }
-            return next(iter(run(inputs).values()))
+            out = next(iter(run(inputs).values()))
+            return out if refs is None else np.ascontiguousarray(out[:, :n_img])
 
         return predict
 
@@ -219,6 +360,19 @@ class Flux2Pipeline(TextToImagePipeline):
     def resolve(self, req: GenerationRequest) -> tuple[int, float, bool, list[str]]:
         """(steps, guidance, use_cfg, warnings) with the distilled/base defaults and rules; the size
         must be a multiple of the token size (`UsageError`)."""
+        self.check_model_inputs(req)
+        if req.init_image is not None:
+            if req.ref_images:
+                raise UsageError("-i / --init-image with -r / --ref-image is not supported: give one or the other")
+            check_size(*self.size(req), self.pixels_per_token)  # an init image under one token is refused here
+            fitted = self.size(req)
+            for name, asked, got in (("width", req.width, fitted[0]), ("height", req.height, fitted[1])):
+                if asked is not None and asked != got:
+                    raise UsageError(
+                        f"{name} {asked} differs from the init image's {got} ({req.init_image.name})",
+                        hint="img2img runs at the init image's size (cut to a multiple of the token size); "
+                        "leave -W / -H out",
+                    )
         self.fit_size(*self.size(req))
         warnings: list[str] = []
         distilled = self.checkpoint.is_distilled
@@ -242,17 +396,28 @@ class Flux2Pipeline(TextToImagePipeline):
         return steps, guidance, use_cfg, warnings
 
     def initial_noise(self, req: GenerationRequest, h: int, w: int) -> np.ndarray:
-        """Packed initial latents (1, h*w, 128) in the run dtype, from the seed or `init_noise`."""
-        c = self.checkpoint.configs.transformer.in_channels
-        return initial_latents(
-            req.init_noise,
-            req.seed,
-            unpacked=(1, c, h, w),
-            packed=(1, h * w, c),
-            pack=pack_noise,
-            dtype=self.dtype,
-            what=f"{w * self.pixels_per_token}x{h * self.pixels_per_token}",
-        )
+        """Packed initial latents (B, h*w, 128) in the run dtype: image i from seed + i, or `init_noise`
+        (B rows, unpacked or packed)."""
+        c, b = self.checkpoint.configs.transformer.in_channels, req.batch
+        what = f"{w * self.pixels_per_token}x{h * self.pixels_per_token}" + (f" x {b} images" if b > 1 else "")
+        if req.init_noise is not None or b == 1:
+            return initial_latents(
+                req.init_noise, req.seed, unpacked=(b, c, h, w), packed=(b, h * w, c), pack=pack_noise,
+                dtype=self.dtype, what=what,
+            )  # fmt: skip
+        rows = [
+            initial_latents(
+                None,
+                req.seed + i,
+                unpacked=(1, c, h, w),
+                packed=(1, h * w, c),
+                pack=pack_noise,
+                dtype=self.dtype,
+                what=what,
+            )  # fmt: skip
+            for i in range(b)
+        ]
+        return np.concatenate(rows, axis=0)
 
     def fit_size(self, width: int, height: int) -> tuple[int, int, list[str]]:
         """The size itself: `UsageError` unless it is on the token grid."""

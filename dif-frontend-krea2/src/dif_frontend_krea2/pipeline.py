@@ -175,14 +175,18 @@ class Krea2Pipeline(TextToImagePipeline):
 
         return self._programs.get(("text_fusion",), build, "encode")
 
-    def _denoiser_runner(self, image_len: int) -> Runner:
+    def _denoiser_runner(self, image_len: int, batch: int = 1) -> Runner:
+        """The denoiser over `image_len` tokens for `batch` images (one program, batch axis `batch`)."""
+
         def build() -> tuple[Program, Mapping[str, np.ndarray]]:
             prog = build_denoiser(
-                self.configs.transformer, image_len=image_len, text_len=self.max_sequence_length, dtype=self.dtype
-            )
+                self.configs.transformer, image_len=image_len, text_len=self.max_sequence_length, batch=batch,
+                dtype=self.dtype,
+            )  # fmt: skip
             return prog, bind_denoiser(prog, self.checkpoint.transformer)
 
-        return self._programs.get(("denoiser", image_len), build, "denoise")
+        key = ("denoiser", image_len) if batch == 1 else ("denoiser", image_len, batch)
+        return self._programs.get(key, build, "denoise")
 
     def _vae_runner(self, grid_h: int, grid_w: int) -> Runner:
         cfg, p = self.configs.vae, self.configs.pipeline.patch_size
@@ -193,13 +197,13 @@ class Krea2Pipeline(TextToImagePipeline):
 
         return self._programs.get(("vae", grid_h, grid_w), build, "decode")
 
-    def prepare_all(self, width: int, height: int) -> None:
-        """Build, bind and plan every program for this (already rounded) size now."""
+    def prepare_all(self, width: int, height: int, req: ImageRequest | None = None) -> None:
+        """Build, bind and plan every program for this (already rounded) size and `req`'s batch now."""
         gh, gw = height // self.pixels_per_token, width // self.pixels_per_token
         tokens = encode_prompt(self.tokenizer, "", max_sequence_length=self.max_sequence_length)
         self._text_encoder_runner(tokens.seq_len, tokens.drop_prefix)
         self._fusion_runner()
-        self._denoiser_runner(gh * gw)
+        self._denoiser_runner(gh * gw, 1 if req is None else req.batch)
         self._vae_runner(gh, gw)
 
     # -- stages --------------------------------------------------------------------------------
@@ -224,19 +228,22 @@ class Krea2Pipeline(TextToImagePipeline):
         embeds = require_finite("fused text features", next(iter(out.values())))
         return EncodedPrompt(embeds, tokens.text_mask, tokens)
 
-    def predictor(self, grid_h: int, grid_w: int) -> Predict:
-        """The denoiser at grid_h x grid_w tokens: (latents (1, N, 64), t, `EncodedPrompt`) -> velocity."""
+    def predictor(self, grid_h: int, grid_w: int, images: Any = None) -> Predict:
+        """The denoiser at grid_h x grid_w tokens: (latents (B, N, 64), t, `EncodedPrompt`) -> velocity
+        (B, N, 64); the prompt's embeds and mask are repeated over the batch."""
         cfg = self.configs.transformer
         n_img = grid_h * grid_w
-        run = self._denoiser_runner(n_img)
         cos, sin = rope_tables(cfg, self.max_sequence_length, grid_h, grid_w)
-        masks: dict[int, np.ndarray] = {}  # per prompt, made on its first step
+        masks: dict[tuple[int, int], np.ndarray] = {}  # per prompt and batch, made on its first step
 
         def predict(latents: np.ndarray, t: float, prompt: EncodedPrompt) -> np.ndarray:
-            mask = masks.setdefault(id(prompt), attention_mask(prompt.mask, n_img))
-            t_proj = timestep_proj_from_timesteps([t], dtype=self.dtype, dim=cfg.timestep_embed_dim)
+            batch = latents.shape[0]
+            run = self._denoiser_runner(n_img, batch)
+            mask = masks.setdefault((id(prompt), batch), np.repeat(attention_mask(prompt.mask, n_img), batch, 0))
+            t_proj = timestep_proj_from_timesteps([t] * batch, dtype=self.dtype, dim=cfg.timestep_embed_dim)
             inputs = {"latents": latents, "timestep_proj": t_proj, "rope_cos": cos, "rope_sin": sin}
-            return next(iter(run({**inputs, "text_embeds": prompt.embeds, "attention_mask": mask}).values()))
+            embeds = np.repeat(prompt.embeds, batch, axis=0)
+            return next(iter(run({**inputs, "text_embeds": embeds, "attention_mask": mask}).values()))
 
         return predict
 
@@ -254,6 +261,7 @@ class Krea2Pipeline(TextToImagePipeline):
     def resolve(self, req: GenerationRequest) -> tuple[int, float, bool, list[str]]:
         """(steps, guidance, use_cfg, warnings) with the Turbo/Raw defaults and the reference rule
         (CFG whenever guidance > 0); the size rounding's warnings first."""
+        self.check_model_inputs(req)
         warnings = self.fit_size(*self.size(req))[2]
         default_steps, default_guidance = default_steps_guidance(self.configs)
         steps = req.steps if req.steps is not None else default_steps
@@ -276,17 +284,22 @@ class Krea2Pipeline(TextToImagePipeline):
         return steps, guidance, use_cfg, warnings
 
     def initial_noise(self, req: GenerationRequest, grid_h: int, grid_w: int) -> np.ndarray:
-        """Packed initial latents (1, N, 64) in the run dtype, from the seed or `init_noise`."""
-        z, p = self.configs.vae.z_dim, self.configs.pipeline.patch_size
-        return initial_latents(
-            req.init_noise,
-            req.seed,
-            unpacked=(1, z, p * grid_h, p * grid_w),
-            packed=(1, grid_h * grid_w, p * p * z),
-            pack=pack_latents,
-            dtype=self.dtype,
-            what=f"{grid_w * self.pixels_per_token}x{grid_h * self.pixels_per_token}",
+        """Packed initial latents (B, N, 64) in the run dtype: image i from seed + i, or `init_noise`
+        (B rows, unpacked or packed)."""
+        z, p, b = self.configs.vae.z_dim, self.configs.pipeline.patch_size, req.batch
+        what = f"{grid_w * self.pixels_per_token}x{grid_h * self.pixels_per_token}" + (
+            f" x {b} images" if b > 1 else ""
         )
+
+        def draw(init: np.ndarray | None, seed: int, rows: int) -> np.ndarray:
+            return initial_latents(
+                init, seed, unpacked=(rows, z, p * grid_h, p * grid_w), packed=(rows, grid_h * grid_w, p * p * z),
+                pack=pack_latents, dtype=self.dtype, what=what,
+            )  # fmt: skip
+
+        if req.init_noise is not None or b == 1:
+            return draw(req.init_noise, req.seed, b)
+        return np.concatenate([draw(None, req.seed + i, 1) for i in range(b)], axis=0)
 
     def fit_size(self, width: int, height: int) -> tuple[int, int, list[str]]:
         """Rounded up to the token grid, with a warning each (`round_size`)."""
