@@ -416,3 +416,20 @@ def test_table_names_both_namings(torch, base):  # type: ignore[no-untyped-def]
     assert table["single_blocks.0.linear1"][0].param == "single_transformer_blocks.0.attn.to_qkv_mlp_proj.weight"
     assert "transformer_blocks.0.attn.norm_q" not in table  # 1-D norm gains are not adapted
     json.dumps(sorted(table))
+
+
+def test_peft_metadata_alpha_matches_diffusers(torch, base, tmp_path):  # type: ignore[no-untyped-def]
+    """A diffusers-saved adapter keeps lora_alpha and r in its `lora_adapter_metadata`; the scale is
+    alpha / r (here 2), as diffusers' loader applies it."""
+    model, folder = base
+    lora = {k: v for k, v in random_lora(model, torch, extra=False, seed=9).items() if k.startswith("transformer_")}
+    t = {}
+    for m, (a, b) in lora.items():
+        t[f"transformer.{m}.lora_A.weight"], t[f"transformer.{m}.lora_B.weight"] = a, b
+    meta = {"r": RANK, "lora_alpha": 2 * RANK, "target_modules": sorted(lora), "lora_dropout": 0.0}
+    meta = {f"transformer.{k}": v for k, v in meta.items()}  # as a pipeline's save_lora_weights writes it
+    path = tmp_path / "meta.safetensors"
+    save_tensors(path, t, {"lora_adapter_metadata": json.dumps(meta), "format": "pt"}, dif_metadata=False)
+    expected = torch_forward(diffusers_loaded(model, path, torch), torch)
+    assert rel(torch_forward(hand_merged(model, lora, torch, 2.0), torch), expected) <= 1e-5
+    assert rel(dif_forward(folder, [path], torch, model), expected) <= 1e-5

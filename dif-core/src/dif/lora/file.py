@@ -56,6 +56,9 @@ _PARTS: tuple[tuple[str, str], ...] = (
     (".lora_B.bias", "up_bias"),
     (".alpha", "alpha"),
     (".dora_scale", "dora_scale"),
+    (".lora_magnitude_vector.default.weight", "dora_scale"),
+    (".lora_magnitude_vector.weight", "dora_scale"),
+    (".lora_magnitude_vector", "dora_scale"),
     (".lokr_w1_a", "lokr_w1_a"),
     (".lokr_w1_b", "lokr_w1_b"),
     (".lokr_w2_a", "lokr_w2_a"),
@@ -71,7 +74,7 @@ _PARTS: tuple[tuple[str, str], ...] = (
     (".hada_t2", "hada_t2"),
 )
 _REFUSED = {
-    "dora_scale": "DoRA (weight-decomposed LoRA, 'dora_scale' tensors) is not supported; "
+    "dora_scale": "DoRA (weight-decomposed LoRA: 'dora_scale' / 'lora_magnitude_vector' tensors) is not supported; "
     "merge it into the checkpoint with the tool that trained it, or use a plain LoRA",
     "mid": "LoCon Tucker cores ('lora_mid') are for conv layers; this model's adapters target linears",
     "lokr_t2": "LoKr Tucker cores ('lokr_t2') are for conv layers; this model's adapters target linears",
@@ -190,7 +193,11 @@ def _metadata_alpha(metadata: Mapping[str, str], path: Path) -> float | None:
         raise WeightError(f"{path}: metadata 'lora_adapter_metadata' is not JSON") from None
     if not isinstance(meta, dict):
         return None
-    meta = {k.split(".")[-1]: v for k, v in meta.items()}
+    # a pipeline's save prefixes the component ("transformer.lora_alpha"), a model's does not
+    prefixed = {k.split(".", 1)[1]: v for k, v in meta.items() if k.startswith(("transformer.", "unet."))}
+    meta = prefixed or meta
+    if meta.get("use_dora"):
+        raise WeightError(f"{path}: 'lora_adapter_metadata' says use_dora: DoRA adapters are not supported")
     if meta.get("alpha_pattern") or meta.get("rank_pattern"):
         raise WeightError(
             f"{path}: per-module alpha_pattern / rank_pattern in 'lora_adapter_metadata' is not supported"
