@@ -1,11 +1,12 @@
 """Initial noise for sampling loops: seeded standard Gaussian arrays on the host, or the caller's
 own noise from a safetensors file; `initial_latents` packs either as a pipeline's latents.
 
-Where it sits: the first input of a denoising loop. Seeds drive numpy's PCG64 generator
-(`numpy.random.Generator(PCG64(seed)).standard_normal`, float32), so a seed reproduces the same
-image with dif on every machine and backend; it does NOT reproduce the image diffusers makes
-from the same seed (that needs torch's own generator). For exact parity with another tool, save
-its initial noise to safetensors and pass it in (`--init-noise NOISE.safetensors` in the CLIs).
+Where it sits: the first input of a denoising loop. Seeds drive one of three generators (`dif.rng`,
+`--rng`): "numpy" (the default: `numpy.random.Generator(PCG64(seed)).standard_normal` in float32, the
+same image with dif on every machine and backend), "torch-cpu" and "torch-cuda" (torch's own streams,
+reproduced in numpy: the noise diffusers draws with `torch.Generator("cpu" | "cuda").manual_seed(seed)`,
+so the same seed gives the same image as there). Another tool's noise can also be passed in as a
+safetensors file (`--init-noise NOISE.safetensors` in the CLIs).
 """
 
 from __future__ import annotations
@@ -21,13 +22,16 @@ from dif.errors import DifError, UsageError
 MAX_SEED = 2**64 - 1
 
 
-def gaussian_noise(shape: Sequence[int], seed: int, dtype: DType | str = DType.F32) -> np.ndarray:
-    """Standard normal noise of `shape`, drawn in float32 from PCG64(seed), then cast to `dtype`."""
+def gaussian_noise(
+    shape: Sequence[int], seed: int, dtype: DType | str = DType.F32, *, rng: str = "numpy"
+) -> np.ndarray:
+    """Standard normal noise of `shape` as `dtype` from generator `rng` (`dif.rng.RNGS`): "numpy" draws
+    float32 from PCG64(seed) and casts; the torch generators draw in `dtype` as torch does."""
+    from dif.rng import standard_normal
+
     if not 0 <= seed <= MAX_SEED:
         raise DifError(f"seed {seed} is out of range", hint=f"use an integer in [0, {MAX_SEED}]")
-    rng = np.random.Generator(np.random.PCG64(seed))
-    noise = rng.standard_normal(tuple(int(d) for d in shape), dtype=np.float32)
-    return noise.astype(DType(dtype).np, copy=False)
+    return standard_normal(shape, seed, rng, DType(dtype).np)
 
 
 def random_seed() -> int:
@@ -67,15 +71,19 @@ def initial_latents(
     pack: Callable[[np.ndarray], np.ndarray],
     dtype: DType,
     what: str,
+    rng: str = "numpy",
 ) -> np.ndarray:
     """Packed initial latents of shape `packed` in `dtype`.
 
-    Without `init`: `gaussian_noise(unpacked, seed)` (float32), packed, then cast. With `init`: the
+    Without `init`: `gaussian_noise(unpacked, seed, rng=rng)` (numpy: float32, then cast; torch-cpu /
+    torch-cuda: drawn in `dtype`, as diffusers' pipelines call `randn_tensor(unpacked shape, generator,
+    dtype=the transformer's dtype)` before packing), packed. With `init`: the
     caller's noise, as unpacked latents `unpacked` = (1, C, h, w) (the batch axis may be left out;
     packed in float32) or already packed. `what` names the image size in the error for any other
     shape, e.g. "1024x1024"."""
     if init is None:
-        return pack(gaussian_noise(unpacked, seed)).astype(dtype.np)
+        draw = DType.F32 if rng == "numpy" else dtype
+        return pack(gaussian_noise(unpacked, seed, draw, rng=rng)).astype(dtype.np)
     arr = np.asarray(init)
     if arr.shape == unpacked[1:]:
         arr = arr[None]
