@@ -33,6 +33,7 @@ BUILTINS: dict[str, tuple[str, str, str]] = {
     "plan": ("dif_tools.commands.plan", "plan", "A .difplan's recorded decisions: show, diff, residency, explain."),
     "bisect": ("dif_tools.commands.bisect", "bisect", "First divergence between dif's captures and an oracle."),
     "quality": ("dif_tools.commands.quality", "quality", "Image / audio / video sanity, metrics and verdict."),
+    "regress": ("dif_tools.commands.regress", "regress", "Correctness and performance regression suites."),
 }
 
 
