@@ -96,11 +96,21 @@ class ImagePipeline:
         on_step: StepCallback | None = None,
         check_finite: bool = True,
         allow_nonfinite_weights: bool = False,
+        ref_images: Sequence[Any] = (),
+        init_image: Any = None,
+        strength: float | None = None,
+        mask: Any = None,
+        batch: int | None = None,
+        kv_cache: bool | None = None,
         **settings: Any,
-    ) -> GeneratedImage:
-        """One image of `prompt`. `settings` are the frontend's (`info.settings`: steps, guidance,
-        width, height, seed); left out, they take the checkpoint's defaults (seed: a fresh random
-        one, recorded in the result). `on_step(done, total, latents)` sees every step.
+    ) -> Any:
+        """One image of `prompt` (a `GeneratedImage`), or with `batch=N` a list of N (one denoiser
+        program of batch N, image i seeded seed + i). `settings` are the frontend's (`info.settings`:
+        steps, guidance, width, height, seed, sampler, scheduler, rng: the CLI's --sampling-method,
+        --scheduler, --rng names); left out, they take the checkpoint's defaults (seed: a fresh random
+        one, recorded in the result; -1 as well). `on_step(done, total, latents)` sees every step.
+        `ref_images` (FLUX.2 klein: up to 4), `init_image` with `strength` and `mask` (img2img,
+        inpainting) are paths, PIL images or uint8 arrays; `kv_cache` is the CLI's --kv-cache.
         `check_finite` and `allow_nonfinite_weights` are the CLI's --check-finite/--no-check-finite
         and --allow-nonfinite-weights (`dif.kit.finite.run_checks`)."""
         from dif.image_pipeline import image_request
@@ -109,16 +119,21 @@ class ImagePipeline:
 
         started = time.perf_counter()
         resolved = self.info.resolve_settings(settings)
-        if resolved.get("seed") is None:
+        if resolved.get("seed") in (None, -1):  # -1: random, as the CLI's --seed -1
             resolved["seed"] = random_seed()
-        req = image_request(prompt, resolved, negative_prompt=negative_prompt, init_noise=init_noise)
+        inputs = {"ref_images": ref_images, "init_image": init_image, "strength": strength, "mask": mask}
+        req = image_request(
+            prompt, resolved, negative_prompt=negative_prompt, init_noise=init_noise, batch=batch, kv_cache=kv_cache,
+            **inputs,
+        )  # fmt: skip
         self.pipeline.on_step = on_step
         try:
             with run_checks(finite=check_finite, allow_nonfinite_weights=allow_nonfinite_weights):
-                run = self.pipeline.generate(req)
+                runs = self.pipeline.generate_batch(req) if req.batch > 1 else [self.pipeline.generate(req)]
         finally:
             self.pipeline.on_step = None
-        return GeneratedImage(run, self.info.name, self.info.revision, started)
+        images = [GeneratedImage(run, self.info.name, self.info.revision, started) for run in runs]
+        return images if batch is not None else images[0]
 
 
 @frozen(eq=False)

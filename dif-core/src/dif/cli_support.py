@@ -70,7 +70,7 @@ class ImageOptions:
         """`options` and `settings` with the defaults filled in: a fresh random seed, output FRONTEND-SEED.png."""
         from dif.noise import random_seed
 
-        seed = random_seed() if settings.get("seed") is None else settings["seed"]
+        seed = random_seed() if settings.get("seed") in (None, -1) else settings["seed"]  # -1: random
         output = options["output"] or Path(f"{frontend}-{seed}.png")
         return cls(frontend=frontend, **{**options, "output": output}, settings={**settings, "seed": seed})
 
@@ -170,20 +170,24 @@ def generate_image(
     version: str,
     tool: str,
     describe: Callable[[Mapping[str, Any]], str],
+    inputs: Mapping[str, Any] | None = None,
 ) -> str:
-    """One `generate` command on a built pipeline `pipe`: the request of `opts.settings`
-    (`dif.image_pipeline.image_request`), a progress bar as the pipeline's `on_step`, its warnings
-    on stderr, then the PNG and latents that `dif.report.save_image_run` writes. Returns what the
-    command prints: the summary document (`--json`, with the pipeline's `memory_report` as "memory")
-    or its lines, naming the model `describe(settings)`."""
-    from dif.image_pipeline import image_request
+    """One `generate` command on a built pipeline `pipe`: the request of `opts.settings` and `inputs`
+    (`dif.image_pipeline.image_request`: reference / init images, strength, mask, batch), a progress
+    bar as the pipeline's `on_step`, its warnings on stderr, then the PNG and latents that
+    `dif.report.save_image_run` writes, one pair per image of the batch (`batch_paths`). Returns what
+    the command prints: the summary document (`--json`, with the pipeline's `memory_report` as
+    "memory"; a batch lists every image under "batch") or its lines, naming the model `describe(settings)`."""
+    from dif.image_pipeline import batch_paths, image_request
     from dif.kit.finite import run_checks
     from dif.noise import load_noise_file
     from dif.progress import ProgressBar
     from dif.report import save_image_run, summary_lines
 
     noise = load_noise_file(opts.init_noise) if opts.init_noise is not None else None
-    req = image_request(opts.prompt, opts.settings, negative_prompt=opts.negative_prompt, init_noise=noise)
+    req = image_request(
+        opts.prompt, opts.settings, negative_prompt=opts.negative_prompt, init_noise=noise, **(inputs or {})
+    )
     checks = run_checks(finite=opts.check_finite, allow_nonfinite_weights=opts.allow_nonfinite_weights)
     progress = RunProgress()
     with checks:
@@ -197,19 +201,27 @@ def generate_image(
             pipe.on_step, pipe.on_stage = on_step, progress.finished
             for warning in warnings:
                 print(f"warning: {warning}", file=sys.stderr, flush=True)
-            result = pipe.generate(req)
+            results = pipe.generate_batch(req) if req.batch > 1 else [pipe.generate(req)]
             progress.done[:] = RUN_STAGES[:-1]  # what is left is writing the files
-            summary, timings = save_image_run(
-                result, opts.output, latents=opts.save_latents, frontend=opts.frontend, version=version,
-                started=opts.started,
-            )  # fmt: skip
+            outputs = batch_paths(opts.output, len(results))
+            saved_latents = batch_paths(opts.save_latents, len(results)) if opts.save_latents else [None] * len(results)
+            written = [
+                save_image_run(result, out, latents=lat, frontend=opts.frontend, version=version, started=opts.started)
+                for result, out, lat in zip(results, outputs, saved_latents, strict=True)
+            ]
+            result, (summary, timings) = results[0], written[0]
+            if len(results) > 1:
+                summary["batch"] = [
+                    {"output": str(out), "seed": r.settings["seed"]} for r, out in zip(results, outputs, strict=True)
+                ]
     memory = pipe.memory_report()
     summary["memory"] = memory
     if opts.as_json:
         planned = pipe.planned_budget
         budgets = {pipe.backend_name: planned} if planned is not None else None
         return telemetry_text(f"{opts.frontend}.generate", tool, summary, timings, budgets)
-    return "\n".join([*summary_lines(summary, model=describe(result.settings)), *memory_lines(memory)])
+    more = [f"wrote {b['output']}  (seed {b['seed']})" for b in summary.get("batch", [])[1:]]
+    return "\n".join([*summary_lines(summary, model=describe(result.settings)), *more, *memory_lines(memory)])
 
 
 def memory_lines(memory: Mapping[str, Any]) -> list[str]:

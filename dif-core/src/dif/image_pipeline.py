@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 import numpy as np
@@ -140,6 +141,16 @@ def check_image_inputs(
         raise UsageError(f"batch {batch} is outside 1..{MAX_BATCH}")
     if kv_cache and not ref_images:
         raise UsageError("--kv-cache caches the reference images' keys and values: give -r / --ref-image")
+
+
+def batch_paths(path: Path, count: int) -> list[Path]:
+    """The files a batch of `count` writes for `path`: `path` itself for one image; with "%d" in the
+    file name, that replaced by 0, 1, ...; otherwise NAME-0.EXT, NAME-1.EXT, ..."""
+    if "%d" in path.name:
+        return [path.with_name(path.name.replace("%d", str(i))) for i in range(count)]
+    if count == 1:
+        return [path]
+    return [path.with_name(f"{path.stem}-{i}{path.suffix}") for i in range(count)]
 
 
 def strength_schedule(schedule: FlowMatchSchedule, strength: float) -> FlowMatchSchedule:

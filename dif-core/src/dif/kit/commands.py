@@ -70,6 +70,41 @@ LORA_OPTIONS: list[Decorator] = [
 `checkpoint_options`; they reach `info.pipeline` as `lora=(spec, ...)`, `lora_allow_unmatched`."""
 
 
+def image_input_options() -> list[Decorator]:
+    """The options of what a run reads besides the prompt (`dif.image_pipeline.IMAGE_INPUTS`): reference
+    images, the img2img source with its strength and mask, the batch size, the reference K/V cache. Their
+    values are checked, and the images decoded, by `read_image_inputs` before anything loads."""
+    image = click.Path(dir_okay=False, path_type=Path)
+    return [
+        click.option(
+            "-r", "--ref-image", "ref_images", type=image, multiple=True,
+            help="Reference image to edit from or compose with (repeat for several; FLUX.2 klein takes up to 4). "
+            "Without -W/-H the output takes the first one's size.",
+        ),
+        click.option(
+            "-i", "--init-image", type=image,
+            help="img2img source: the run starts from it noised to --strength (output at its size, cut to the token "
+            "grid).",
+        ),
+        click.option(
+            "--strength", type=float, help="img2img: the share of the schedule that runs, in (0, 1] (default 1.0)."
+        ),
+        click.option(
+            "--mask", type=image, help="Inpainting mask for --init-image, of its size: white repaints, black keeps."
+        ),
+        click.option(
+            "-b", "--batch", type=int, default=1, show_default=True,
+            help="Images per call, one denoiser program of batch N; seeds SEED, SEED+1, ...; outputs NAME-0.png, "
+            "NAME-1.png ... or -o with %d.",
+        ),
+        click.option(
+            "--kv-cache/--no-kv-cache", default=None,
+            help="Compute the reference images' keys/values once, at the first step, and reuse them (default: on "
+            "for FLUX.2 klein KV checkpoints).",
+        ),
+    ]  # fmt: skip
+
+
 def _apply(fn: Any, decorators: Sequence[Decorator]) -> Any:
     for decorator in reversed(decorators):
         fn = decorator(fn)
@@ -121,6 +156,7 @@ def image_commands(
             help="Initial noise (safetensors), unpacked or packed latents of the run's size: exact parity with "
             "another tool (what --save-latents wrote as 'noise').",
         ),
+        *image_input_options(),
         click.option(
             "--save-latents", type=click.Path(dir_okay=False, path_type=Path), help="Also save final latents."
         ),
@@ -158,11 +194,13 @@ def image_commands(
     def generate(model: Path | None, weight_variant: str | None, **given: Any) -> None:
         """Generate one image from a prompt and write it as PNG (A1111 `parameters` + `dif` JSON chunks)."""
         from dif.cli_support import ImageOptions, generate_image
+        from dif.image_pipeline import IMAGE_INPUTS, read_image_inputs
 
         settings = info.resolve_settings({s.name: given.pop(s.name) for s in info.settings})
         common = ("prompt", "negative_prompt", "init_noise", "save_latents", "backend", "dtype", "output", "as_json")
         checks = ("vram_budget", "check_finite", "allow_nonfinite_weights")
         opts = ImageOptions.parse(name, {k: given.pop(k) for k in (*common, *checks)}, settings)
+        images = read_image_inputs(**{k: given.pop(k) for k in IMAGE_INPUTS})  # decoded before anything loads
         if (missing := opts.missing_folder()) is not None:
             raise click.BadParameter(f"folder {missing.resolve().parent} does not exist", param_hint=str(missing))
         if (refused := opts.unwritable()) is not None:  # before loading anything: the run would be lost
@@ -179,7 +217,7 @@ def image_commands(
         )
         tool = click.get_current_context().command_path
         try:
-            text = generate_image(opts, pipe, version=info.revision, tool=tool, describe=describe_run)
+            text = generate_image(opts, pipe, version=info.revision, tool=tool, describe=describe_run, inputs=images)
         except UsageError as exc:
             if (flags := _flags_of(info, str(exc))) is None:
                 raise

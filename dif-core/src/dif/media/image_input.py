@@ -44,10 +44,12 @@ class InputImage:
 
 
 def read_image(source: str | Path | Any, *, what: str, index: int = 0) -> InputImage:
-    """`source` decoded: a file path, a PIL image, or an (H, W[, 3|4]) uint8 array. `UsageError`
+    """`source` decoded: a file path, a PIL image, an (H, W[, 3|4]) uint8 array (or an `InputImage`). `UsageError`
     naming `what` (e.g. "reference image") and the file when it is missing or cannot be decoded."""
     from PIL import Image, UnidentifiedImageError
 
+    if isinstance(source, InputImage):
+        return source
     if isinstance(source, Image.Image):
         return InputImage(f"<{what} {index + 1}>", source)
     if isinstance(source, np.ndarray):
