@@ -34,6 +34,7 @@ BUILTINS: dict[str, tuple[str, str, str]] = {
     "bisect": ("dif_tools.commands.bisect", "bisect", "First divergence between dif's captures and an oracle."),
     "quality": ("dif_tools.commands.quality", "quality", "Image / audio / video sanity, metrics and verdict."),
     "regress": ("dif_tools.commands.regress", "regress", "Correctness and performance regression suites."),
+    "tune": ("dif_tools.commands.tune", "tune", "A backend's candidates per GEMM / attention / conv problem."),
 }
 
 
