@@ -1,8 +1,11 @@
 """Library plans shared across nodes on the GPU (marker `cuda`): three identical blocks build one cuDNN
 SDPA graph and ask cuBLASLt's heuristic once per distinct GEMM problem, and each node still computes
-what the reference interpreter does (every node runs the shared graph with its own pointers)."""
+what the reference interpreter does (every node runs the shared graph with its own pointers). A second
+backend (a later process) deserializes the stored plan instead of building it, with the same output."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -36,18 +39,22 @@ def stacked_attention(dtype: str = "bf16") -> Program:
     return b.build()
 
 
-def test_identical_nodes_share_one_cudnn_graph_and_one_heuristic_query() -> None:
+def test_identical_nodes_share_one_cudnn_graph_and_one_heuristic_query(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     reason = cuda_skip_reason()
     if reason is not None:
         pytest.skip(f"no usable GPU: {reason}")
     from dif_backend_cuda.device import CudaBackend
 
+    monkeypatch.setenv("DIF_CACHE_DIR", str(tmp_path))
     backend = CudaBackend(sdpa="cudnn", gemm="cublaslt")
     program, _ = optimize(stacked_attention(), target=backend.profile())
     rng = np.random.default_rng(0)
     inputs = {v.name: rng.standard_normal(v.type.shape).astype(v.type.dtype.np) for v in program.inputs}
     weights = {p.name: (rng.standard_normal(p.type.shape) * 0.05).astype(p.type.dtype.np) for p in program.params}
-    exe = backend.prepare(program, plan_program(program, backend.profile(), backend.budget()), weights)
+    plan = plan_program(program, backend.profile(), backend.budget())
+    exe = backend.prepare(program, plan, weights)
     sdpa = [exe.choices[n.id] for n in program.nodes if n.op == "sdpa"]
     assert len(sdpa) == BLOCKS and all(c.startswith("cudnn-sdpa") for c in sdpa), sdpa
     assert "graph shared" not in sdpa[0] and all("graph shared" in c for c in sdpa[1:]), sdpa
@@ -58,3 +65,10 @@ def test_identical_nodes_share_one_cudnn_graph_and_one_heuristic_query() -> None
     got = exe.run(inputs)[program.outputs[0]].astype(np.float64)
     rel = np.linalg.norm(got - want) / np.linalg.norm(want)
     assert rel <= 2e-2, f"rel-L2 {rel:.2e} ({exe.describe()})"
+    assert "from the plan cache" not in sdpa[0]
+
+    later = CudaBackend(sdpa="cudnn", gemm="cublaslt")  # a later process: a fresh cuDNN context, same store
+    again = later.prepare(program, plan, weights)
+    first = [again.choices[n.id] for n in program.nodes if n.op == "sdpa"][0]
+    assert "from the plan cache" in first, first
+    np.testing.assert_array_equal(again.run(inputs)[program.outputs[0]], exe.run(inputs)[program.outputs[0]])

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from dif.dtypes import DType
-from dif_backend_cuda.sdpa import CudnnContext, finish_graph
+from dif_backend_cuda.sdpa import UIDS, CudnnContext, SharedGraph, finish_graph
 
 
 def eligible(dtype: DType, groups: int, padding: tuple[int, int, int, int]) -> str:
@@ -46,7 +46,7 @@ class CudnnConv:
     ) -> None:
         key = ("conv", dtype, x_shape, w_shape, padding, stride, dilation)
 
-        def build() -> tuple[Any, dict[str, Any]]:
+        def build() -> Any:
             cudnn = ctx.lib
             dt = cudnn.data_type.BFLOAT16 if dtype == DType.BF16 else cudnn.data_type.HALF
             fp32 = cudnn.data_type.FLOAT
@@ -54,7 +54,8 @@ class CudnnConv:
 
             def nchw(name: str, dims: tuple[int, int, int, int]) -> Any:
                 n, c, h, wd = dims
-                return g.tensor(name=name, dim=[n, c, h, wd], stride=[c * h * wd, h * wd, wd, 1], data_type=dt)
+                strides = [c * h * wd, h * wd, wd, 1]
+                return g.tensor(name=name, dim=[n, c, h, wd], stride=strides, data_type=dt, uid=UIDS[name])
 
             tx, tw = nchw("x", x_shape), nchw("w", w_shape)
             out = g.conv_fprop(
@@ -63,13 +64,14 @@ class CudnnConv:
             )  # fmt: skip
             n, o, ho, wo = y_shape
             out.set_output(True).set_dim([n, o, ho, wo]).set_stride([o * ho * wo, ho * wo, wo, 1]).set_data_type(dt)
+            out.set_uid(UIDS["y"])
             finish_graph(cudnn, g)
-            return g, {"x": tx, "w": tw, "y": out}
+            return g
 
         pointers = {"x": x, "w": w, "y": y}
         self.ctx = ctx
         self.built, shared = ctx.shared_graph(key, build, pointers)
-        self.pack = self.built.pack(pointers)
+        self.pack = SharedGraph.pack(pointers)
         self.choice = f"{self.built.choice}{', graph shared' if shared else ''}"
 
     def __call__(self, stream: Any) -> None:

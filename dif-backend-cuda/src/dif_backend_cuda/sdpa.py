@@ -2,11 +2,14 @@
 heads, our [B, S, H, D] layout given to cuDNN as strides of its [B, H, S, D] view (tokens may be further
 apart than H * D: views inside wider buffers, `dif.plan.views`). Executing it is graph-capturable.
 
-A cuDNN graph does not hold device pointers (each execution gets a variant pack), and building one
-(operation graph, heuristics, plan, often a runtime-compiled kernel) costs tens of milliseconds. So
-`CudnnContext.shared_graph` builds one graph per distinct problem and every node of that problem (the
-36 layers of a text encoder, the blocks of a DiT) executes it with its own pack; executions are ordered
-on the backend's one stream, so they share the workspace too.
+A cuDNN graph does not hold device pointers (each execution gets a variant pack keyed by tensor uid),
+and building one (operation graph, heuristics, plan, often a runtime-compiled kernel) costs from tens of
+milliseconds to a second. So `CudnnContext.shared_graph` builds one graph per distinct problem and every
+node of that problem (the 36 layers of a text encoder, the blocks of a DiT) executes it with its own
+pack; executions are ordered on the backend's one stream, so they share the workspace too. The built
+plan is serialized into the tuning store (`tuning.Choices.write_artifact`) and a later process
+deserializes it instead of building, as long as the plan choice it was built for is still the one
+`Choices` makes.
 
 Eligibility (else the NVRTC flash kernel runs): fp16/bf16, D == Dv, D a multiple of 8 and at most 256,
 and causal only when Sq == Skv (cuDNN's causal mask is top-left aligned). A key mask reaches cuDNN as an
@@ -17,7 +20,7 @@ rows whose keys are all masked (kernels/attention.cu).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from attrs import frozen
@@ -28,18 +31,22 @@ if TYPE_CHECKING:
     from dif_backend_cuda.tuning import Choices
 
 
+UIDS = {"q": 1, "k": 2, "v": 3, "o": 4, "bias": 5, "x": 6, "w": 7, "y": 8}
+"""The uid of each graph tensor by name: what a variant pack is keyed by, and what survives serialization."""
+
+
 @frozen
 class SharedGraph:
-    """A built cuDNN graph: its tensors by name (the keys of a variant pack), workspace and plan choice."""
+    """A built cuDNN graph with its workspace and how its plan was chosen."""
 
     graph: Any
-    tensors: Mapping[str, Any]
     workspace: Any
     choice: str
 
-    def pack(self, pointers: Mapping[str, int]) -> dict[Any, int]:
-        """The variant pack binding this graph's tensors to `pointers` (by tensor name)."""
-        return {self.tensors[name]: ptr for name, ptr in pointers.items()}
+    @staticmethod
+    def pack(pointers: Mapping[str, int]) -> dict[int, int]:
+        """The variant pack binding the graph's tensors (by name) to `pointers`."""
+        return {UIDS[name]: ptr for name, ptr in pointers.items()}
 
 
 class CudnnContext:
@@ -57,37 +64,82 @@ class CudnnContext:
         self.version = str(cudnn.backend_version())
         # `choices(version)`: the backend's store of plan choices for this cuDNN version (None: cuDNN's own)
         self.choices = choices(f"cudnn {self.version}") if choices is not None else None
-        self._graphs: dict[Hashable, SharedGraph | Exception] = {}
+        self._graphs: dict[tuple[Any, ...], SharedGraph | Exception] = {}
 
     def shared_graph(
-        self, key: Hashable, build: Callable[[], tuple[Any, Mapping[str, Any]]], pointers: Mapping[str, int]
+        self, key: tuple[Any, ...], build: Callable[[], Any], pointers: Mapping[str, int]
     ) -> tuple[SharedGraph, bool]:
         """(the built graph of problem `key`, whether an earlier node built it). `build()` makes the graph
-        (validated, execution plans created, support checked) and returns it with its tensors by name;
-        the plan is then chosen (timed on `pointers` when tuning is on). A problem cuDNN refused is
-        refused again for the next node without a second attempt."""
+        (tensors with their `UIDS`, validated, execution plans created, support checked); its plan is then
+        chosen (timed on `pointers` when tuning is on) or, when this choice was built before, read from the
+        tuning store. A problem cuDNN refused is refused again for the next node without a second attempt."""
         known = self._graphs.get(key)
         if isinstance(known, Exception):
             raise known
         if known is not None:
             return known, True
+        stored = self._stored_graph(key)
+        if stored is not None:
+            self._graphs[key] = stored
+            return stored, False
         try:
-            graph, tensors = build()
+            graph = build()
         except Exception as exc:
             self._graphs[key] = exc
             raise
-        pack = {tensors[name]: ptr for name, ptr in pointers.items()}
-        built = SharedGraph(graph, tensors, *self.build_fastest(graph, pack, key))
-        self._graphs[key] = built
+        workspace, choice, index, count = self.build_fastest(graph, SharedGraph.pack(pointers), key)
+        built = self._graphs[key] = SharedGraph(graph, workspace, choice)
+        if self.choices is not None and self.choices.mode != "on":
+            try:
+                blob = bytes(graph.serialize(as_bytes=True))
+            except Exception:  # noqa: BLE001 - a plan the frontend cannot serialize is built again next time
+                return built, False
+            self.choices.write_artifact(key, f"{count} {index}\n".encode() + blob)
         return built, False
 
-    def build_fastest(self, graph: Any, pack: dict[Any, int], key: tuple[Any, ...]) -> tuple[Any, str]:
-        """Build `graph` (execution plans already created) with the plan `tuning.Choices` picks for `key`:
-        a stored choice, else (tuning on) the fastest candidate timed on its own buffers, else cuDNN's own
-        first choice; returns (workspace, summary). Building a plan at an index makes it the one `execute`
-        runs; a stored index that no longer builds falls back to cuDNN's choice."""
+    def _stored_graph(self, key: tuple[Any, ...]) -> SharedGraph | None:
+        """The graph of `key` deserialized from the tuning store, when a plan is stored for the choice
+        `Choices` makes now (never while tuning: that builds and times every plan)."""
+        if self.choices is None or self.choices.mode == "on":
+            return None
+        payload = self.choices.read_artifact(key)
+        if payload is None:
+            return None
+        header, _, blob = payload.partition(b"\n")
+        try:
+            count, index = (int(v) for v in header.split())
+        except ValueError:
+            return None
+        if count > 1:
+
+            def no_timing() -> int:
+                raise AssertionError("a stored choice is never timed")
+
+            chosen, how = self.choices.choose(key, count, no_timing)
+        else:
+            chosen, how = 0, "heuristic"
+        if chosen != index:
+            return None  # built for another choice (tuned since): build the chosen plan
         import cupy
 
+        try:
+            graph = self.lib.pygraph(handle=self.handle)
+            graph.deserialize(self.handle, blob)
+            workspace = cupy.cuda.Memory(max(1, int(graph.get_workspace_size())))
+        except Exception:  # noqa: BLE001 - another frontend's format or a damaged plan: build it again
+            return None
+        summary = f"plan {index + 1} of {count} ({how})" if count > 1 else "heuristic's first plan"
+        return SharedGraph(graph, workspace, f"{summary}, from the plan cache")
+
+    def build_fastest(self, graph: Any, pack: dict[Any, int], key: tuple[Any, ...]) -> tuple[Any, str, int, int]:
+        """Build `graph` (execution plans already created) with the plan `tuning.Choices` picks for `key`:
+        a stored choice, else (tuning on) the fastest candidate timed on its own buffers, else cuDNN's own
+        first choice; returns (workspace, summary, the index chosen (0: cuDNN's own), the plan count).
+        Building a plan at an index makes it the one `execute` runs; a stored index that no longer builds
+        falls back to cuDNN's choice."""
+        import cupy
+
+        count = 0
         try:
             count = int(graph.get_execution_plan_count()) if self.choices is not None else 0
             if count > 1:
@@ -96,11 +148,11 @@ class CudnnContext:
                 if how != "heuristic":
                     graph.build_plan_at_index(index)
                     workspace = cupy.cuda.Memory(max(1, int(graph.get_workspace_size())))
-                    return workspace, f"plan {index + 1} of {count} ({how})"
+                    return workspace, f"plan {index + 1} of {count} ({how})", index, count
         except Exception:  # noqa: BLE001 - an older frontend, or no plan could run: cuDNN's own choice
             self.stream.synchronize()
         graph.build_plans()
-        return cupy.cuda.Memory(max(1, int(graph.get_workspace_size()))), "heuristic's first plan"
+        return cupy.cuda.Memory(max(1, int(graph.get_workspace_size()))), "heuristic's first plan", 0, count
 
     def _fastest_plan(self, graph: Any, pack: dict[Any, int], count: int) -> int:
         """Every plan built once, then timed by index (a plan that did not build fails there and is dropped)."""
@@ -162,35 +214,35 @@ class CudnnSdpa:
         qt, kt, vt, ot = token_strides  # elements between tokens: h * d, or more for a view in a wider buffer
         key = ("sdpa", dtype, b, sq, skv, hq, hkv, d, scale, causal, bool(key_bias), bias_rows, *token_strides)
 
-        def build() -> tuple[Any, dict[str, Any]]:
+        def build() -> Any:
             cudnn = ctx.lib
             dt = cudnn.data_type.BFLOAT16 if dtype == DType.BF16 else cudnn.data_type.HALF
             fp32 = cudnn.data_type.FLOAT
             g = cudnn.pygraph(io_data_type=dt, intermediate_data_type=fp32, compute_data_type=fp32, handle=ctx.handle)
 
             def bshd(name: str, s: int, h: int, t: int) -> Any:
-                return g.tensor(name=name, dim=[b, h, s, d], stride=[s * t, d, t, 1], data_type=dt)
+                return g.tensor(name=name, dim=[b, h, s, d], stride=[s * t, d, t, 1], data_type=dt, uid=UIDS[name])
 
-            tensors = {"q": bshd("q", sq, hq, qt), "k": bshd("k", skv, hkv, kt), "v": bshd("v", skv, hkv, vt)}
-            kwargs = {**tensors, "name": "sdpa", "attn_scale": scale, "use_causal_mask": causal}
+            qkv = {"q": bshd("q", sq, hq, qt), "k": bshd("k", skv, hkv, kt), "v": bshd("v", skv, hkv, vt)}
+            kwargs = {**qkv, "name": "sdpa", "attn_scale": scale, "use_causal_mask": causal}
             if key_bias:  # [B, 1, bias_rows, Skv] added to every head's (and, with 1 row, every query's) scores
                 n = bias_rows * skv
-                tensors["bias"] = kwargs["bias"] = g.tensor(
-                    name="bias", dim=[b, 1, bias_rows, skv], stride=[n, n, skv, 1], data_type=dt
+                kwargs["bias"] = g.tensor(
+                    name="bias", dim=[b, 1, bias_rows, skv], stride=[n, n, skv, 1], data_type=dt, uid=UIDS["bias"]
                 )
             try:
                 out, _stats = g.sdpa(generate_stats=False, **kwargs)
             except TypeError:  # older frontends spell it is_inference
                 out, _stats = g.sdpa(is_inference=True, **kwargs)
             out.set_output(True).set_dim([b, hq, sq, d]).set_stride([sq * ot, d, ot, 1]).set_data_type(dt)
-            tensors["o"] = out
+            out.set_uid(UIDS["o"])
             finish_graph(cudnn, g)
-            return g, tensors
+            return g
 
         pointers = {"q": q, "k": k, "v": v, "o": o, **({"bias": key_bias} if key_bias else {})}
         self.ctx = ctx
         self.built, shared = ctx.shared_graph(key, build, pointers)
-        self.pack = self.built.pack(pointers)
+        self.pack = SharedGraph.pack(pointers)
         self.choice = f"{self.built.choice}{', graph shared' if shared else ''}"
 
     def __call__(self, stream: Any) -> None:

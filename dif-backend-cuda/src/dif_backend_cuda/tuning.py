@@ -107,6 +107,20 @@ class Choices:
         write_entry(path, json.dumps({"choice": choice}).encode(), key)
         return self._memo.setdefault(memo_key, (choice, "tuned"))
 
+    def _artifact_key(self, problem: tuple[Any, ...]) -> tuple[Path, dict[str, str]]:
+        key = {**self.fingerprint, "problem": repr(problem), "artifact": "plan"}
+        return self.root / f"{self.library}-plan-{key_digest(key)}.bin", key
+
+    def read_artifact(self, problem: tuple[Any, ...]) -> bytes | None:
+        """The library's built plan for `problem` stored by `write_artifact` (a serialized cuDNN execution plan),
+        None when there is none intact for this library version and device."""
+        path, key = self._artifact_key(problem)
+        return read_entry(path, key)
+
+    def write_artifact(self, problem: tuple[Any, ...], payload: bytes) -> None:
+        path, key = self._artifact_key(problem)
+        write_entry(path, payload, key)
+
 
 def _stored_choice(payload: bytes, count: int) -> int | None:
     """The index an intact entry holds, when it is one of `count` candidates (else None: re-decided)."""
