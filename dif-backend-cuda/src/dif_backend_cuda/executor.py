@@ -23,6 +23,7 @@ from dif.errors import DeviceMemoryError
 from dif.ir.program import Program, Value
 from dif.ir.types import TensorType
 from dif.plan.plan import Plan, align_up
+from dif_backend_cuda import trace as cuda_trace
 from dif_backend_cuda.lower import DevTensor, Launch, LowerCtx, arena_tensor, lower_node
 from dif_backend_cuda.streaming import StreamOp, StreamSchedule, WeightStreamer, fill_pinned, stream_schedule
 from dif_backend_cuda.upload import upload
@@ -164,6 +165,7 @@ class CudaExecutable:
         )
         exe._warm_and_capture()
         timings["prepare_s"] = time.perf_counter() - t0
+        cuda_trace.prepared(exe)  # DIF_TRACE_FILE / DIF_NVTX
         return exe
 
     def _warm_and_capture(self) -> None:
@@ -198,6 +200,8 @@ class CudaExecutable:
 
     def run(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Execute once; `inputs` by program input name, outputs as fresh host arrays by name."""
+        if (traced := cuda_trace.traced_run(self, inputs)) is not None:  # tracing / DIF_CAPTURE / DIF_NVTX
+            return traced
         import cupy
 
         for name, arr in check_inputs(self.program, inputs, BACKEND).items():

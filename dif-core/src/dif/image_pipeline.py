@@ -30,7 +30,7 @@ from dif.program_cache import ProgramCache
 from dif.progress import stage_starting
 from dif.report import ImageRun, image_settings
 from dif.runstats import StageTimer, peak_rss_bytes
-from dif.sched import FlowMatchSchedule
+from dif.sched import FlowMatchSchedule, with_sampling
 from dif.target import RuntimeBudget
 
 
@@ -54,9 +54,12 @@ class ImageRequest:
     mask: InputImage | None = None  # inpainting: white = repaint, the size of init_image
     batch: int = 1  # images in one program; image i uses seed + i
     kv_cache: bool | None = None  # reference tokens' K/V computed once (None: the checkpoint's default)
+    sampler: str = "euler"  # `dif.sched.SAMPLERS`
+    scheduler: str = "simple"  # `dif.sched.SCHEDULERS`: the sigmas respaced (`with_sampling`)
+    rng: str = "numpy"  # `dif.rng.RNGS`: the seeded noise's generator
 
 
-REQUEST_SETTINGS = ("steps", "guidance", "seed", "width", "height")
+REQUEST_SETTINGS = ("steps", "guidance", "seed", "width", "height", "sampler", "scheduler", "rng")
 """The `ImageRequest` fields a frontend's settings (`dif.frontend.SettingSpec`) fill."""
 
 
@@ -85,6 +88,9 @@ def image_request(
     if settings.get("seed") is None:
         raise UsageError("an image request needs a seed", hint="draw one with dif.noise.random_seed()")
     fields: dict[str, Any] = {k: settings.get(k) for k in REQUEST_SETTINGS}
+    for key in ("sampler", "scheduler", "rng"):  # not set: the request's defaults
+        if fields[key] is None:
+            del fields[key]
     images = read_image_inputs(**inputs)
     return ImageRequest(prompt, negative_prompt, init_noise=init_noise, **fields, **images)
 
@@ -306,7 +312,9 @@ class TextToImagePipeline:
         steps, guidance, cfg, warnings = self.resolve(req)
         timer = StageTimer(self.on_stage)
         with timer.stage("load"):
-            schedule = self.schedule(grid[0] * grid[1], steps)
+            schedule = with_sampling(
+                self.schedule(grid[0] * grid[1], steps), sampler=req.sampler, scheduler=req.scheduler
+            )
             if req.init_image is not None:
                 schedule = strength_schedule(schedule, 1.0 if req.strength is None else req.strength)
             # the caller's noise is checked before anything loads; seeded noise is drawn once the plans have
@@ -464,6 +472,9 @@ class TextToImagePipeline:
                 mu=schedule.mu,
                 model=model,
                 backend=self.backend_name,
+                sampler=schedule.sampler,
+                scheduler=schedule.scheduler,
+                rng=req.rng,
                 **extra,
                 **inputs,
                 **({"batch_size": len(pixels), "batch_index": i} if len(pixels) > 1 else {}),

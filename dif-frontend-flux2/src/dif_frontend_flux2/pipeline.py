@@ -403,7 +403,7 @@ class Flux2Pipeline(TextToImagePipeline):
         if req.init_noise is not None or b == 1:
             return initial_latents(
                 req.init_noise, req.seed, unpacked=(b, c, h, w), packed=(b, h * w, c), pack=pack_noise,
-                dtype=self.dtype, what=what,
+                dtype=self.dtype, what=what, rng=req.rng,
             )  # fmt: skip
         rows = [
             initial_latents(
@@ -414,6 +414,7 @@ class Flux2Pipeline(TextToImagePipeline):
                 pack=pack_noise,
                 dtype=self.dtype,
                 what=what,
+                rng=req.rng,
             )  # fmt: skip
             for i in range(b)
         ]

@@ -96,19 +96,37 @@ class Recorder:
     def clock() -> float:
         return time.perf_counter()
 
-    def op(self, node: Node, started: float, results: Sequence[np.ndarray], *, impl: str = "", **fields: Any) -> None:
+    def wants_capture(self, node: Node) -> bool:
+        """Whether `op` will keep this node's results (a device backend copies them to the host only then)."""
+        return self.capture is not None and (self.capture_ids is None or node.id in self.capture_ids)
+
+    def op(
+        self,
+        node: Node,
+        started: float,
+        results: Sequence[np.ndarray],
+        *,
+        impl: str = "",
+        ms: float | None = None,
+        start_ms: float | None = None,
+        **fields: Any,
+    ) -> None:
         """Node `node` ran from `started` (`clock()`) until now; `results` are its outputs as the backend
-        holds them (host arrays; a device backend passes what it can copy or nothing). `impl` names the
-        backend implementation (kernel, library algorithm) that ran it."""
+        holds them (host arrays; a device backend passes what it copied, or nothing). `impl` names the
+        backend implementation (kernel, library algorithm) that ran it. A device backend that timed the
+        node itself (device events) passes `ms` and `start_ms` (from the execution's first event)."""
         if self.trace:
-            ms = (time.perf_counter() - started) * 1000.0
+            if ms is None:
+                ms = (time.perf_counter() - started) * 1000.0
+            if start_ms is None:
+                start_ms = (started - self.start) * 1000.0
             event: dict[str, Any] = {
                 "name": "op",
                 "op_id": node.id,
                 "opcode": node.op,
                 "kind": op_kind(node.op),
                 "ms": round(ms, 6),
-                "start_ms": round((started - self.start) * 1000.0, 6),
+                "start_ms": round(start_ms, 6),
                 "bytes": int(sum(r.type.nbytes for r in node.results)),
             }
             prov = self.program.provenance.get(node.id)
@@ -120,7 +138,7 @@ class Recorder:
                 event["impl"] = impl
             event.update(fields)
             self.events.append(event)
-        if self.capture is not None and (self.capture_ids is None or node.id in self.capture_ids):
+        if self.wants_capture(node):
             for value, arr in zip(node.results, results, strict=False):
                 self.captured[value.name] = np.array(arr, copy=True)
 
