@@ -314,7 +314,7 @@ def test_the_builder_makes_options_and_help_from_the_frontend_settings(tmp_path:
         assert set(option.opts) == set(spec.flags or (f"--{spec.name}",))
     assert options["steps"].help == "Denoising steps (default: 2 fast, 30 slow)"
     assert options["width"].help == "Image width in pixels (default: the checkpoint's native size)"
-    assert options["seed"].help == "Noise seed, numpy PCG64 (default: random)"
+    assert options["seed"].help.startswith("Noise seed for the --rng generator; -1 draws a fresh one")
     common = {"prompt", "negative_prompt", "model", "weight_variant", "init_noise", "save_latents", "backend"}
     common |= {"dtype", "vram_budget", "output", "as_json", "check_finite", "allow_nonfinite_weights"}
     common |= {"ref_images", "init_image", "strength", "mask", "batch", "kv_cache"}  # dif.image_pipeline.IMAGE_INPUTS

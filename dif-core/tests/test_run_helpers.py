@@ -130,15 +130,20 @@ def test_image_settings_record_what_the_run_used() -> None:
     assert SETTINGS["negative_prompt"] == "" and SETTINGS["seed"] == 3 and SETTINGS["variant"] == "turbo"
     from_file = image_settings(**{**SETTINGS, "negative_prompt": "blurry", "cfg": True, "init_noise": True})
     assert from_file["seed"] is None and from_file["negative_prompt"] == "blurry"
-    assert SETTINGS["sampler"] == "flow-match euler"
+    assert SETTINGS["sampler"] == "euler" and SETTINGS["scheduler"] == "simple" and SETTINGS["rng"] == "numpy"
+    assert from_file["rng"] is None  # no generator drew the noise
 
 
 def test_png_parameters_and_summary() -> None:
     text = png_parameters(SETTINGS, version="dif 0.1.0")
     assert text.splitlines()[0] == "a fox"
-    assert 'Steps: 4, Sampler: Euler, Schedule type: "Flow match, shift mu 2.2912", CFG scale: 1.0' in text
-    assert "Seed: 3, Size: 64x48, Model: tiny" in text
-    assert "Schedule type: Flow match, " in png_parameters({**SETTINGS, "mu": None}, version="v")  # static shift
+    # A1111 parsers split on ", ": no value may hold a comma (or be quoted for one)
+    assert "Steps: 4, Sampler: Euler, Schedule type: Simple, Shift mu: 2.2912, CFG scale: 1.0" in text
+    assert "Seed: 3, Size: 64x48, Model: tiny, RNG: NumPy PCG64, Version" in text and '"' not in text
+    static = png_parameters({**SETTINGS, "mu": None}, version="v")
+    assert "Schedule type: Simple, CFG scale" in static and "Shift mu" not in static
+    other = png_parameters({**SETTINGS, "sampler": "dpm++2m", "scheduler": "karras", "rng": "torch-cpu"}, version="v")
+    assert "Sampler: DPM++ 2M, Schedule type: Karras," in other and "RNG: CPU, Version" in other
     timings = {"load": 1.0, "encode": 0.5, "denoise": 2.0, "decode": 0.25, "save": 0.125}
     summary = generation_summary(
         output=Path("o.png"),

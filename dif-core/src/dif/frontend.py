@@ -123,9 +123,38 @@ def size_settings(doc: str) -> tuple[SettingSpec, SettingSpec]:
 
 
 SEED = SettingSpec(
-    "seed", None, "Noise seed, numpy PCG64", minimum=0, maximum=2**32 - 1, kind=int, default_doc="random"
+    "seed",
+    None,
+    "Noise seed for the --rng generator; -1 draws a fresh one (reported)",
+    minimum=-1,
+    maximum=2**32 - 1,
+    kind=int,
+    default_doc="random",
 )
-"""The seed setting of an image frontend (`dif.noise`); None draws a fresh one (reported)."""
+"""The seed setting of an image frontend (`dif.noise`); None or -1 draws a fresh one (reported)."""
+
+SAMPLER = SettingSpec(
+    "sampler",
+    "euler",
+    "Sampler (flow-matching forms; heun calls the model twice a step)",
+    choices=("euler", "heun", "dpm++2m"),
+    flags=("--sampling-method",),
+)
+SCHEDULER = SettingSpec(
+    "scheduler",
+    "simple",
+    "Sigma schedule: simple = the checkpoint's own; karras / exponential / beta respace it between its ends",
+    choices=("simple", "karras", "exponential", "beta"),
+)
+RNG = SettingSpec(
+    "rng",
+    "numpy",
+    "Noise generator: numpy (PCG64), or torch's CPU / CUDA stream (the seed then draws diffusers' noise)",
+    choices=("numpy", "torch-cpu", "torch-cuda"),
+)
+SAMPLING = (SAMPLER, SCHEDULER, RNG)
+"""How an image frontend samples (`dif.sched.SAMPLERS`, `dif.sched.SCHEDULERS`, `dif.rng.RNGS`: the
+same names; tests/test_sampling_options.py checks they agree)."""
 
 
 @frozen

@@ -81,12 +81,16 @@ def image_settings(
     mu: float | None,
     model: str,
     backend: str,
+    sampler: str = "euler",
+    scheduler: str = "simple",
+    rng: str = "numpy",
     **extra: Any,
 ) -> dict[str, Any]:
-    """The settings of a flow-match Euler text-to-image run, as the PNG's JSON chunk and the summary
-    record them: the negative prompt only when CFG used it, the seed only when it made the noise
-    (None when the noise came from a file), mu None under a static shift; `extra` holds the
-    frontend's own keys (variant, layout, ...)."""
+    """The settings of a flow-match text-to-image run, as the PNG's JSON chunk and the summary record
+    them: the negative prompt only when CFG used it, the seed and its generator `rng` only when they
+    made the noise (None when the noise came from a file), mu None under a static shift, the sampler
+    and sigma schedule by their `--sampling-method` / `--scheduler` names; `extra` holds the frontend's
+    own keys (variant, layout, ...)."""
     return {
         "prompt": prompt,
         "negative_prompt": negative_prompt if cfg else "",
@@ -99,29 +103,42 @@ def image_settings(
         "height": height,
         "dtype": dtype,
         "mu": mu,
-        "sampler": "flow-match euler",
+        "sampler": sampler,
+        "scheduler": scheduler,
+        "rng": None if init_noise else rng,
         "model": model,
         "backend": backend,
         **extra,
     }
 
 
+A1111_SAMPLERS = {"euler": "Euler", "heun": "Heun", "dpm++2m": "DPM++ 2M"}
+A1111_SCHEDULES = {"simple": "Simple", "karras": "Karras", "exponential": "Exponential", "beta": "Beta"}
+A1111_RNGS = {"numpy": "NumPy PCG64", "torch-cpu": "CPU", "torch-cuda": "GPU"}  # A1111's "RNG" values
+
+
 def png_parameters(settings: Mapping[str, Any], *, version: str) -> str:
-    """The A1111 `parameters` text of a flow-match Euler run (`version`: e.g. "dif 0.1.0")."""
+    """The A1111 `parameters` text of a flow-match run (`version`: e.g. "dif 0.1.0"): A1111's sampler,
+    schedule-type and RNG labels, none with a comma (parsers split the line on ", "); mu, when the
+    schedule was shifted by it, as its own "Shift mu" pair."""
     s = settings
     mu = s.get("mu")
-    schedule = "Flow match" if mu is None else f"Flow match, shift mu {mu:.4f}"
+    sampler = s.get("sampler", "euler")
+    scheduler = s.get("scheduler", "simple")
+    rng = s.get("rng")
     return format_parameters(
         s["prompt"],
         s["negative_prompt"] or None,
         {
             "Steps": s["steps"],
-            "Sampler": "Euler",
-            "Schedule type": schedule,
+            "Sampler": A1111_SAMPLERS.get(sampler, sampler),
+            "Schedule type": A1111_SCHEDULES.get(scheduler, scheduler),
+            "Shift mu": None if mu is None else f"{mu:.4f}",
             "CFG scale": s["guidance"],
             "Seed": s["seed"],
             "Size": f"{s['width']}x{s['height']}",
             "Model": s["model"],
+            "RNG": None if rng is None else A1111_RNGS.get(rng, rng),
             "Version": version,
         },
     )

@@ -294,7 +294,7 @@ class Krea2Pipeline(TextToImagePipeline):
         def draw(init: np.ndarray | None, seed: int, rows: int) -> np.ndarray:
             return initial_latents(
                 init, seed, unpacked=(rows, z, p * grid_h, p * grid_w), packed=(rows, grid_h * grid_w, p * p * z),
-                pack=pack_latents, dtype=self.dtype, what=what,
+                pack=pack_latents, dtype=self.dtype, what=what, rng=req.rng,
             )  # fmt: skip
 
         if req.init_noise is not None or b == 1:

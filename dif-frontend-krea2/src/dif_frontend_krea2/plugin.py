@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from dif.frontend import SEED, FrontendInfo, SettingSpec, frontend_hooks, size_settings
+from dif.frontend import SAMPLING, SEED, FrontendInfo, SettingSpec, frontend_hooks, size_settings
 from dif_frontend_krea2 import DEFAULT_CHECKPOINT, __version__
 
 
@@ -70,6 +70,7 @@ INFO = FrontendInfo(
         ),
         *size_settings(SIZE),
         SEED,
+        *SAMPLING,
     ),
     pipeline=_pipeline,
     revision=__version__,
