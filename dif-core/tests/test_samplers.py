@@ -211,3 +211,13 @@ def test_beta_quantile_matches_scipy() -> None:
     for a, b in ((0.6, 0.6), (2.5, 0.7), (0.3, 4.0)):
         for q in np.linspace(0, 1, 41):
             assert beta_ppf(float(q), a, b) == pytest.approx(stats.beta.ppf(q, a, b), abs=1e-13)
+
+
+def test_frontend_settings_name_the_same_choices() -> None:
+    """The CLI / API settings (`dif.frontend.SAMPLING`) list exactly the samplers, schedules and generators
+    the code runs."""
+    from dif.frontend import RNG, SAMPLER, SCHEDULER
+    from dif.rng import RNGS
+
+    assert SAMPLER.choices == SAMPLERS and SCHEDULER.choices == SCHEDULERS and RNG.choices == RNGS
+    assert SAMPLER.flags == ("--sampling-method",)

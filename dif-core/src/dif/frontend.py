@@ -154,7 +154,7 @@ RNG = SettingSpec(
 )
 SAMPLING = (SAMPLER, SCHEDULER, RNG)
 """How an image frontend samples (`dif.sched.SAMPLERS`, `dif.sched.SCHEDULERS`, `dif.rng.RNGS`: the
-same names; tests/test_sampling_options.py checks they agree)."""
+same names; dif-core/tests/test_samplers.py checks they agree)."""
 
 
 @frozen
