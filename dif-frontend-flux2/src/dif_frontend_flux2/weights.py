@@ -30,6 +30,7 @@ from dif.errors import CheckpointError
 from dif.lora import LoraSpec, Target, merge_loras
 from dif.weights import Chunk, DropUnitAxes, MappedSource, Rule, SwapHalves, TensorSource, open_component
 from dif.weights import open_safetensors as open_file
+from dif.weights.gguf import GGUFFile, is_gguf, open_gguf
 from dif.weights.safetensors_file import read_header
 from dif_frontend_flux2 import DEFAULT_CHECKPOINT
 from dif_frontend_flux2.config import Flux2Configs, load_configs
@@ -86,8 +87,11 @@ def _strip(name: str) -> str:
 
 
 def safetensors_kind(path: Path) -> str | None:
-    """'bfl-transformer' | 'bfl-vae' | 'diffusers-transformer' | 'diffusers-vae' | None, from the header."""
+    """'bfl-transformer' | 'bfl-vae' | 'diffusers-transformer' | 'diffusers-vae' | None, from the header
+    of a safetensors or GGUF file."""
     try:
+        if is_gguf(path):
+            return _kind_of(GGUFFile(path).names())
         tensors, _, _ = read_header(path)
     except Exception:
         return None
@@ -113,17 +117,20 @@ def is_flux2_folder(path: Path) -> bool:
     if not index.is_file():
         return False
     try:
-        return '"Flux2KleinPipeline"' in index.read_text(encoding="utf-8")
+        text = index.read_text(encoding="utf-8")
+        return '"Flux2KleinPipeline"' in text or '"Flux2KleinKVPipeline"' in text
     except (OSError, UnicodeDecodeError):
         return False
 
 
 def detect(path: Path) -> bool:
-    """Whether `path` is a FLUX.2 [klein] checkpoint (diffusers folder or BFL transformer file)."""
+    """Whether `path` is a FLUX.2 [klein] checkpoint (diffusers folder, or a transformer single file:
+    safetensors or GGUF, BFL or diffusers names)."""
     path = Path(path)
     if path.is_dir():
         return is_flux2_folder(path)
-    return path.suffix == ".safetensors" and safetensors_kind(path) in ("bfl-transformer", "diffusers-transformer")
+    single = path.suffix in (".safetensors", ".gguf") or is_gguf(path)
+    return single and safetensors_kind(path) in ("bfl-transformer", "diffusers-transformer")
 
 
 # -- opening -------------------------------------------------------------------------------------
@@ -181,9 +188,10 @@ def open_checkpoint(
 
 
 def open_single_file(path: str | Path, component: str) -> TensorSource:
-    """A transformer or VAE single file in either naming, presented under diffusers names."""
+    """A transformer or VAE single file (safetensors, or GGUF: city96's bare BFL names or
+    stable-diffusion.cpp's `model.diffusion_model.` ones) in either naming, under diffusers names."""
     path = Path(path)
-    base = open_file(path)
+    base: TensorSource = open_gguf(path) if is_gguf(path) else open_file(path)
     kind = _kind_of(base.names())  # the header is already read: no second pass over the file
     if kind == f"bfl-{component}":
         rules = bfl_transformer_rules(base.names()) if component == "transformer" else bfl_vae_rules(base.names())
