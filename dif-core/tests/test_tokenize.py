@@ -84,3 +84,32 @@ def test_malformed_added_tokens_are_a_checkpoint_error(tmp_path: Path) -> None:
     (tmp_path / "tokenizer_config.json").write_text(json.dumps(config))
     with pytest.raises(CheckpointError, match=f"malformed added_tokens_decoder entry '{first}'"):
         TextTokenizer.from_folder(tmp_path)
+
+
+@needs_qwen
+def test_a_built_tokenizer_is_cached_and_a_damaged_entry_rebuilt(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The BPE built from vocab.json + merges.txt is kept serialized in the dif cache: a later load reads it
+    (the build is not called) and encodes alike; a damaged entry warns and is built again."""
+    from dif.errors import DifWarning
+    from dif.text import tokenizer as tokenizer_module
+
+    monkeypatch.setenv("DIF_CACHE_DIR", str(tmp_path))
+    first = TextTokenizer.from_folder(QWEN)
+    (entry,) = (tmp_path / "tokenizers").iterdir()
+    build = tokenizer_module._byte_level_bpe
+
+    def no_build(*args: object) -> None:
+        raise AssertionError("built again although the cache holds it")
+
+    monkeypatch.setattr(tokenizer_module, "_byte_level_bpe", no_build)
+    again = TextTokenizer.from_folder(QWEN)
+    for prompt in PROMPTS:
+        assert again.encode(chat_text(prompt)) == first.encode(chat_text(prompt))
+    entry.write_bytes(entry.read_bytes()[:-100])
+    monkeypatch.setattr(tokenizer_module, "_byte_level_bpe", build)
+    with pytest.warns(DifWarning, match="rebuilding"):
+        rebuilt = TextTokenizer.from_folder(QWEN)
+    assert rebuilt.encode(chat_text(PROMPTS[1])) == first.encode(chat_text(PROMPTS[1]))
+    assert entry.stat().st_size > 1000  # written again whole
