@@ -262,3 +262,65 @@ def test_a_batch_of_three_matches_num_images_per_prompt(klein, ours) -> None:  #
     single = ours.generate(image_request(PROMPT, {**settings, "seed": 41}))
     np.testing.assert_array_equal(single.noise, seeded[1].noise)
     assert rel_l2(seeded[1].latents, single.latents) <= TOL
+
+
+# -- the reference K/V cache (klein KV) ----------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def klein_kv(klein, tmp_path_factory):  # type: ignore[no-untyped-def]
+    """(folder, Flux2KleinKVPipeline) on a copy of the tiny modules (the KV pipeline swaps the
+    transformer's attention processors), saved as a KV checkpoint (model_index `Flux2KleinKVPipeline`)."""
+    import copy
+
+    import diffusers
+
+    _, base = klein
+    pipe = diffusers.Flux2KleinKVPipeline(
+        scheduler=base.scheduler, vae=base.vae, text_encoder=base.text_encoder, tokenizer=base.tokenizer,
+        transformer=copy.deepcopy(base.transformer),
+    )  # fmt: skip
+    pipe.set_progress_bar_config(disable=True)
+    folder = tmp_path_factory.mktemp("klein_kv")
+    pipe.save_pretrained(folder)
+    return folder, pipe
+
+
+@pytest.mark.parametrize(
+    "refs, batch",
+    [
+        # measured (fp32, CPU backend): latents 2.4e-07, image 5.4e-07
+        (REFS_ONE, 1),
+        # measured (fp32, CPU backend): latents <= 2.6e-07, images <= 6.7e-07
+        (REFS_THREE, 2),
+    ],
+)
+def test_the_kv_cache_matches_flux2_klein_kv_pipeline(klein_kv, tmp_path, refs, batch) -> None:  # type: ignore[no-untyped-def]
+    """A KV checkpoint runs with the cache by default: the references' keys/values from one program,
+    then every step attends to them (diffusers: step 0 extracts them, steps 1+ reuse them)."""
+    import torch
+    from PIL import Image
+
+    folder, pipe = klein_kv
+    ours = Flux2Pipeline(open_checkpoint(folder), dtype=DType.F32)
+    assert ours.checkpoint.configs.pipeline.kv_cache and ours.checkpoint.is_distilled
+    paths = [write_image(tmp_path / f"ref{i}.png", w, h, 50 + i, mode) for i, (w, h, mode) in enumerate(refs)]
+    width, height = 64, 48
+    noise = np.random.default_rng(8).standard_normal((batch, 128, height // 16, width // 16)).astype(np.float32)
+    seen: list[np.ndarray] = []
+    out = pipe(
+        prompt=PROMPT, image=[Image.open(p) for p in paths], height=height, width=width,
+        num_inference_steps=STEPS, num_images_per_prompt=batch, latents=torch.from_numpy(noise), output_type="np",
+        callback_on_step_end=final_latents(seen),
+    )  # fmt: skip
+    settings = {"steps": STEPS, "seed": 0, "width": width, "height": height}
+    req = image_request(PROMPT, settings, init_noise=noise, ref_images=paths, batch=batch)
+    runs = ours.generate_batch(req)
+    assert all(r.settings["kv_cache"] is True for r in runs) and not runs[0].warnings
+    _compare(ours, runs, seen[-1], out.images)
+    # the cached form is another model: full joint attention (--no-kv-cache) gives another image
+    full = ours.generate_batch(
+        image_request(PROMPT, settings, init_noise=noise, ref_images=paths, batch=batch, kv_cache=False)
+    )
+    assert rel_l2(full[0].latents, seen[-1][:1]) > 1e-3
+    assert any("--no-kv-cache" in w for w in full[0].warnings)

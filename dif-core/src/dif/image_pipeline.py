@@ -284,6 +284,10 @@ class TextToImagePipeline:
         if req.init_image is not None and not self.takes_init_image:
             raise UsageError("this model has no img2img / inpainting (-i / --init-image)")
 
+    def uses_kv_cache(self, req: Any, /) -> bool:
+        """Whether `req` computes its reference images' keys/values once (`ImageRequest.kv_cache`)."""
+        return False
+
     def encode_images(self, req: Any, grid_h: int, grid_w: int, /) -> ImageConditioning | None:
         """The request's images through the model's image encoder (the "encode" stage); None when it has none."""
         if req.ref_images or req.init_image is not None:
@@ -450,6 +454,7 @@ class TextToImagePipeline:
         inputs: dict[str, Any] = {}
         if req.ref_images:
             inputs["reference_images"] = [r.name for r in req.ref_images]
+            inputs["kv_cache"] = self.uses_kv_cache(req)
         if req.init_image is not None:
             inputs["init_image"] = req.init_image.name
             inputs["strength"] = 1.0 if req.strength is None else req.strength

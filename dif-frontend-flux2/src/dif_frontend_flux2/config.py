@@ -317,12 +317,18 @@ _KLEIN_COMPONENTS = {
 }
 
 
+KLEIN_PIPELINES = ("Flux2KleinPipeline", "Flux2KleinKVPipeline")
+"""model_index.json `_class_name`s of the klein folders this frontend loads."""
+
+
 @frozen
 class Flux2PipelineInfo:
-    """model_index.json of a Flux2KleinPipeline folder."""
+    """model_index.json of a Flux2KleinPipeline folder, or of a Flux2KleinKVPipeline one (`kv_cache`: the
+    klein KV variant, distilled, whose reference tokens' keys/values are computed once and reused)."""
 
     is_distilled: bool
     components: dict[str, tuple[str, str]]
+    kv_cache: bool = False
 
     @classmethod
     def from_json(cls, path: str | Path) -> Self:
@@ -333,9 +339,12 @@ class Flux2PipelineInfo:
     def from_dict(cls, data: Mapping[str, Any]) -> Flux2PipelineInfo:
         what = "model_index.json"
         name = data.get("_class_name")
-        if name != "Flux2KleinPipeline":
-            raise ConfigError(f"{what}: _class_name is {name!r}, expected 'Flux2KleinPipeline'")
-        distilled = flag(what, "is_distilled", data.get("is_distilled", False))
+        if name not in KLEIN_PIPELINES:
+            raise ConfigError(
+                f"{what}: _class_name is {name!r}, expected 'Flux2KleinPipeline' or 'Flux2KleinKVPipeline'"
+            )
+        kv = name == "Flux2KleinKVPipeline"  # saved without is_distilled: the KV pipeline's default is True
+        distilled = flag(what, "is_distilled", data.get("is_distilled", kv))
         comps: dict[str, tuple[str, str]] = {}
         for key, value in data.items():
             if key.startswith("_") or key == "is_distilled":
@@ -347,7 +356,7 @@ class Flux2PipelineInfo:
                 raise ConfigError(f"{what}: component '{key}' is missing")
             if comps[key][1] != expected:
                 raise ConfigError(f"{what}: component '{key}' is {comps[key][1]!r}, expected {expected!r}")
-        return cls(distilled, comps)
+        return cls(distilled, comps, kv)
 
 
 @frozen

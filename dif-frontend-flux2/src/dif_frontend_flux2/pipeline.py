@@ -47,7 +47,15 @@ from dif.program_cache import ProgramCache
 from dif.runtime import Runner
 from dif.sched import FlowMatchSchedule
 from dif.weights import TensorSource, bind_weights
-from dif_frontend_flux2.model import build_transformer, flux2_rope_tables, flux2_timestep_proj
+from dif_frontend_flux2.model import (
+    build_reference_kv,
+    build_transformer,
+    flux2_reference_rope_tables,
+    flux2_rope_tables,
+    flux2_timestep_proj,
+    reference_kv_names,
+    reference_kv_unused,
+)
 from dif_frontend_flux2.plugin import INFO
 from dif_frontend_flux2.text_encoder import KLEIN_TAPS, build_text_encoder, qwen3_rope_tables
 from dif_frontend_flux2.tokenize import MAX_LENGTH, load_tokenizer, tokenize_prompts
@@ -141,10 +149,13 @@ def mask_tokens(mask: InputImage, width: int, height: int, pixels_per_token: int
 @frozen(eq=False)
 class ReferenceTokens:
     """The packed, normalized VAE latents of a run's reference images, (1, sum h_i*w_i, 128) in the run
-    dtype, and each image's token grid (h_i, w_i) in order (their RoPE time coordinates 10, 20, ...)."""
+    dtype, and each image's token grid (h_i, w_i) in order (their RoPE time coordinates 10, 20, ...).
+    `kv`: with the reference K/V cache, their keys and values in every block (`reference_kv_names` ->
+    (1, n_ref, heads, head_dim)), computed once; the tokens then stay out of the denoiser's sequence."""
 
     tokens: np.ndarray
     shapes: tuple[tuple[int, int], ...]
+    kv: dict[str, np.ndarray] | None = None
 
 
 @frozen
@@ -218,8 +229,20 @@ class Flux2Pipeline(TextToImagePipeline):
             for hw in self._image_sizes(req):
                 self._vae_encoder_runner(*hw)
             ref_tokens = sum(ih * iw for ih, iw in self._ref_grids(req))
-        self._transformer_runner(h * w + ref_tokens, batch)
+        if req is not None and self.uses_kv_cache(req):
+            self._reference_kv_runner(ref_tokens)
+            self._transformer_runner(h * w, batch, n_ref_cached=ref_tokens)
+        else:
+            self._transformer_runner(h * w + ref_tokens, batch)
         self._vae_runner(h, w)
+
+    def uses_kv_cache(self, req: ImageRequest) -> bool:
+        """Whether `req` runs with the reference K/V cache (klein KV's form: the reference tokens attend
+        only to each other at timestep 0, their keys/values computed once): `req.kv_cache`, by default on
+        for a Flux2KleinKVPipeline checkpoint; never without reference images."""
+        if not req.ref_images:
+            return False
+        return self.checkpoint.configs.pipeline.kv_cache if req.kv_cache is None else bool(req.kv_cache)
 
     def _image_sizes(self, req: ImageRequest) -> list[tuple[int, int]]:
         """(height, width) in pixels of every image the request encodes, in sequence order: the init image
@@ -246,12 +269,16 @@ class Flux2Pipeline(TextToImagePipeline):
             "encode",
         )
 
-    def _transformer_runner(self, n_img: int, batch: int = 1) -> Runner:
-        """The denoiser over `n_img` image tokens (the latents, then any reference tokens) for `batch` images."""
+    def _transformer_runner(self, n_img: int, batch: int = 1, n_ref_cached: int = 0) -> Runner:
+        """The denoiser over `n_img` image tokens (the latents, then any reference tokens) for `batch` images;
+        with `n_ref_cached`, also attending to that many reference tokens' cached keys/values."""
         cfg = self.checkpoint.configs.transformer
+        key: tuple[Any, ...] = ("transformer", n_img) if batch == 1 else ("transformer", n_img, batch)
         return self._runner(
-            ("transformer", n_img) if batch == 1 else ("transformer", n_img, batch),
-            lambda: build_transformer(cfg, batch=batch, n_img=n_img, n_txt=MAX_LENGTH, dtype=self.dtype),
+            key + (("kv", n_ref_cached),) if n_ref_cached else key,
+            lambda: build_transformer(
+                cfg, batch=batch, n_img=n_img, n_txt=MAX_LENGTH, dtype=self.dtype, n_ref_cached=n_ref_cached
+            ),
             self.checkpoint.transformer,
             (),
             "denoise",
@@ -269,6 +296,27 @@ class Flux2Pipeline(TextToImagePipeline):
             VAE_DECODER_UNUSED,
             "decode",
         )
+
+    def _reference_kv_runner(self, n_ref: int) -> Runner:
+        """The reference stream's keys/values in every block for `n_ref` reference tokens (`build_reference_kv`)."""
+        cfg = self.checkpoint.configs.transformer
+        return self._runner(
+            ("reference_kv", n_ref),
+            lambda: build_reference_kv(cfg, n_ref=n_ref, dtype=self.dtype),
+            self.checkpoint.transformer,
+            reference_kv_unused(cfg),
+            "encode",
+        )
+
+    def reference_kv(self, refs: ReferenceTokens) -> dict[str, np.ndarray]:
+        """Keys/values of `refs` in every block (`reference_kv_names` -> (1, n_ref, heads, head_dim))."""
+        cfg = self.checkpoint.configs.transformer
+        cos, sin = flux2_reference_rope_tables(refs.shapes, axes_dims=cfg.axes_dims_rope, theta=cfg.rope_theta)
+        t0 = flux2_timestep_proj([0.0], dtype=self.dtype, channels=cfg.timestep_guidance_channels)
+        run = self._reference_kv_runner(refs.tokens.shape[1])
+        out = run({"ref_latents": refs.tokens, "timestep_proj": t0, "rope_cos": cos, "rope_sin": sin})
+        values = [require_finite("reference keys/values", v) for v in out.values()]
+        return dict(zip(reference_kv_names(cfg), values, strict=True))
 
     def _vae_encoder_runner(self, height: int, width: int) -> Runner:
         """The VAE encoder of one `height` x `width`-pixel image to packed, normalized tokens."""
@@ -302,6 +350,8 @@ class Flux2Pipeline(TextToImagePipeline):
             if req.mask is not None:
                 mask = mask_tokens(req.mask, w * ppt, h * ppt, ppt)
         refs = ReferenceTokens(np.concatenate(parts, axis=1), tuple(self._ref_grids(req)))
+        if self.uses_kv_cache(req):
+            refs = ReferenceTokens(refs.tokens, refs.shapes, self.reference_kv(refs))
         return ImageConditioning(refs, init, mask)
 
     # -- stages --------------------------------------------------------------------------------
@@ -326,18 +376,27 @@ class Flux2Pipeline(TextToImagePipeline):
         at RoPE time 10, 20, ...), as Flux2KleinPipeline orders them; their outputs are dropped."""
         cfg = self.checkpoint.configs.transformer
         refs: ReferenceTokens | None = None if images is None else images.context
-        shapes = () if refs is None else refs.shapes
+        cached = refs is not None and refs.kv is not None
+        shapes = () if refs is None or cached else refs.shapes
         n_img = h * w
         cos, sin = flux2_rope_tables(
             MAX_LENGTH, h, w, ref_shapes=shapes, axes_dims=cfg.axes_dims_rope, theta=cfg.rope_theta
         )
+        tiled: dict[int, dict[str, np.ndarray]] = {}  # the cached keys/values repeated over a batch, once
 
         def predict(latents: np.ndarray, t: float, text: np.ndarray) -> np.ndarray:
             batch = latents.shape[0]
-            x = latents
-            if refs is not None:
-                x = np.concatenate([latents, np.repeat(refs.tokens, batch, axis=0).astype(latents.dtype)], axis=1)
-            run = self._transformer_runner(x.shape[1], batch)
+            x, extra = latents, {}
+            if refs is not None and refs.kv is not None:
+                if batch not in tiled:
+                    tiled[batch] = {k: np.repeat(v, batch, axis=0) for k, v in refs.kv.items()}
+                extra = tiled[batch]
+                run = self._transformer_runner(n_img, batch, n_ref_cached=refs.tokens.shape[1])
+            else:
+                if refs is not None:
+                    refs_b = np.repeat(refs.tokens, batch, axis=0).astype(latents.dtype)
+                    x = np.concatenate([latents, refs_b], axis=1)
+                run = self._transformer_runner(x.shape[1], batch)
             t_proj = flux2_timestep_proj([t] * batch, dtype=self.dtype, channels=cfg.timestep_guidance_channels)
             inputs = {
                 "latents": x,
@@ -345,9 +404,10 @@ class Flux2Pipeline(TextToImagePipeline):
                 "timestep_proj": t_proj,
                 "rope_cos": cos,
                 "rope_sin": sin,
+                **extra,
             }
             out = next(iter(run(inputs).values()))
-            return out if refs is None else np.ascontiguousarray(out[:, :n_img])
+            return out if out.shape[1] == n_img else np.ascontiguousarray(out[:, :n_img])
 
         return predict
 
@@ -361,6 +421,8 @@ class Flux2Pipeline(TextToImagePipeline):
         """(steps, guidance, use_cfg, warnings) with the distilled/base defaults and rules; the size
         must be a multiple of the token size (`UsageError`)."""
         self.check_model_inputs(req)
+        if req.kv_cache and req.init_image is not None:
+            raise UsageError("--kv-cache is for reference images (-r), not for img2img / inpainting (-i)")
         if req.init_image is not None:
             if req.ref_images:
                 raise UsageError("-i / --init-image with -r / --ref-image is not supported: give one or the other")
@@ -375,6 +437,14 @@ class Flux2Pipeline(TextToImagePipeline):
                     )
         self.fit_size(*self.size(req))
         warnings: list[str] = []
+        kv_checkpoint = self.checkpoint.configs.pipeline.kv_cache
+        if req.ref_images and self.uses_kv_cache(req) and not kv_checkpoint:
+            warnings.append(
+                "--kv-cache runs klein KV's reference attention (references attend only to themselves, at "
+                "timestep 0); this checkpoint is not a KV one, so the edit differs from its full-attention one"
+            )
+        if req.ref_images and kv_checkpoint and not self.uses_kv_cache(req):
+            warnings.append("--no-kv-cache on a KV checkpoint runs Flux2KleinPipeline's full joint attention")
         distilled = self.checkpoint.is_distilled
         kind = self.checkpoint.kind
         steps = req.steps if req.steps is not None else INFO.default("steps", kind)
