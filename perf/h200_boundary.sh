@@ -2,9 +2,12 @@
 # One GPU-machine call for the user's boundary (issue 13), run from a clean snapshot of a commit so the
 # working tree's unfinished edits cannot leak in; every stage time-boxed, results under $OUT:
 #   stage 1  pytest dif-backend-cuda/tests (empty kernel cache: one NVRTC program per kernel)
-#   stage 2  dif bench on $RECIPE (default klein-4b) with EMPTY dif caches, --repeat 2: round 0 is the
-#            machine's first run, round 1 has the caches filled; diffusers in the same run
+#   stage 2  dif bench on each of $RECIPES (default klein-4b-h200), in order, in one work dir (the recipes of
+#            one model share its folder), dif caches EMPTY before the first: its round 0 is the machine's
+#            first run, later rounds have the caches filled; a recipe with a dif-<budget> stage gets its PNG
+#            compared with the unbudgeted one (they must be identical)
 #   stage 3  one more fresh dif process under cProfile (caches filled): where the load time goes
+# Python files are byte-compiled first (as pip does at install; this machine does not write .pyc files).
 # Device call (repo root; a snapshot tar of the commit beside it, carry [".whl"]):
 #   git archive --format=tar.gz -o device-snapshot.tgz HEAD; then run:
 #   set -o pipefail; bash perf/h200_boundary.sh 2>&1 | tee $OUT/run.log
@@ -25,6 +28,8 @@ export PYTHONPATH=/tmp/site:$PWD/${SRC//:/:$PWD/}:$PWD/perf:/tmp/dif_entry_point
 export DIF_CACHE_DIR=/tmp/dif_cache_boundary
 rm -rf "$DIF_CACHE_DIR"
 nvidia-smi --query-gpu=name,driver_version,memory.used,memory.total --format=csv,noheader
+echo "PYTHONDONTWRITEBYTECODE=${PYTHONDONTWRITEBYTECODE:-unset}"
+python3 -m compileall -q -j 0 . /tmp/site >/dev/null 2>&1; echo "compileall rc=$?"
 python3 -c "from pathlib import Path; from pipeline_wall import ensure_entry_points; \
 print(ensure_entry_points(Path.cwd(), Path('/tmp/dif_entry_points')))"
 
@@ -37,15 +42,35 @@ if [ "${SKIP_TESTS:-0}" != 1 ]; then
   python3 perf/junit_summary.py /tmp/cuda_junit.xml "$OUT/cuda_tests_h200.json" --label "pytest dif-backend-cuda/tests on the H200"
 fi
 
-RECIPE=${RECIPE:-klein-4b-h200}
-stamp "stage 2: dif bench $RECIPE, empty caches, repeat ${REPEAT:-2}"
-WORK=/tmp/bench_$RECIPE
-RECIPE=perf/recipes/$RECIPE.json REPEAT=${REPEAT:-2} WORK=$WORK OUT=$WORK/out timeout "${BENCH_S:-330}" \
-  bash perf/recipes/h200_bench.sh 2>&1 | grep -v "^\[" | tail -16
-cp "$WORK/bench.json" "$OUT/bench_$(basename "$RECIPE" .json).json" 2>/dev/null
+WORK=/tmp/bench
+for ITEM in ${RECIPES:-klein-4b-h200}; do  # NAME or NAME:REPEAT
+  RECIPE=${ITEM%%:*}
+  ROUNDS=${ITEM#*:}; [ "$ROUNDS" = "$ITEM" ] && ROUNDS=${REPEAT:-2}
+  stamp "stage 2: dif bench $RECIPE, repeat $ROUNDS"
+  RECIPE=perf/recipes/$RECIPE.json REPEAT=$ROUNDS WORK=$WORK OUT=$WORK/out timeout "${BENCH_S:-330}" \
+    bash perf/recipes/h200_bench.sh 2>&1 | grep -v "^\[" | tail -12
+  cp "$WORK/bench.json" "$OUT/bench_$RECIPE.json" 2>/dev/null
+  for budgeted in "$WORK"/dif-*.png; do
+    [ -f "$budgeted" ] || continue
+    python3 - "$budgeted" "$WORK/dif.png" "$OUT/identical_$RECIPE.json" <<'PY'
+import hashlib, json, sys
+import numpy as np
+from PIL import Image
+a, b = (np.asarray(Image.open(p).convert("RGB")).astype(np.int16) for p in sys.argv[1:3])
+doc = {"budgeted": sys.argv[1], "unbudgeted": sys.argv[2], "identical": bool(a.shape == b.shape and (a == b).all()),
+       "max_abs_diff": int(np.abs(a - b).max()) if a.shape == b.shape else None,
+       "sha256": [hashlib.sha256(open(p, "rb").read()).hexdigest() for p in sys.argv[1:3]]}
+print(json.dumps(doc))
+json.dump(doc, open(sys.argv[3], "w"), indent=1)
+PY
+    rm -f "$budgeted"
+  done
+  if [ "${DROP_MODELS_AFTER:-}" = "$RECIPE" ]; then rm -rf "$WORK/models"; fi
+done
 
 stamp "stage 3: one fresh dif process under cProfile"
 MODEL=$(ls -d "$WORK"/models/* 2>/dev/null | head -1)
+[ "${PROFILE:-1}" = 1 ] || MODEL=""
 if [ -n "$MODEL" ]; then
   timeout 120 python3 -m cProfile -o "$OUT/dif.prof" -m dif_tools flux2 generate -m "$MODEL" -p "a red fox in snow" \
     --steps 4 -W 1024 -H 1024 --seed 0 --backend cuda --dtype bf16 -o /tmp/prof.png --json > "$OUT/prof_run.json"
