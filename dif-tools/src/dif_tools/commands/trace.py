@@ -97,7 +97,7 @@ def trace_program(
             raise click.ClickException(f"backend '{backend.name}' does not expose the program it executes")
         write_program(executed, save_program)
         save_provenance(executed, save_program.with_name(save_program.name + ".prov.json"))
-    data = {
+    data: dict[str, Any] = {
         "program": program.name,
         "backend": backend.name,
         "runs": runs,
@@ -129,7 +129,7 @@ def trace_merge(files: tuple[Path, ...], top: int, stages: tuple[str, ...], as_j
     docs = read_traces(files)
     if stages:
         docs = [d for d in docs if d["data"]["stage"] in stages]
-    data = {"files": [str(f) for f in files], "attribution": attribute(docs, top=top)}
+    data: dict[str, Any] = {"files": [str(f) for f in files], "attribution": attribute(docs, top=top)}
     if as_json:
         emit_document("trace.merge", data)
         return

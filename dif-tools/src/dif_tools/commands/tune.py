@@ -4,6 +4,7 @@ with their verdicts, and the library choices a backend has stored (`dif.tune`)."
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -42,14 +43,15 @@ def tune(
         rows = tune_program(program, backend, repeat=repeat, force=force)
         hardware = [hardware_entry(name, profile=backend.profile())]
     choices_dir = cache_dir() / "cuda" / "choices"
-    data = {
+    entries = stored_choices(choices_dir)
+    data: dict[str, Any] = {
         "file": str(file) if file is not None else None,
         "backend": name,
         "problems": rows,
         "stored_library_choices": {
             "folder": str(choices_dir),
             "mode": DIF_CUDA_TUNE.get(),
-            "entries": stored_choices(choices_dir),
+            "entries": entries,
         },
     }
     doc = build_document("tune", tool="dif tune", data=data, hardware=hardware)
@@ -65,5 +67,4 @@ def tune(
             out.append([r["problem"][:70], c["candidate"][:40], c["verdict"], ms, r["source"]])
     if out:
         click.echo(table(["problem", "candidate", "verdict", "ms", "source"], out))
-    entries = data["stored_library_choices"]["entries"]
     click.echo(f"stored library choices in {choices_dir}: {len(entries)} (DIF_CUDA_TUNE={DIF_CUDA_TUNE.get()})")
