@@ -98,3 +98,32 @@ def test_bad_image_input_is_one_error_and_nothing_is_written(tmp_path: Path, arg
     assert message.format(**names) in result.output, result.output
     assert "Traceback" not in result.output
     assert not out.exists() and not list(tmp_path.glob("out*"))
+
+
+def test_the_python_api_takes_images_and_returns_a_list_for_a_batch(tmp_path: Path) -> None:
+    import dif
+
+    pipe = dif.load()
+    ref = Image.fromarray(np.random.default_rng(4).integers(0, 256, (64, 96, 3), dtype=np.uint8), "RGB")
+    images = pipe("a fox", steps=2, seed=9, ref_images=[ref], batch=2)
+    assert isinstance(images, list) and len(images) == 2
+    assert [im.settings["seed"] for im in images] == [9, 10]
+    assert images[0].image.size == (96, 64) and images[0].settings["reference_images"] == ["<reference image 1>"]
+    one = pipe("a fox", steps=2, seed=10, ref_images=[ref])
+    assert not isinstance(one, list)
+    np.testing.assert_array_equal(one.run.noise, images[1].run.noise)
+    np.testing.assert_allclose(one.run.latents, images[1].run.latents, rtol=0, atol=1e-4)
+    with pytest.raises(dif.errors.UsageError, match="strength 2 is outside"):
+        pipe("a fox", init_image=ref, strength=2)
+
+
+def test_krea2_refuses_reference_and_init_images(tmp_path: Path) -> None:
+    ref = picture(tmp_path / "a.png", 64, 64)
+    out = tmp_path / "k.png"
+    for args, message in (
+        (["-r", str(ref)], "this model takes no reference images"),
+        (["-i", str(ref)], "this model has no img2img"),
+    ):
+        result = CliRunner().invoke(cli, ["krea2", "generate", "-p", "x", *SMALL, *args, "-o", str(out)])
+        assert result.exit_code != 0 and message in result.output, result.output
+        assert not out.exists()

@@ -324,3 +324,26 @@ def test_the_kv_cache_matches_flux2_klein_kv_pipeline(klein_kv, tmp_path, refs, 
     )
     assert rel_l2(full[0].latents, seen[-1][:1]) > 1e-3
     assert any("--no-kv-cache" in w for w in full[0].warnings)
+
+
+@pytest.mark.parametrize("variant", ["klein-4b", "klein-9b"])
+def test_full_size_reference_kv_reads_exactly_the_reference_stream(variant) -> None:  # type: ignore[no-untyped-def]
+    """At the published sizes the reference K/V program's parameters plus `reference_kv_unused` cover the
+    transformer's state dict exactly (every tensor is read or named unused, none twice), and the cached
+    denoiser takes one (1, n, heads, head_dim) input per block and k/v."""
+    import re
+
+    from dif_frontend_flux2.config import load_configs
+    from dif_frontend_flux2.configs import published
+    from dif_frontend_flux2.model import build_reference_kv, build_transformer, reference_kv_unused
+
+    cfg = load_configs(published(variant)).transformer
+    full = {p.name: p.type.shape for p in build_transformer(cfg, batch=1, n_img=4, n_txt=3).params}
+    ref = {p.name: p.type.shape for p in build_reference_kv(cfg, n_ref=4, dtype="bf16").params}
+    unused = [n for n in full if any(re.fullmatch(r, n) for r in reference_kv_unused(cfg))]
+    assert set(ref).isdisjoint(unused) and set(ref) | set(unused) == set(full)
+    assert all(full[n] == shape for n, shape in ref.items())
+    cached = build_transformer(cfg, batch=2, n_img=4, n_txt=3, n_ref_cached=6)
+    kv_inputs = [i for i in cached.inputs if i.name.startswith("ref_")]
+    assert len(kv_inputs) == 2 * (cfg.num_layers + cfg.num_single_layers)
+    assert {i.type.shape for i in kv_inputs} == {(2, 6, cfg.num_attention_heads, cfg.attention_head_dim)}
