@@ -68,10 +68,12 @@ class ImageOptions:
     @classmethod
     def parse(cls, frontend: str, options: Mapping[str, Any], settings: Mapping[str, Any]) -> ImageOptions:
         """`options` and `settings` with the defaults filled in: a fresh random seed, output FRONTEND-SEED.png."""
+        from dif.media.image_file import image_format
         from dif.noise import random_seed
 
         seed = random_seed() if settings.get("seed") in (None, -1) else settings["seed"]  # -1: random
         output = options["output"] or Path(f"{frontend}-{seed}.png")
+        image_format(output)  # an extension dif cannot write is refused before anything runs
         return cls(frontend=frontend, **{**options, "output": output}, settings={**settings, "seed": seed})
 
     def missing_folder(self) -> Path | None:

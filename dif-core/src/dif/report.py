@@ -15,7 +15,8 @@ from typing import Any
 import numpy as np
 from attrs import frozen
 
-from dif.media.png import format_parameters, write_png
+from dif.media.image_file import write_image
+from dif.media.png import format_parameters
 from dif.runstats import StageTimer
 
 
@@ -37,9 +38,10 @@ class ImageRun:
 def save_image_run(
     run: ImageRun, output: Path, *, latents: Path | None, frontend: str, version: str, started: float
 ) -> tuple[dict[str, Any], dict[str, float]]:
-    """Write `output` (PNG: `png_parameters` + the settings as JSON, generator
-    "dif-frontend-{frontend} {version}") and, when `latents` is given, a plain safetensors file with
-    the final `latents` and the initial `noise` (reload the latter with `--init-noise`).
+    """Write `output` in the format its extension names (`dif.media.image_file`: PNG, JPEG or WebP, each
+    with `png_parameters` + the settings as JSON, generator "dif-frontend-{frontend} {version}") and,
+    when `latents` is given, a plain safetensors file with the final `latents` and the initial `noise`
+    (reload the latter with `--init-noise`).
 
     Returns (the `generation_summary`, stage timings in seconds with "save" added); `started` is
     the command's `time.perf_counter()` at its start."""
@@ -49,7 +51,7 @@ def save_image_run(
     timer = StageTimer(timings=dict(run.timings))
     with timer.stage("save"):
         metadata = {**s, "generator": f"dif-frontend-{frontend} {version}", "frontend": frontend}
-        write_png(output, run.pixels, parameters=png_parameters(s, version=f"dif {version}"), metadata=metadata)
+        write_image(output, run.pixels, parameters=png_parameters(s, version=f"dif {version}"), metadata=metadata)
         if latents is not None:
             saved = {"latents": run.latents, "noise": run.noise}
             save_tensors(latents, saved, {"format": "pt"}, dif_metadata=False)

@@ -175,7 +175,7 @@ def image_commands(
             "-o",
             "--output",
             type=click.Path(dir_okay=False, path_type=Path),
-            help=f"PNG path (default: {name}-SEED.png).",
+            help=f"Image path; the extension picks the format: .png, .jpg / .jpeg, .webp (default: {name}-SEED.png).",
         ),
         click.option(
             "--check-finite/--no-check-finite",
