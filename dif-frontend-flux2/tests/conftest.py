@@ -149,3 +149,48 @@ def tiny_qwen3(torch):  # type: ignore[no-untyped-def]
     model = transformers.Qwen3ForCausalLM(config).eval()
     randomize_(model, torch, seed=2)
     return model
+
+
+# -- the BFL (original) names of a diffusers transformer, for single-file and GGUF tests ----------
+
+BFL_QKV = {"img_attn.qkv": ("to_q", "to_k", "to_v"), "txt_attn.qkv": ("add_q_proj", "add_k_proj", "add_v_proj")}
+
+
+def bfl_state_dict(folder: Path) -> dict[str, np.ndarray]:
+    """The diffusers transformer at `folder` under its original BFL names."""
+    from dif.weights import open_component
+    from dif_frontend_flux2.weights import _DOUBLE, _SINGLE, _TOP
+
+    src = open_component(folder)
+    w = {n: np.array(src[n]) for n in src.names()}
+    out: dict[str, np.ndarray] = {}
+    inverse_top = {v: k for k, v in _TOP.items()}
+    for name, value in w.items():
+        module, kind = name.rsplit(".", 1)
+        if module in inverse_top:
+            out[f"{inverse_top[module]}.{kind}"] = value
+        elif module == "norm_out.linear":
+            out[f"final_layer.adaLN_modulation.1.{kind}"] = np.concatenate(np.split(value, 2)[::-1])
+        elif module.startswith("transformer_blocks."):
+            _, i, inner = module.split(".", 2)
+            for bfl, parts in BFL_QKV.items():
+                if inner == f"attn.{parts[0]}":
+                    fused = [w[f"transformer_blocks.{i}.attn.{p}.{kind}"] for p in parts]
+                    out[f"double_blocks.{i}.{bfl}.{kind}"] = np.concatenate(fused)
+            if any(inner == f"attn.{p}" for parts in BFL_QKV.values() for p in parts):
+                continue
+            bfl = {v: k for k, v in _DOUBLE.items()}[inner]
+            out[f"double_blocks.{i}.{bfl}.{'scale' if 'norm' in bfl else kind}"] = value
+        elif module.startswith("single_transformer_blocks."):
+            _, i, inner = module.split(".", 2)
+            bfl = {v: k for k, v in _SINGLE.items()}[inner]
+            out[f"single_blocks.{i}.{bfl}.{'scale' if 'norm' in bfl else kind}"] = value
+        else:
+            raise AssertionError(name)
+    return out
+
+
+@pytest.fixture(scope="session")
+def bfl_tensors() -> Callable[[Path], dict[str, np.ndarray]]:
+    """folder -> the diffusers transformer saved there, under BFL names (q, k, v fused back)."""
+    return bfl_state_dict

@@ -16,7 +16,6 @@ import pytest
 from click.testing import CliRunner
 
 from dif.serialize.diftensor import save_tensors
-from dif.weights import open_component
 from dif_frontend_flux2 import DEFAULT_CHECKPOINT
 
 gguf = pytest.importorskip("gguf", reason="GGUF files are written with the gguf package")
@@ -24,9 +23,6 @@ cli = pytest.importorskip("dif_tools.cli", reason="the `dif` command lives in di
 from gguf import GGMLQuantizationType as Q  # noqa: E402
 from gguf.quants import dequantize as ref_dequantize  # noqa: E402
 from gguf.quants import quantize as ref_quantize  # noqa: E402
-
-# diffusers name -> BFL name for the tiny model's tensors (q, k, v fused back as BFL stores them)
-QKV = {"img_attn.qkv": ("to_q", "to_k", "to_v"), "txt_attn.qkv": ("add_q_proj", "add_k_proj", "add_v_proj")}
 
 
 def quantize_q4_k(x: np.ndarray) -> np.ndarray:
@@ -50,39 +46,6 @@ def quantize_q4_k(x: np.ndarray) -> np.ndarray:
     qs = (q[:, 0::2, :] | (q[:, 1::2, :] << 4)).reshape(-1, 128)
     out = np.concatenate([d.view(np.uint8).reshape(-1, 2), dmin.view(np.uint8).reshape(-1, 2), packed, qs], axis=1)
     return out.reshape(x.shape[0], -1)
-
-
-def bfl_tensors(folder: Path) -> dict[str, np.ndarray]:
-    """The diffusers transformer at `folder` under its original BFL names."""
-    from dif_frontend_flux2.weights import _DOUBLE, _SINGLE, _TOP
-
-    src = open_component(folder)
-    w = {n: np.array(src[n]) for n in src.names()}
-    out: dict[str, np.ndarray] = {}
-    inverse_top = {v: k for k, v in _TOP.items()}
-    for name, value in w.items():
-        module, kind = name.rsplit(".", 1)
-        if module in inverse_top:
-            out[f"{inverse_top[module]}.{kind}"] = value
-        elif module == "norm_out.linear":
-            out[f"final_layer.adaLN_modulation.1.{kind}"] = np.concatenate(np.split(value, 2)[::-1])
-        elif module.startswith("transformer_blocks."):
-            _, i, inner = module.split(".", 2)
-            for bfl, parts in QKV.items():
-                if inner == f"attn.{parts[0]}":
-                    fused = [w[f"transformer_blocks.{i}.attn.{p}.{kind}"] for p in parts]
-                    out[f"double_blocks.{i}.{bfl}.{kind}"] = np.concatenate(fused)
-            if any(inner == f"attn.{p}" for parts in QKV.values() for p in parts):
-                continue
-            bfl = {v: k for k, v in _DOUBLE.items()}[inner]
-            out[f"double_blocks.{i}.{bfl}.{'scale' if 'norm' in bfl else kind}"] = value
-        elif module.startswith("single_transformer_blocks."):
-            _, i, inner = module.split(".", 2)
-            bfl = {v: k for k, v in _SINGLE.items()}[inner]
-            out[f"single_blocks.{i}.{bfl}.{'scale' if 'norm' in bfl else kind}"] = value
-        else:
-            raise AssertionError(name)
-    return out
 
 
 @pytest.fixture(scope="module")
@@ -149,7 +112,7 @@ def render(model: Path, base: Path, out: Path) -> np.ndarray:
 
 @pytest.mark.parametrize("qtype", ["Q8_0", "Q4_K"])
 @pytest.mark.parametrize("layout, prefix", [("city96", ""), ("sd.cpp", "model.diffusion_model.")])
-def test_gguf_renders_like_its_dequantized_weights(tiny_folder, tmp_path, qtype, layout, prefix) -> None:  # type: ignore[no-untyped-def]
+def test_gguf_renders_like_its_dequantized_weights(tiny_folder, tmp_path, bfl_tensors, qtype, layout, prefix) -> None:  # type: ignore[no-untyped-def]
     bfl = bfl_tensors(tiny_folder / "transformer")
     path = tmp_path / f"klein-{layout}-{qtype}.gguf"
     held = write_gguf(path, bfl, qtype, prefix)
@@ -166,7 +129,7 @@ def test_gguf_renders_like_its_dequantized_weights(tiny_folder, tmp_path, qtype,
     assert err < (1.0 if qtype == "Q8_0" else 10.0), f"{qtype}: mean abs pixel error {err:.2f} vs unquantized"
 
 
-def test_gguf_is_detected_and_bad_gguf_refused(tiny_folder, tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_gguf_is_detected_and_bad_gguf_refused(tiny_folder, tmp_path, bfl_tensors) -> None:  # type: ignore[no-untyped-def]
     from dif_frontend_flux2.weights import detect
 
     path = tmp_path / "k.gguf"

@@ -1,6 +1,7 @@
 """`dif flux2 ...`: the FLUX.2 [klein] commands (added to `dif` by plugin.py's register_commands).
 
-    dif flux2 generate -p "a cat" [-m MODEL] [--base DIR] [--transformer F] [--vae F] [-n NEG]
+    dif flux2 generate -p "a cat" [-m MODEL] [--base DIR] [--transformer F] [--vae F] [--text-encoder F]
+                       [--config-variant V] [-n NEG]
                        [--steps N] [--guidance G] [--seed S] [-W W -H H] [--init-noise F]
                        [--lora FILE[:SCALE] ...] [--lora-allow-unmatched] ...
     dif flux2 info [MODEL | --variant klein-9b] [--json]
@@ -31,13 +32,25 @@ CHECKPOINT_OPTIONS = [
         "--transformer",
         "transformer_file",
         type=click.Path(exists=True, dir_okay=False, path_type=Path),
-        help="Transformer single file (BFL or diffusers names) replacing the folder's.",
+        help="Transformer single file (BFL or diffusers names, safetensors or GGUF) replacing the folder's.",
     ),
     click.option(
         "--vae",
         "vae_file",
         type=click.Path(exists=True, dir_okay=False, path_type=Path),
-        help="VAE single file (BFL or diffusers names) replacing the folder's.",
+        help="VAE single file (BFL or diffusers names, safetensors or GGUF) replacing the folder's.",
+    ),
+    click.option(
+        "--text-encoder",
+        "text_encoder_file",
+        type=click.Path(exists=True, dir_okay=False, path_type=Path),
+        help="Qwen3 text encoder single file (safetensors, or llama.cpp GGUF) replacing the folder's.",
+    ),
+    click.option(
+        "--config-variant",
+        type=click.Choice(INFO.variants),
+        help="Published configs for single files with no diffusers folder (default: inferred from the "
+        "transformer's shapes, distilled; weights cannot tell base from distilled).",
     ),
     *LORA_OPTIONS,
 ]
@@ -106,7 +119,8 @@ def describe(
 flux2 = image_commands(
     INFO,
     help="FLUX.2 [klein] (4B/9B, base and distilled): text-to-image and checkpoint inspection.",
-    model_help="Diffusers folder or BFL transformer .safetensors (default: the embedded tiny demo model).",
+    model_help="Diffusers folder, or a transformer single file (.safetensors / .gguf; with no folder beside it, "
+    "also --text-encoder and --vae) (default: the embedded tiny demo model).",
     describe_run=_run_model,
     checkpoint_options=CHECKPOINT_OPTIONS,
 )

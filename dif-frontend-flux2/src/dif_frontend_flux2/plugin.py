@@ -29,6 +29,8 @@ def _pipeline(
     base: Path | None = None,
     transformer_file: Path | None = None,
     vae_file: Path | None = None,
+    text_encoder_file: Path | None = None,
+    config_variant: str | None = None,
     lora: tuple[Any, ...] = (),
     lora_allow_unmatched: bool = False,
     **options: Any,
@@ -47,6 +49,8 @@ def _pipeline(
         base=base,
         transformer_file=transformer_file,
         vae_file=vae_file,
+        text_encoder_file=text_encoder_file,
+        config_variant=config_variant,
         loras=tuple(lora or ()),
         lora_allow_unmatched=lora_allow_unmatched,
     )

@@ -24,6 +24,7 @@ import re
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+import attrs
 from attrs import frozen
 
 from dif.errors import CheckpointError
@@ -33,7 +34,7 @@ from dif.weights import open_safetensors as open_file
 from dif.weights.gguf import GGUFFile, is_gguf, open_gguf
 from dif.weights.safetensors_file import read_header
 from dif_frontend_flux2 import DEFAULT_CHECKPOINT
-from dif_frontend_flux2.config import Flux2Configs, load_configs
+from dif_frontend_flux2.config import Flux2Configs, Qwen3Config, load_configs
 
 BFL_PREFIXES = ("model.diffusion_model.", "diffusion_model.")
 BFL_TRANSFORMER_MARKER = "single_stream_modulation.lin.weight"
@@ -143,37 +144,65 @@ def open_checkpoint(
     base: str | Path | None = None,
     transformer_file: str | Path | None = None,
     vae_file: str | Path | None = None,
+    text_encoder_file: str | Path | None = None,
+    config_variant: str | None = None,
     loras: Sequence[LoraSpec | str | Path] = (),
     lora_allow_unmatched: bool = False,
 ) -> Flux2Checkpoint:
     """Open a checkpoint. `path` is a diffusers folder or a transformer single file; `base` is the
     diffusers folder supplying the other components when `path` is a file (default: its folder);
-    `transformer_file` / `vae_file` replace those components with single files (either naming).
-    `loras` (`--lora FILE[:SCALE]`) are merged into the transformer's weights (`merge_transformer_loras`)."""
+    `transformer_file` / `vae_file` / `text_encoder_file` replace those components with single files.
+    A transformer file with no diffusers folder (none beside it, no `base`) needs `vae_file` and
+    `text_encoder_file`: configs then come from the files or the published `config_variant`
+    (default: inferred, `dif_frontend_flux2.single_files`). `loras` (`--lora FILE[:SCALE]`) are merged
+    into the transformer's weights (`merge_transformer_loras`)."""
+    from dif_frontend_flux2.single_files import open_single_files, open_text_encoder_file
+
     path = Path(path)
     if not path.exists():
         raise CheckpointError(f"{path}: no such file or folder")
+    root: Path | None
     if path.is_file():
         if transformer_file is not None:
             raise CheckpointError("give the transformer file either as the model path or as --transformer, not both")
-        transformer_file, root = path, Path(base) if base is not None else path.parent
+        transformer_file = path
+        root = Path(base) if base is not None else (path.parent if is_flux2_folder(path.parent) else None)
     else:
         root = path
-    if not is_flux2_folder(root):
+    if root is not None and not is_flux2_folder(root):
         raise CheckpointError(
             f"{root}: not a FLUX.2 [klein] diffusers folder (no model_index.json naming Flux2KleinPipeline)",
-            hint="a single-file transformer needs the diffusers folder of the same model for the text encoder,"
-            " VAE, tokenizer and configs: put the file in that folder or pass --base FOLDER",
+            hint="point --base at the diffusers folder of the same model, or give every component as a single"
+            " file (--text-encoder FILE --vae FILE)",
         )
-    configs = load_configs(root)
-    tokenizer_dir = root / "tokenizer"
-    transformer = (
-        open_single_file(transformer_file, "transformer")
-        if transformer_file is not None
-        else open_component(root / "transformer", variant=variant)
-    )
-    vae = open_single_file(vae_file, "vae") if vae_file is not None else open_component(root / "vae", variant=variant)
-    text_encoder = open_component(root / "text_encoder", variant=variant)
+    vae = open_single_file(vae_file, "vae") if vae_file is not None else None
+    if root is None:  # single files only
+        assert transformer_file is not None
+        transformer = open_single_file(transformer_file, "transformer")
+        root, configs, text_encoder, tokenizer_dir, _ = open_single_files(
+            transformer,
+            Path(transformer_file),
+            text_encoder_file=None if text_encoder_file is None else Path(text_encoder_file),
+            vae=vae,
+            vae_file=None if vae_file is None else Path(vae_file),
+            config_variant=config_variant,
+        )
+        assert vae is not None
+    else:
+        configs = load_configs(root)
+        tokenizer_dir = root / "tokenizer"
+        transformer = (
+            open_single_file(transformer_file, "transformer")
+            if transformer_file is not None
+            else open_component(root / "transformer", variant=variant)
+        )
+        vae = vae if vae is not None else open_component(root / "vae", variant=variant)
+        if text_encoder_file is not None:
+            text_encoder, own = open_text_encoder_file(text_encoder_file)
+            if own is not None:
+                configs = attrs.evolve(configs, text_encoder=Qwen3Config.from_dict(own))
+        else:
+            text_encoder = open_component(root / "text_encoder", variant=variant)
     if transformer_file is not None:
         name = Path(transformer_file).stem
     elif root.resolve() == DEFAULT_CHECKPOINT:
