@@ -25,7 +25,7 @@ from dif.trace.vocabulary import ALLOC, COPY_D2H, COPY_H2D, SYNC, WAIT
 if TYPE_CHECKING:
     from collections.abc import Iterator, Mapping
 
-    from dif_backend_cuda.executor import CudaExecutable
+CudaExecutable = Any  # dif_backend_cuda.executor.CudaExecutable (which imports this module)
 
 D2H_KIND = 2  # cudaMemcpyDeviceToHost
 H2D_KIND = 1
@@ -64,13 +64,11 @@ def prepared(exe: CudaExecutable) -> None:
 def _groups(exe: CudaExecutable) -> list[tuple[str, int, list[int]]]:
     """The steps in order as ("node", id, step indices) / ("stream", -1, [index]); nodes without device
     work (views) get an empty group at their place in the schedule."""
-    from dif_backend_cuda.executor import STREAM_STEP
-
     position = {n: i for i, n in enumerate(exe.plan.schedule)}
     out: list[tuple[str, int, list[int]]] = []
     done = -1
     for k, node_id in enumerate(exe.step_nodes):
-        if node_id == STREAM_STEP:
+        if node_id < 0:  # the executor's STREAM_STEP: a weight-streaming step, no node
             out.append(("stream", -1, [k]))
             continue
         if out and out[-1][0] == "node" and out[-1][1] == node_id:
