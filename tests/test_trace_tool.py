@@ -99,3 +99,30 @@ def test_tracing_off_records_nothing(tiny_klein: dict[str, Any], monkeypatch: py
     assert len(docs) == 1  # a collector turns it on ...
     exe.run(tiny_klein["inputs"])
     assert len(docs) == 1  # ... and nothing is recorded after it closes
+
+
+def test_trace_recipe_attributes_each_stage(tmp_path: Path) -> None:
+    repo = Path(__file__).resolve().parents[1]
+    recipe = tmp_path / "mini.json"
+    argv = ["{python}", "-m", "dif_tools", "run", f"{repo}/examples/mlp.difir"]
+    argv += [
+        "--inputs",
+        f"{repo}/examples/mlp-inputs.safetensors",
+        "--weights",
+        f"{repo}/examples/mlp-weights.safetensors",
+    ]
+    argv += ["--out", "{workdir}/out.safetensors", "--backend", "cpu"]
+    stages = [{"name": "mlp", "role": "measured", "argv": argv, "timeout_s": 120}]
+    recipe.write_text(json.dumps({"kind": "dif-bench-recipe/1", "name": "mini", "stages": stages}))
+    result = CliRunner().invoke(
+        build_cli(), ["trace", "recipe", str(recipe), "--workdir", str(tmp_path / "w"), "--json"]
+    )
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    validate_document(doc)
+    data = doc["data"]
+    assert [s["status"] for s in data["stages"]] == ["ok"]
+    stages_seen = {r["name"] for r in data["attribution"]["by_stage"]}
+    assert stages_seen == {"mlp:prepare", "mlp:run"}  # the child process traced itself through DIF_TRACE_FILE
+    assert data["outside_executions_ms"] > 0  # process start, imports, loading: outside any execution
+    assert data["attribution"]["wall_ms"] < data["measured_wall_ms"]
