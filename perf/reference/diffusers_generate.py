@@ -30,6 +30,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--dtype", choices=sorted(DTYPES), default="bf16")
     parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--image", type=Path, action="append", default=[], help="reference image (repeatable)")
     args = parser.parse_args(argv)
 
     import torch
@@ -39,6 +40,10 @@ def main(argv: list[str] | None = None) -> int:
     pipe = DiffusionPipeline.from_pretrained(args.model, torch_dtype=dtype).to(args.device)
     pipe.set_progress_bar_config(disable=True)
     kwargs = {} if args.guidance is None else {"guidance_scale": args.guidance}
+    if args.image:  # reference images (Flux2KleinPipeline / Flux2KleinKVPipeline `image=[...]`)
+        from PIL import Image
+
+        kwargs["image"] = [Image.open(p) for p in args.image]
     generator = torch.Generator(device=args.device).manual_seed(args.seed)
     image = pipe(
         prompt=args.prompt,
