@@ -4,6 +4,8 @@ elementwise, copies...) add up to the measured forward?
     python perf/trace_forward.py --model klein-9b --backend cuda [--nvtx] [--out perf/results/trace_klein9b_h200.json]
     python perf/trace_forward.py --model klein-4b --backend cpu --tiny        # the script itself, on a CPU
     nsys profile -o trace python perf/trace_forward.py --model klein-9b --backend cuda --nvtx   # NVTX ranges
+    python perf/trace_forward.py --model klein-9b --backend cuda --save /tmp/k9 && \
+        dif inspect /tmp/k9/program.difir --source --op 40 --plan /tmp/k9/plan.difplan --trace /tmp/k9/trace.jsonl
 
 Full size: 1024x1024 (4096 image + 512 text tokens), batch 1, bf16, weights a tiled random pattern (timing
 does not depend on their values; nothing is downloaded). Measured: the untraced forward (graph replay, the
@@ -37,6 +39,7 @@ def main() -> None:
     ap.add_argument("--traced", type=int, default=3)
     ap.add_argument("--nvtx", action="store_true", help="DIF_NVTX=1 for the traced runs")
     ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--save", type=Path, default=None, help="folder: executed program, its plan and the trace")
     args = ap.parse_args()
 
     from denoiser_models import CONFIGS, TINY
@@ -78,6 +81,16 @@ def main() -> None:
         for _ in range(args.traced):
             exe.run(inputs)
     a = attribute(docs)
+    if (
+        args.save is not None
+    ):  # for `dif inspect DIR/program.difir --source --op N --plan DIR/plan.difplan --trace DIR/trace.jsonl`
+        from dif.plan.difplan import save_plan
+        from dif.serialize.difir import save_program
+
+        args.save.mkdir(parents=True, exist_ok=True)
+        save_program(exe.program, args.save / "program.difir")
+        save_plan(plan, args.save / "plan.difplan")
+        (args.save / "trace.jsonl").write_text("".join(json.dumps(d) + "\n" for d in docs))
     untraced = statistics.median(walls)
     per_run = a["wall_ms"] / max(1, a["executions"])
     result = {
