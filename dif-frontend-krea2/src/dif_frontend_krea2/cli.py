@@ -2,6 +2,7 @@
 
     dif krea2 generate -p "a cat" [-m MODEL] [-n NEG] [--steps N] [--guidance G] [--seed S]
                        [-W W -H H] [--init-noise F] [--save-latents F] [--backend NAME]
+                       [--transformer F] [--vae F] [--text-encoder F] [--config-variant raw|turbo]
                        [--lora FILE[:SCALE] ...] [--lora-allow-unmatched] ...
     dif krea2 info [MODEL | --variant raw|turbo] [--json]
 The commands are `dif.kit.commands.image_commands` of `plugin.INFO`, with the same options and
@@ -15,9 +16,34 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import click
+
 from dif.kit.commands import LORA_OPTIONS, image_commands
 from dif_frontend_krea2 import DEFAULT_CHECKPOINT
 from dif_frontend_krea2.plugin import INFO
+
+
+def _file_option(flag: str, dest: str, what: str) -> Any:
+    return click.option(
+        flag,
+        dest,
+        type=click.Path(exists=True, dir_okay=False, path_type=Path),
+        help=f"{what} single file (safetensors or GGUF, diffusers names) replacing the folder's.",
+    )
+
+
+CHECKPOINT_OPTIONS = [
+    _file_option("--transformer", "transformer_file", "Transformer"),
+    _file_option("--vae", "vae_file", "VAE"),
+    _file_option("--text-encoder", "text_encoder_file", "Qwen3-VL text encoder"),
+    click.option(
+        "--config-variant",
+        type=click.Choice(INFO.variants),
+        help="Published configs for single files with no Krea 2 folder (default: turbo; weights cannot tell "
+        "Raw from Turbo).",
+    ),
+    *LORA_OPTIONS,
+]
 
 
 def describe(
@@ -85,7 +111,7 @@ def describe(
 krea2 = image_commands(
     INFO,
     help="Krea 2 (Raw and Turbo): text-to-image and checkpoint inspection.",
-    model_help="Krea 2 diffusers folder (default: the embedded tiny demo model).",
+    model_help="Krea 2 diffusers folder or transformer single file (default: the embedded tiny demo model).",
     describe_run=lambda s: f"{s['model']} ({s['variant']})",
-    checkpoint_options=LORA_OPTIONS,
+    checkpoint_options=CHECKPOINT_OPTIONS,
 )

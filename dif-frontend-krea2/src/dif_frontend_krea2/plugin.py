@@ -18,7 +18,12 @@ from dif_frontend_krea2 import DEFAULT_CHECKPOINT, __version__
 def _detect(path: Path) -> bool:
     from dif_frontend_krea2.config import is_krea2_folder
 
-    return Path(path).is_dir() and is_krea2_folder(Path(path))
+    path = Path(path)
+    if path.is_dir():
+        return is_krea2_folder(path)
+    from dif_frontend_krea2.weights import is_transformer_file
+
+    return is_transformer_file(path)
 
 
 def _pipeline(
@@ -26,6 +31,10 @@ def _pipeline(
     *,
     dtype: str = "auto",
     weight_variant: str | None = None,
+    transformer_file: Path | None = None,
+    vae_file: Path | None = None,
+    text_encoder_file: Path | None = None,
+    config_variant: str | None = None,
     lora: tuple[Any, ...] = (),
     lora_allow_unmatched: bool = False,
     **options: Any,
@@ -39,7 +48,14 @@ def _pipeline(
     from dif_frontend_krea2.weights import open_checkpoint
 
     checkpoint = open_checkpoint(
-        path, variant=weight_variant, loras=tuple(lora or ()), lora_allow_unmatched=lora_allow_unmatched
+        path,
+        variant=weight_variant,
+        transformer_file=transformer_file,
+        vae_file=vae_file,
+        text_encoder_file=text_encoder_file,
+        config_variant=config_variant,
+        loras=tuple(lora or ()),
+        lora_allow_unmatched=lora_allow_unmatched,
     )
     run_dtype = storage_dtype(checkpoint.transformer) if dtype == "auto" else DType(dtype)
     return Krea2Pipeline(checkpoint, dtype=run_dtype, **options)

@@ -17,13 +17,33 @@ import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+import attrs
 from attrs import frozen
 
 from dif.errors import CheckpointError, WeightError
 from dif.ir.program import Program
 from dif.lora import LoraSpec, Target, merge_loras
-from dif.weights import BoundWeights, MappedSource, Rule, Take, TensorSource, bind_weights, open_component
-from dif_frontend_krea2.config import Krea2Configs, is_krea2_folder, load_configs
+from dif.weights import (
+    BoundWeights,
+    MappedSource,
+    Rule,
+    Take,
+    TensorSource,
+    bind_weights,
+    is_gguf,
+    open_component,
+    open_gguf,
+    open_safetensors,
+)
+from dif_frontend_krea2 import DEFAULT_CHECKPOINT
+from dif_frontend_krea2.config import (
+    Krea2Configs,
+    Krea2TransformerConfig,
+    QwenImageVaeConfig,
+    QwenVLTextConfig,
+    is_krea2_folder,
+    load_configs,
+)
 from dif_frontend_krea2.vae import unused_tensor_patterns
 
 LAST_TEMPORAL_TAP = Take(axis=2, index=-1, what="last temporal tap of the 3D kernel")
@@ -95,37 +115,172 @@ def open_checkpoint(
     path: str | Path,
     *,
     variant: str | None = None,
+    transformer_file: str | Path | None = None,
+    vae_file: str | Path | None = None,
+    text_encoder_file: str | Path | None = None,
+    config_variant: str | None = None,
     loras: Sequence[LoraSpec | str | Path] = (),
     lora_allow_unmatched: bool = False,
 ) -> Krea2Checkpoint:
-    """Open a Krea 2 diffusers folder (model_index.json naming Krea2Pipeline); nothing is read yet
-    beyond configs and safetensors headers. `variant` picks e.g. `*.fp16.safetensors` files;
+    """Open a Krea 2 checkpoint: a diffusers folder (model_index.json naming Krea2Pipeline), or a
+    transformer single file. Nothing is read yet beyond configs and headers. `variant` picks e.g.
+    `*.fp16.safetensors` files; `transformer_file` / `vae_file` / `text_encoder_file` replace those
+    components with single files (safetensors or GGUF, diffusers / transformers names, optionally
+    under a `diffusion_model.` prefix). A transformer file with no folder beside it needs the other
+    two: configs then come from the published `config_variant` ("turbo" unless given: weights cannot
+    tell Raw from Turbo) and must fit the file's shapes, unless a file carries its own `config`.
     `loras` (`--lora FILE[:SCALE]`) are merged into the transformer (`merge_transformer_loras`)."""
-    root = Path(path)
-    if not root.exists():
-        raise CheckpointError(f"{root}: no such file or folder")
-    if not is_krea2_folder(root):
+    given = Path(path)
+    if not given.exists():
+        raise CheckpointError(f"{given}: no such file or folder")
+    root: Path | None = given
+    if given.is_file():
+        if transformer_file is not None:
+            raise CheckpointError("give the transformer file either as the model path or as --transformer, not both")
+        transformer_file = given
+        root = given.parent if is_krea2_folder(given.parent) else None
+    elif not is_krea2_folder(given):
         raise CheckpointError(
-            f"{root}: not a Krea 2 diffusers folder (no model_index.json naming Krea2Pipeline)",
-            hint="point at the folder holding model_index.json, transformer/, text_encoder/, vae/, tokenizer/",
+            f"{given}: not a Krea 2 diffusers folder (no model_index.json naming Krea2Pipeline)",
+            hint="point at the folder holding model_index.json, transformer/, text_encoder/, vae/, tokenizer/, "
+            "or give the components as single files",
         )
+    if root is None:
+        missing = [f for f, v in (("--text-encoder FILE", text_encoder_file), ("--vae FILE", vae_file)) if v is None]
+        if missing:
+            raise CheckpointError(
+                f"{transformer_file}: a transformer single file with no Krea 2 folder beside it needs "
+                f"{' and '.join(missing)}",
+                hint="give the text encoder and VAE as single files too, or put the file in the diffusers folder",
+            )
+        from dif_frontend_krea2.configs import published
+
+        root = published(config_variant or "turbo")
+        tokenizer_dir = DEFAULT_CHECKPOINT / "tokenizer"
+    else:
+        tokenizer_dir = root / "tokenizer"
     configs = load_configs(root)
-    text = open_component(root / "text_encoder", variant=variant)
-    transformer: TensorSource = open_component(root / "transformer", variant=variant)
-    name = root.resolve().name or "krea2"
+    if transformer_file is not None:
+        transformer = open_single_file(transformer_file, "transformer")
+        own = _embedded_config(transformer_file)
+        if own is not None:
+            configs = attrs.evolve(configs, transformer=Krea2TransformerConfig.from_dict(own)).check()
+        _check_transformer_shapes(transformer, configs.transformer, root)
+    else:
+        transformer = open_component(root / "transformer", variant=variant)
+    if text_encoder_file is not None:
+        text = open_single_file(text_encoder_file, "text_encoder")
+        own = _embedded_config(text_encoder_file)
+        if own is not None:
+            configs = attrs.evolve(configs, text_encoder=QwenVLTextConfig.from_dict(own)).check()
+    else:
+        text = open_component(root / "text_encoder", variant=variant)
+    if vae_file is not None:
+        vae = open_single_file(vae_file, "vae")
+        own = _embedded_config(vae_file)
+        if own is not None:
+            configs = attrs.evolve(configs, vae=QwenImageVaeConfig.from_dict(own))
+    else:
+        vae = open_component(root / "vae", variant=variant)
+    name = Path(transformer_file).stem if transformer_file is not None else (root.resolve().name or "krea2")
     if loras:
         transformer = merge_transformer_loras(transformer, loras, allow_unmatched=lora_allow_unmatched)
         name += " + LoRA " + ", ".join(LoraSpec.parse(s).describe() for s in loras)
     return Krea2Checkpoint(
-        root,
-        name,
-        configs,
-        root / "tokenizer",
-        transformer,
-        text,
-        _text_prefix(text),
-        last_temporal_tap(open_component(root / "vae", variant=variant)),
+        root, name, configs, tokenizer_dir, transformer, text, _text_prefix(text), last_temporal_tap(vae)
     )
+
+
+# -- single files --------------------------------------------------------------------------------
+
+_MARKERS = {
+    "transformer": "text_fusion.projector.weight",
+    "vae": "decoder.conv_in.weight",
+    "text_encoder": "language_model.embed_tokens.weight",
+}
+_ORIGINAL_MARKERS = ("first.weight", "blocks.0.attn.wq.weight", "txtfusion.projector.weight")
+_PREFIXES = ("model.diffusion_model.", "diffusion_model.", "model.")
+
+
+def open_single_file(path: str | Path, component: str) -> TensorSource:
+    """One Krea 2 component as a single file (safetensors or GGUF) under the names the programs use:
+    a `model.diffusion_model.` / `diffusion_model.` (or for a text encoder `model.`) prefix is
+    dropped when every tensor has it. The original Krea 2 naming (`blocks.N.attn.wq`) is refused."""
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"{path}: no such {component.replace('_', ' ')} file")
+    base: TensorSource = open_gguf(path) if is_gguf(path) else open_safetensors(path)
+    names = base.names()
+    marker = _MARKERS[component]
+    if marker in base:
+        return base
+    for prefix in _PREFIXES:
+        if names and all(n.startswith(prefix) for n in names) and f"{prefix}{marker}" in base:
+            if component == "text_encoder" and prefix == "model.":
+                return base  # Qwen3VLForConditionalGeneration naming, read as is (`_text_prefix`)
+            mapped = MappedSource(base, {n[len(prefix) :]: Rule(n) for n in names})
+            mapped.label = f"{path} (prefix '{prefix}')"
+            return mapped
+    stripped = {n.split("diffusion_model.", 1)[-1] for n in names}
+    if component == "transformer" and any(m in stripped for m in _ORIGINAL_MARKERS):
+        raise CheckpointError(
+            f"{path}: a Krea 2 transformer in the original (non-diffusers) naming ('blocks.N.attn.wq' ...); "
+            "dif reads the diffusers naming of Krea 2 single files",
+            hint="use the diffusers folder's transformer, or convert the file to diffusers names",
+        )
+    raise CheckpointError(
+        f"{path}: not a Krea 2 {component.replace('_', ' ')} file (no '{marker}')",
+        hint=f"found {len(names)} tensors, e.g. {', '.join(names[:3])}",
+    )
+
+
+def is_transformer_file(path: Path) -> bool:
+    """Whether `path` is a Krea 2 transformer single file (safetensors or GGUF; headers only)."""
+    if path.suffix not in (".safetensors", ".gguf") and not is_gguf(path):
+        return False
+    try:
+        open_single_file(path, "transformer")
+    except Exception:
+        return False
+    return True
+
+
+def _embedded_config(path: str | Path) -> dict[str, object] | None:
+    import json
+
+    from dif.errors import ConfigError
+    from dif.weights.gguf import GGUFFile
+    from dif.weights.safetensors_file import read_header
+
+    path = Path(path)
+    metadata = GGUFFile(path).metadata if is_gguf(path) else read_header(path)[1]
+    raw = metadata.get("config")
+    if raw is None:
+        return None
+    try:
+        data = json.loads(raw) if isinstance(raw, str) else None
+    except ValueError:
+        data = None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: its metadata 'config' is not a JSON object")
+    return data
+
+
+def _check_transformer_shapes(source: TensorSource, cfg: Krea2TransformerConfig, root: Path) -> None:
+    """A transformer file must have the configured width and depth (named file, config, shapes)."""
+    if "img_in.weight" not in source:
+        raise CheckpointError(f"{source.label}: no 'img_in.weight': not a Krea 2 transformer")
+    width, channels = source.info("img_in.weight").shape
+    layers = len({m[1] for n in source.names() if (m := re.match(r"transformer_blocks\.(\d+)\.", n))})
+    have = {"width": width, "in_channels": channels, "blocks": layers}
+    want = {"width": cfg.num_attention_heads * cfg.attention_head_dim, "in_channels": cfg.in_channels}
+    want["blocks"] = cfg.num_layers
+    if have != want:
+        said = lambda d: ", ".join(f"{k}={v}" for k, v in d.items())  # noqa: E731
+        raise CheckpointError(
+            f"{source.label}: the transformer ({said(have)}) does not fit the configs of {root} ({said(want)})",
+            hint="a file for another model, or --config-variant / a folder of the same model",
+        )
 
 
 def bind_text_encoder(program: Program, source: TensorSource, prefix: str | None = None) -> BoundWeights:
