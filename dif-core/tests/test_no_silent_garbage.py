@@ -215,6 +215,8 @@ def test_admission_refuses_what_host_memory_cannot_hold() -> None:
     refused = r"image size 1024x1024 needs at least 0.02 GiB of host memory .* is available"
     with pytest.raises(UsageError, match=refused):
         admit_image(1024, 1024, schedule=lambda n, s: flow_match_schedule(s), free_host_bytes=need - 1, **kw)  # type: ignore[arg-type]
+    with pytest.raises(UsageError, match=r"image size 1024x1024 x 3 images needs at least .* each"):  # a batch holds 3
+        admit_image(1024, 1024, schedule=lambda n, s: flow_match_schedule(s), free_host_bytes=3 * need - 1, batch=3, **kw)  # type: ignore[arg-type]  # noqa: E501
 
 
 def test_a_config_error_of_the_schedule_is_not_a_size_error() -> None:

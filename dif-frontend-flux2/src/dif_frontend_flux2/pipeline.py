@@ -461,7 +461,7 @@ class Flux2Pipeline(TextToImagePipeline):
         channels = self.checkpoint.configs.transformer.in_channels
         admit_image(
             *self.size(req), pixels_per_token=self.pixels_per_token, channels=channels, steps=steps, cfg=use_cfg,
-            dtype=self.dtype, schedule=self.schedule, guidance=guidance,
+            dtype=self.dtype, schedule=self.schedule, guidance=guidance, batch=req.batch,
         )  # fmt: skip
         return steps, guidance, use_cfg, warnings
 

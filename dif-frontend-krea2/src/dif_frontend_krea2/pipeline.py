@@ -279,7 +279,7 @@ class Krea2Pipeline(TextToImagePipeline):
         channels = self.configs.pipeline.patch_size**2 * self.configs.vae.z_dim
         admit_image(
             width, height, pixels_per_token=self.pixels_per_token, channels=channels, steps=steps, cfg=use_cfg,
-            dtype=self.dtype, schedule=self.schedule, guidance=guidance,
+            dtype=self.dtype, schedule=self.schedule, guidance=guidance, batch=req.batch,
         )  # fmt: skip
         return steps, guidance, use_cfg, warnings
 

@@ -67,11 +67,12 @@ def admit_image(
     schedule: Schedule,
     free_host_bytes: int | None = None,
     guidance: float = 0.0,
+    batch: int = 1,
 ) -> None:
     """`UsageError` unless a `width` x `height` run (a multiple of `pixels_per_token`; latent tokens
     of `channels` packed channels) can start: at most `MAX_STEPS` steps, its schedule is finite, and `host_bytes`
-    fits `free_host_bytes` (default: the host's available memory now; 0 = unknown, not checked);
-    `guidance` must be finite."""
+    fits `free_host_bytes` (default: the host's available memory now; 0 = unknown, not checked) for
+    each of the `batch` images; `guidance` must be finite."""
     from dif.host import available_memory_bytes
 
     if not np.isfinite(guidance):  # click's FloatRange parses "nan" and "inf"
@@ -90,12 +91,13 @@ def admit_image(
             hint=f"use a smaller size (at most about {side}x{side})",
         )
     free = available_memory_bytes() if free_host_bytes is None else free_host_bytes
-    need = host_bytes(tokens, channels, width * height, dtype, cfg=cfg)
+    need = host_bytes(tokens, channels, width * height, dtype, cfg=cfg) * batch
     if free and need > free:
         raise UsageError(
-            f"image size {size} needs at least {_gib(need)} of host memory for its latents and image "
-            f"({tokens} latent tokens x {channels} channels, {width * height} pixels), but {_gib(free)} is available",
-            hint="use a smaller size, or free host memory",
+            f"image size {size}{f' x {batch} images' if batch > 1 else ''} needs at least {_gib(need)} of host "
+            f"memory for its latents and image ({tokens} latent tokens x {channels} channels, {width * height} "
+            f"pixels{' each' if batch > 1 else ''}), but {_gib(free)} is available",
+            hint="use a smaller size" + (" or batch" if batch > 1 else "") + ", or free host memory",
         )
 
 
