@@ -318,6 +318,7 @@ def test_the_builder_makes_options_and_help_from_the_frontend_settings(tmp_path:
     common = {"prompt", "negative_prompt", "model", "weight_variant", "init_noise", "save_latents", "backend"}
     common |= {"dtype", "vram_budget", "output", "as_json", "check_finite", "allow_nonfinite_weights"}
     common |= {"ref_images", "init_image", "strength", "mask", "batch", "kv_cache"}  # dif.image_pipeline.IMAGE_INPUTS
+    common |= {"preview", "preview_every"}  # dif.preview
     assert common | {s.name for s in info.settings} == set(options)
 
     runner = CliRunner()

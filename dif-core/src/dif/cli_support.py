@@ -59,6 +59,8 @@ class ImageOptions:
     vram_budget: int | None = None  # bytes (`parse_byte_size`); None plans for all the free memory
     check_finite: bool = True  # stop at the first non-finite stage output (`dif.kit.finite`)
     allow_nonfinite_weights: bool = False  # warn about NaN / inf weights instead of refusing them
+    preview: Path | None = None  # a latent preview image written while sampling (`dif.preview`)
+    preview_every: int = 1  # steps between previews
     started: float = field(factory=time.perf_counter)
 
     @property
@@ -74,19 +76,21 @@ class ImageOptions:
         seed = random_seed() if settings.get("seed") in (None, -1) else settings["seed"]  # -1: random
         output = options["output"] or Path(f"{frontend}-{seed}.png")
         image_format(output)  # an extension dif cannot write is refused before anything runs
+        if options.get("preview") is not None:
+            image_format(options["preview"])
         return cls(frontend=frontend, **{**options, "output": output}, settings={**settings, "seed": seed})
 
     def missing_folder(self) -> Path | None:
-        """The first file to write (output, then --save-latents) whose folder does not exist."""
-        for path in (self.output, self.save_latents):
+        """The first file to write (output, --save-latents, --preview) whose folder does not exist."""
+        for path in (self.output, self.save_latents, self.preview):
             if path is not None and not path.resolve().parent.is_dir():
                 return path
         return None
 
     def unwritable(self) -> tuple[Path, str] | None:
-        """(path, why) of the first file to write (output, then --save-latents) whose folder is not
+        """(path, why) of the first file to write (output, --save-latents, --preview) whose folder is not
         writable (files are written as a temp file there, then renamed)."""
-        for path in (self.output, self.save_latents):
+        for path in (self.output, self.save_latents, self.preview):
             if path is not None and (why := unwritable_reason(path)) is not None:
                 return path, why
         return None
@@ -194,11 +198,14 @@ def generate_image(
     progress = RunProgress()
     with checks:
         warnings = pipe.resolve(req)[3]  # the request's own errors (sizes, steps) before any work
+        preview = preview_writer(opts, pipe, req)  # may fit the projection: one small VAE decode
         with ProgressBar(quiet=opts.as_json) as bar, progress.interrupts():
 
-            def on_step(done: int, total: int, _latents: Any) -> None:
+            def on_step(done: int, total: int, latents: Any) -> None:
                 bar.step(done, total)
                 progress.step = (done, total)
+                if preview is not None:
+                    preview(done, total, latents)
 
             pipe.on_step, pipe.on_stage = on_step, progress.finished
             for warning in warnings:
@@ -224,6 +231,18 @@ def generate_image(
         return telemetry_text(f"{opts.frontend}.generate", tool, summary, timings, budgets)
     more = [f"wrote {b['output']}  (seed {b['seed']})" for b in summary.get("batch", [])[1:]]
     return "\n".join([*summary_lines(summary, model=describe(result.settings)), *more, *memory_lines(memory)])
+
+
+def preview_writer(opts: ImageOptions, pipe: TextToImagePipeline, req: Any) -> Any:
+    """The `dif.preview.PreviewWriter` of `--preview` (None without it): the checkpoint's projection
+    (`dif.preview.projection_for`: packaged, or fitted now with one VAE decode) at the run's token grid."""
+    if opts.preview is None:
+        return None
+    from dif.preview import PreviewWriter, projection_for
+
+    width, height, _ = pipe.fit_size(*pipe.size(req))
+    grid = (height // pipe.pixels_per_token, width // pipe.pixels_per_token)
+    return PreviewWriter(opts.preview, opts.preview_every, projection_for(pipe), grid)
 
 
 def memory_lines(memory: Mapping[str, Any]) -> list[str]:

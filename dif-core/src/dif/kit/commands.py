@@ -161,6 +161,19 @@ def image_commands(
             "--save-latents", type=click.Path(dir_okay=False, path_type=Path), help="Also save final latents."
         ),
         click.option(
+            "--preview",
+            type=click.Path(dir_okay=False, path_type=Path),
+            help="Write a cheap preview of the latents (a per-model linear latent -> RGB map, no VAE) to this "
+            "image file while sampling (.png, .jpg, .webp; replaced atomically).",
+        ),
+        click.option(
+            "--preview-every",
+            type=click.IntRange(1),
+            default=1,
+            show_default=True,
+            help="Steps between previews (the last step always writes one).",
+        ),
+        click.option(
             "--backend", help="dif backend (default: DIF_BACKEND or the best available; 'interp' = reference)."
         ),
         click.option(
@@ -198,7 +211,7 @@ def image_commands(
 
         settings = info.resolve_settings({s.name: given.pop(s.name) for s in info.settings})
         common = ("prompt", "negative_prompt", "init_noise", "save_latents", "backend", "dtype", "output", "as_json")
-        checks = ("vram_budget", "check_finite", "allow_nonfinite_weights")
+        checks = ("vram_budget", "check_finite", "allow_nonfinite_weights", "preview", "preview_every")
         opts = ImageOptions.parse(name, {k: given.pop(k) for k in (*common, *checks)}, settings)
         images = read_image_inputs(**{k: given.pop(k) for k in IMAGE_INPUTS})  # decoded before anything loads
         if (missing := opts.missing_folder()) is not None:
