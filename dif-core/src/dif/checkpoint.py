@@ -20,7 +20,8 @@ from dif.weights.source import TensorSource
 if TYPE_CHECKING:
     from dif.layers.causal_lm import DecoderConfig
 
-RUN_DTYPES = {"BF16": DType.BF16, "F16": DType.F16, "F32": DType.F32}
+RUN_DTYPES = {"BF16": DType.BF16, "F16": DType.F16, "F32": DType.F32, "F8_E4M3": DType.BF16, "F8_E5M2": DType.BF16}
+"""Storage dtype -> the `--dtype auto` run dtype; fp8 runs in bf16, which holds every fp8 value exactly."""
 
 
 def read_json_object(path: str | Path, *, hint: str | None = None) -> dict[str, Any]:
@@ -49,8 +50,10 @@ def storage_dtype(source: TensorSource, *, by: Literal["majority", "first"] = "m
 
     by="majority": the dtype most tensors have (checkpoints that keep norm gains in fp32 next to
     bf16 matrices are bf16 checkpoints); by="first": the first float tensor's, in `names()` order.
-    f32 when no tensor is bf16, f16 or f32."""
+    f32 when no tensor is bf16, f16 or f32; bf16 when any is fp8 (it holds every fp8 value exactly)."""
     kinds = [source.info(n).dtype for n in source.names()]
+    if any(k in ("F8_E4M3", "F8_E5M2") for k in kinds):  # fp8 weights, whatever the norms are stored in
+        return DType.BF16
     order = [kind for kind, _ in Counter(kinds).most_common()] if by == "majority" else kinds
     return next((RUN_DTYPES[k] for k in order if k in RUN_DTYPES), DType.F32)
 

@@ -25,6 +25,7 @@ import attrs
 
 from dif.errors import CheckpointError, ConfigError
 from dif.weights import MappedSource, Rule, TensorSource, open_safetensors
+from dif.weights.fp8 import scaled_fp8
 from dif.weights.gguf import GGUFFile, is_gguf, open_gguf
 from dif.weights.safetensors_file import read_header
 from dif_frontend_flux2 import DEFAULT_CHECKPOINT
@@ -145,7 +146,7 @@ def open_text_encoder_file(path: str | Path) -> tuple[TensorSource, dict[str, An
         mapped = MappedSource(gguf, rules)
         mapped.label = f"{path} (llama.cpp GGUF names)"
         return mapped, _gguf_qwen3_config(gguf) if arch == "qwen3" else embedded_config(path)
-    source = open_safetensors(path)
+    source = scaled_fp8(open_safetensors(path))
     if "model.embed_tokens.weight" not in source and "embed_tokens.weight" in source:  # a Qwen3Model save
         mapped = MappedSource(source, {f"model.{n}": Rule(n) for n in source.names()})
         mapped.label = source.label

@@ -31,6 +31,7 @@ from dif.errors import CheckpointError
 from dif.lora import LoraSpec, Target, merge_loras
 from dif.weights import Chunk, DropUnitAxes, MappedSource, Rule, SwapHalves, TensorSource, open_component
 from dif.weights import open_safetensors as open_file
+from dif.weights.fp8 import scaled_fp8
 from dif.weights.gguf import GGUFFile, is_gguf, open_gguf
 from dif.weights.safetensors_file import read_header
 from dif_frontend_flux2 import DEFAULT_CHECKPOINT
@@ -218,9 +219,10 @@ def open_checkpoint(
 
 def open_single_file(path: str | Path, component: str) -> TensorSource:
     """A transformer or VAE single file (safetensors, or GGUF: city96's bare BFL names or
-    stable-diffusion.cpp's `model.diffusion_model.` ones) in either naming, under diffusers names."""
+    stable-diffusion.cpp's `model.diffusion_model.` ones) in either naming, under diffusers names;
+    ComfyUI scaled fp8 weights dequantized (`dif.weights.fp8`)."""
     path = Path(path)
-    base: TensorSource = open_gguf(path) if is_gguf(path) else open_file(path)
+    base: TensorSource = open_gguf(path) if is_gguf(path) else scaled_fp8(open_file(path))
     kind = _kind_of(base.names())  # the header is already read: no second pass over the file
     if kind == f"bfl-{component}":
         rules = bfl_transformer_rules(base.names()) if component == "transformer" else bfl_vae_rules(base.names())

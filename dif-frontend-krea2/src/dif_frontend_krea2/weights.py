@@ -35,6 +35,7 @@ from dif.weights import (
     open_gguf,
     open_safetensors,
 )
+from dif.weights.fp8 import scaled_fp8
 from dif_frontend_krea2 import DEFAULT_CHECKPOINT
 from dif_frontend_krea2.config import (
     Krea2Configs,
@@ -209,7 +210,7 @@ def open_single_file(path: str | Path, component: str) -> TensorSource:
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"{path}: no such {component.replace('_', ' ')} file")
-    base: TensorSource = open_gguf(path) if is_gguf(path) else open_safetensors(path)
+    base: TensorSource = open_gguf(path) if is_gguf(path) else scaled_fp8(open_safetensors(path))
     names = base.names()
     marker = _MARKERS[component]
     if marker in base:

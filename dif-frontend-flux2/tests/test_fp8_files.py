@@ -1,0 +1,68 @@
+"""ComfyUI scaled fp8 and plain fp8 FLUX.2 transformer files render end to end: a scaled fp8 file
+(per-tensor `scale_weight`, `scale_input`, the `scaled_fp8` marker) gives the pixels of the same
+dequantized weights stored as plain bf16, where it used to fail with "unexpected tensors"."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import ml_dtypes
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from dif.serialize.diftensor import save_tensors
+from dif_frontend_flux2 import DEFAULT_CHECKPOINT
+
+cli = pytest.importorskip("dif_tools.cli", reason="the `dif` command lives in dif-tools").cli
+COMMON = ["-p", "a fox", "-W", "32", "-H", "32", "--seed", "2", "--steps", "2", "--dtype", "f32"]
+E4M3 = ml_dtypes.float8_e4m3fn
+
+
+def render(model: Path, out: Path) -> tuple[np.ndarray, str]:
+    from PIL import Image
+
+    args = ["flux2", "generate", "-m", str(model), "--base", str(DEFAULT_CHECKPOINT), *COMMON, "-o", str(out)]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 0, result.output
+    with Image.open(out) as im:
+        return np.asarray(im.convert("RGB")), result.output
+
+
+def test_scaled_fp8_file_renders_like_its_dequantized_weights(tmp_path: Path, bfl_tensors) -> None:  # type: ignore[no-untyped-def]
+    weights = bfl_tensors(DEFAULT_CHECKPOINT / "transformer")
+    scaled: dict[str, np.ndarray] = {"scaled_fp8": np.zeros(0, E4M3)}
+    dequantized: dict[str, np.ndarray] = {}
+    for name, w in weights.items():
+        if w.ndim == 2 and name.endswith(".weight"):
+            s = np.float32(np.abs(w).max() / 448.0)
+            q = (w / s).astype(E4M3)
+            scaled[name] = q
+            scaled[name[: -len(".weight")] + ".scale_weight"] = np.array(s, np.float32)
+            scaled[name[: -len(".weight")] + ".scale_input"] = np.array(1.0, np.float32)
+            dequantized[name] = (q.astype(np.float32) * s).astype(ml_dtypes.bfloat16)
+        else:
+            scaled[name] = dequantized[name] = w
+    assert len(dequantized) > 20
+    fp8 = tmp_path / "klein-fp8-scaled.safetensors"
+    save_tensors(fp8, scaled, dif_metadata=False)
+    ref = tmp_path / "klein-bf16.safetensors"
+    save_tensors(ref, dequantized, dif_metadata=False)
+    image, said = render(fp8, tmp_path / "a.png")
+    assert "warning:" in said and "scaled fp8 weights are dequantized to bf16" in said
+    assert np.array_equal(image, render(ref, tmp_path / "b.png")[0])
+
+
+def test_plain_fp8_file_runs_in_bf16(tmp_path: Path, bfl_tensors) -> None:  # type: ignore[no-untyped-def]
+    import json
+
+    weights = {
+        n: (w.astype(E4M3) if w.ndim == 2 else w) for n, w in bfl_tensors(DEFAULT_CHECKPOINT / "transformer").items()
+    }
+    path = tmp_path / "klein-fp8.safetensors"
+    save_tensors(path, weights, dif_metadata=False)
+    args = ["flux2", "generate", "-m", str(path), "--base", str(DEFAULT_CHECKPOINT), *COMMON[:-2], "--json"]
+    result = CliRunner().invoke(cli, [*args, "-o", str(tmp_path / "o.png")])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    assert doc["data"]["settings"]["dtype"] == "bf16"
