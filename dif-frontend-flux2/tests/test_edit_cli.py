@@ -79,6 +79,10 @@ def test_img2img_and_inpainting_run_at_the_init_image_size(tmp_path: Path) -> No
         (["-i", "{a}", "-W", "32"], "width 32 differs from the init image's 80"),
         (["-i", "{a}", "-r", "{a}"], "is not supported"),
         (["-b", "0"], "batch 0 is outside 1..64"),
+        (
+            ["-i", "{a}", "--mask", "{a}", "--sampling-method", "heun"],
+            "--mask (inpainting) runs with the euler sampler",
+        ),
         (["--kv-cache"], "--kv-cache caches the reference images' keys and values"),
         (["-r", "{tiny}"], "reference image {tiny} is 32x80; both sides must be at least 64 pixels"),
     ],

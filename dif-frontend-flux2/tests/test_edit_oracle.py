@@ -347,3 +347,34 @@ def test_full_size_reference_kv_reads_exactly_the_reference_stream(variant) -> N
     kv_inputs = [i for i in cached.inputs if i.name.startswith("ref_")]
     assert len(kv_inputs) == 2 * (cfg.num_layers + cfg.num_single_layers)
     assert {i.type.shape for i in kv_inputs} == {(2, 6, cfg.num_attention_heads, cfg.attention_head_dim)}
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_noising_and_the_inpainting_blend_round_as_torch(dtype: str) -> None:
+    """img2img's start (`scale_noise` at the strength's sigma) and the per-step blend, bit for bit with
+    diffusers' scheduler and the pipeline's expression in the run dtype."""
+    torch = pytest.importorskip("torch", reason="oracle tests need torch")
+    import diffusers
+    import ml_dtypes
+
+    from dif.image_pipeline import inpaint_blend, noised
+
+    np_dt = np.dtype(ml_dtypes.bfloat16) if dtype == "bfloat16" else np.dtype(np.float32)
+    t_dt = getattr(torch, dtype)
+    rng = np.random.default_rng(0)
+    sample, noise, latents = (rng.standard_normal((2, 12, 128)).astype(np.float32).astype(np_dt) for _ in range(3))
+    mask = np.floor(rng.uniform(0, 5, (1, 12, 1))).astype(np.float32) / 4  # multiples of 1/4, as per-token averages
+    sched = diffusers.FlowMatchEulerDiscreteScheduler(use_dynamic_shifting=True, time_shift_type="exponential")
+    sched.set_timesteps(sigmas=np.linspace(1.0, 0.25, 4), mu=1.3)
+    sched.set_begin_index(1)
+
+    def t(a: np.ndarray):  # type: ignore[no-untyped-def]
+        return torch.from_numpy(a.astype(np.float32)).to(t_dt)
+
+    want = sched.scale_noise(t(sample), sched.timesteps[1:2], t(noise)).float().numpy()
+    got = noised(sample, noise, sched.sigmas[1].numpy(), np_dt)
+    assert got.dtype == np_dt
+    np.testing.assert_array_equal(got.astype(np.float32), want)
+    m = t(mask)
+    want_blend = ((1 - m) * t(sample) + m * t(latents)).float().numpy()
+    np.testing.assert_array_equal(inpaint_blend(latents, sample, mask, np_dt).astype(np.float32), want_blend)

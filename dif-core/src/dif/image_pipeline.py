@@ -169,12 +169,26 @@ def strength_schedule(schedule: FlowMatchSchedule, strength: float) -> FlowMatch
     return evolve(schedule, sigmas=schedule.sigmas[start:], timesteps=schedule.timesteps[start:])
 
 
-def noised(image_latents: np.ndarray, noise: np.ndarray, sigma: np.float32) -> np.ndarray:
-    """sigma * noise + (1 - sigma) * image latents in float32 (flow matching's forward process, as
-    `FlowMatchEulerDiscreteScheduler.scale_noise`), broadcast over the batch axis."""
-    s = np.float32(sigma)
-    x = s * noise.astype(np.float32) + (np.float32(1.0) - s) * image_latents.astype(np.float32)
-    return x.astype(np.float32)
+def _rounded(dtype: np.dtype) -> Callable[[Any], np.ndarray]:
+    """x -> x rounded to `dtype` and back to float32: one torch operation in that dtype."""
+    return lambda x: np.asarray(x, np.float32).astype(dtype).astype(np.float32)
+
+
+def noised(image_latents: np.ndarray, noise: np.ndarray, sigma: np.float32, dtype: Any = np.float32) -> np.ndarray:
+    """sigma * noise + (1 - sigma) * image latents in `dtype` (flow matching's forward process, as
+    `FlowMatchEulerDiscreteScheduler.scale_noise` computes it: sigma cast to the latents' dtype, each
+    operation rounded to it), broadcast over the batch axis."""
+    r = _rounded(np.dtype(dtype))
+    s = r(np.float32(sigma))
+    x = r(r(s * r(noise)) + r(r(np.float32(1.0) - s) * r(image_latents)))
+    return x.astype(dtype)
+
+
+def inpaint_blend(latents: np.ndarray, source: np.ndarray, mask: np.ndarray, dtype: Any = np.float32) -> np.ndarray:
+    """(1 - mask) * source + mask * latents, each operation rounded to `dtype` (mask 1 = repaint)."""
+    r = _rounded(np.dtype(dtype))
+    m = r(mask)
+    return r(r(r(np.float32(1.0) - m) * r(source)) + r(m * r(latents))).astype(dtype)
 
 
 @frozen(eq=False)
@@ -372,7 +386,7 @@ class TextToImagePipeline:
         x = noise.astype(self.dtype.np)
         init = None if images is None else images.init_latents
         if init is not None:
-            x = noised(init, noise, schedule.sigmas[0]).astype(self.dtype.np)
+            x = noised(init, noise, schedule.sigmas[0], self.dtype.np)
 
         def run(x: np.ndarray, part: FlowMatchSchedule, on_step: StepCallback | None) -> np.ndarray:
             return sample(
@@ -381,14 +395,13 @@ class TextToImagePipeline:
 
         if init is None or images is None or images.mask is None:
             return run(x, schedule, self.on_step)
-        mask = images.mask.astype(np.float32)
-        keep = np.float32(1.0) - mask
+        mask, dt = images.mask, self.dtype.np
         total = schedule.num_steps
         for i in range(total):  # one step at a time: the blend follows each step
             step = evolve(schedule, sigmas=schedule.sigmas[i : i + 2], timesteps=schedule.timesteps[i : i + 1])
             x = run(x, step, None)
-            source = noised(init, noise, schedule.sigmas[i + 1]) if i < total - 1 else init.astype(np.float32)
-            x = (keep * source + mask * x.astype(np.float32)).astype(self.dtype.np)
+            source = noised(init, noise, schedule.sigmas[i + 1], dt) if i < total - 1 else init
+            x = inpaint_blend(x, source, mask, dt)
             if self.on_step is not None:
                 self.on_step(i + 1, total, x)
         return x

@@ -421,6 +421,11 @@ class Flux2Pipeline(TextToImagePipeline):
         """(steps, guidance, use_cfg, warnings) with the distilled/base defaults and rules; the size
         must be a multiple of the token size (`UsageError`)."""
         self.check_model_inputs(req)
+        if req.mask is not None and req.sampler != "euler":  # the blend follows each Euler step (the reference's)
+            raise UsageError(
+                f"--mask (inpainting) runs with the euler sampler, not {req.sampler}",
+                hint="leave --sampling-method out, or drop --mask for img2img",
+            )
         if req.kv_cache and req.init_image is not None:
             raise UsageError("--kv-cache is for reference images (-r), not for img2img / inpainting (-i)")
         if req.init_image is not None:
