@@ -109,7 +109,7 @@ def read_image_inputs(
     refs = tuple(read_image(r, what="reference image", index=i) for i, r in enumerate(ref_images or ()))
     source = None if init_image is None else read_image(init_image, what="init image")
     masked = None if mask is None else read_image(mask, what="mask")
-    fields = {
+    fields: dict[str, Any] = {
         "ref_images": refs, "init_image": source, "strength": strength, "mask": masked,
         "batch": 1 if batch is None else batch, "kv_cache": kv_cache,
     }  # fmt: skip

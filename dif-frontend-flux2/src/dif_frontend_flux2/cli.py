@@ -88,6 +88,7 @@ def describe(
         "name": name,
         "layout": layout,
         "distilled": distilled,
+        "kv_cache": cfgs.pipeline.kv_cache,  # a klein KV checkpoint: reference keys/values computed once by default
         "defaults": {
             "steps": INFO.default("steps", kind),
             "guidance": guidance,
