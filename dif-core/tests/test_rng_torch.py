@@ -151,3 +151,19 @@ def test_numpy_stream_is_unchanged_and_bad_names_are_refused() -> None:
         standard_normal((4,), 0, "mt")
     with pytest.raises(UsageError, match="float64"):
         standard_normal((4,), 0, "torch-cuda", "float64")
+
+
+def test_torch_cuda_gpu_shape_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A smaller GPU launches fewer threads: a large tensor's stream changes, a small one's does not."""
+    big, small = (1, 128, 64, 64), (300,)
+    h200 = standard_normal(big, 7, "torch-cuda")
+    monkeypatch.setenv("DIF_TORCH_CUDA_GPU", "128,1536")  # an RTX 4090
+    np.testing.assert_array_equal(
+        standard_normal(big, 7, "torch-cuda"),
+        torch_cuda_randn(big, 7, np.dtype(np.float32), sms=128, threads_per_sm=1536),
+    )
+    assert not np.array_equal(standard_normal(big, 7, "torch-cuda"), h200)
+    np.testing.assert_array_equal(standard_normal(small, 7, "torch-cuda"), h200.reshape(-1)[:300])
+    monkeypatch.setenv("DIF_TORCH_CUDA_GPU", "lots")
+    with pytest.raises(UsageError, match="DIF_TORCH_CUDA_GPU='lots'"):
+        standard_normal(small, 7, "torch-cuda")

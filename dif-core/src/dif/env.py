@@ -128,6 +128,12 @@ DIF_CACHE_DIR = declare(
     "DIF_CACHE_DIR",
     "Folder for on-disk caches (compiled kernels, tuned plans). Default: $XDG_CACHE_HOME/dif or ~/.cache/dif.",
 )
+DIF_TORCH_CUDA_GPU = declare(
+    "DIF_TORCH_CUDA_GPU",
+    "`SMS,THREADS_PER_SM` of the GPU whose torch.Generator('cuda') stream `--rng torch-cuda` reproduces (torch's "
+    "launch, and so the stream of a large tensor, depends on them). Default: an H100 / H200.",
+    default="132,2048",
+)
 
 
 def cache_dir() -> Path:

@@ -27,7 +27,8 @@ def standard_normal(
     "numpy": PCG64(seed).standard_normal in float32, then cast (dif's stream, independent of `dtype`'s
     draw). "torch-cpu" / "torch-cuda": `torch.randn(shape, generator=..., dtype=dtype)` drawn in `dtype`
     as torch draws it (torch's bf16 stream is not the float32 one rounded on the CPU), see
-    `dif.rng.torch_cpu` and `dif.rng.torch_cuda` (an H100 / H200-sized launch). `UsageError` naming
+    `dif.rng.torch_cpu` and `dif.rng.torch_cuda` (the launch of the GPU `DIF_TORCH_CUDA_GPU` describes,
+    default an H100 / H200). `UsageError` naming
     `--rng` for another name."""
     dims = tuple(int(d) for d in shape)
     dt = np.dtype(dtype)
@@ -46,4 +47,20 @@ def standard_normal(
         raise UsageError("--rng torch-cuda draws float32, bfloat16 or float16 noise (float64 is another kernel)")
     from dif.rng.torch_cuda import torch_cuda_randn
 
-    return torch_cuda_randn(dims, seed, dt)
+    sms, threads = torch_cuda_gpu()
+    return torch_cuda_randn(dims, seed, dt, sms=sms, threads_per_sm=threads)
+
+
+def torch_cuda_gpu() -> tuple[int, int]:
+    """(SMs, threads per SM) of `DIF_TORCH_CUDA_GPU`; `UsageError` naming it for anything else."""
+    from dif.env import DIF_TORCH_CUDA_GPU
+
+    text = DIF_TORCH_CUDA_GPU.get() or ""
+    parts = [p.strip() for p in text.split(",")]
+    if len(parts) != 2 or not all(p.isdigit() and int(p) > 0 for p in parts) or int(parts[1]) < 256:
+        raise UsageError(
+            f"DIF_TORCH_CUDA_GPU={text!r} is not 'SMS,THREADS_PER_SM'",
+            hint="e.g. 132,2048 (H100 / H200): torch.cuda.get_device_properties(0).multi_processor_count, "
+            ".max_threads_per_multi_processor",
+        )
+    return int(parts[0]), int(parts[1])
