@@ -141,3 +141,17 @@ def test_oracle_manifest_protocol(runs: dict[str, Any], tmp_path: Path) -> None:
     ):
         result = invoke(cmd)
         assert result.exit_code == 1 and "oracle.missing" in result.output and "Traceback" not in result.output
+
+
+def test_bad_capture_setting_is_refused(tiny_klein: dict[str, Any], tmp_path: Path) -> None:
+    args = ["run", str(tiny_klein["difir"]), "--inputs", str(tiny_klein["inputs_path"]), "--backend", "cpu"]
+    args += ["--weights", str(tiny_klein["weights_path"]), "--out", str(tmp_path / "out.diftensor")]
+    result = invoke(args, env={"DIF_CAPTURE": "everything", "DIF_CAPTURE_DIR": str(tmp_path / "cap")})
+    assert result.exit_code == 1 and "DIF_CAPTURE" in result.output and "Traceback" not in result.output
+    assert not (tmp_path / "out.diftensor").exists() and not (tmp_path / "cap").exists()
+    plain = tmp_path / "plain.safetensors"
+    from dif.serialize.diftensor import save_tensors
+
+    save_tensors(plain, {"a": tiny_klein["inputs"]["latents"]})
+    result = invoke(["bisect", "program", str(tiny_klein["difir"]), "--capture", str(plain), "--reference", str(plain)])
+    assert result.exit_code == 1 and "not a dif capture" in result.output
