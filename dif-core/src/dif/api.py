@@ -41,7 +41,8 @@ def load(
     lora: Sequence[str | Path | tuple[str | Path, float]] = (),
     lora_allow_unmatched: bool = False,
 ) -> ImagePipeline:
-    """The pipeline of the checkpoint at `path` (a diffusers folder or a single file), its family
+    """The pipeline of the checkpoint at `path` (a diffusers folder, a single file, or a Hugging Face
+    repo id "org/name[@revision]" already in the local HF cache: `dif.weights.hfcache`), its family
     detected by the installed frontends unless `family` names it; with no path, the embedded tiny
     checkpoint of `family` (default "flux2"). `backend` as the CLI's --backend (None: the best
     available), `dtype` "auto" | "f32" | "bf16" | "f16", `vram_budget` in bytes for the whole pipeline
@@ -52,6 +53,10 @@ def load(
     from dif.plugins import frontends
 
     known = frontends()
+    if path is not None:  # an existing path, or a repo id found in the local Hugging Face cache
+        from dif.weights.hfcache import resolve_model_path
+
+        path = resolve_model_path(path)
     if family is not None or path is None:
         name = family or DEFAULT_FAMILY
         if name not in known:

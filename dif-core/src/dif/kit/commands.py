@@ -25,6 +25,17 @@ from dif.frontend import FrontendInfo, SettingSpec
 Decorator = Callable[[Any], Any]
 
 
+def _model_path(ctx: click.Context, param: click.Parameter, value: str | None) -> Path | None:
+    """A checkpoint path, or the cached snapshot of a Hugging Face repo id (`dif.weights.hfcache`)."""
+    from dif.errors import CheckpointError
+    from dif.weights.hfcache import resolve_model_path
+
+    try:
+        return None if value is None else resolve_model_path(value)
+    except CheckpointError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
 def _byte_size(ctx: click.Context, param: click.Parameter, value: str | None) -> int | None:
     from dif.cli_support import parse_byte_size
 
@@ -139,7 +150,12 @@ def image_commands(
         pass
 
     common_load = [
-        click.option("-m", "--model", type=click.Path(exists=True, path_type=Path), help=model_help),
+        click.option(
+            "-m",
+            "--model",
+            callback=_model_path,
+            help=f"{model_help} A Hugging Face repo id (org/name[@revision]) is looked up in the local HF cache.",
+        ),
         *checkpoint_options,
         click.option(
             "--weight-variant", help="Weight files to load, e.g. fp16 (diffusion_pytorch_model.fp16.safetensors)."
@@ -240,7 +256,7 @@ def image_commands(
     group.command("generate")(_apply(generate, options))
 
     @group.command("info")
-    @click.argument("model", required=False, type=click.Path(exists=True, path_type=Path))
+    @click.argument("model", required=False, callback=_model_path)
     @click.option(
         "--variant",
         type=click.Choice(info.variants) if info.variants else None,
