@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import dif
 from dif.preview import PROJECTION_FILE, _sha256, fit_projection, latent_channels
@@ -21,14 +22,14 @@ SAMPLES = 4
 def main() -> int:
     for family in ("flux2", "krea2"):
         loaded = dif.load(family=family, backend="cpu", dtype="f32")
-        pipe = loaded.pipeline
+        pipe: Any = loaded.pipeline  # a frontend pipeline: it has a `checkpoint` with a `root` folder
         root = Path(pipe.checkpoint.root)
         vae = root / "vae" / "diffusion_pytorch_model.safetensors"
         projection = fit_projection(
             pipe.decode, latent_channels(pipe), pipe.dtype.np, source=f"{root.name} (perf/fit_preview.py)",
             samples=SAMPLES,
         )  # fmt: skip
-        package = Path(__import__(type(pipe).__module__.split(".")[0]).__file__).parent
+        package = Path(str(__import__(type(pipe).__module__.split(".")[0]).__file__)).parent
         out = package / PROJECTION_FILE
         record = {**projection.to_json(), "vae_bytes": vae.stat().st_size, "vae_sha256": _sha256(vae)}
         record["fit"] = {"decodes": SAMPLES, "grid_tokens": 32, "block_tokens": 2, "ridge": 0.3}

@@ -162,6 +162,7 @@ def projection_for(pipe: Any) -> PreviewProjection:
     import importlib
 
     package = importlib.import_module(type(pipe).__module__.split(".")[0])
+    assert package.__file__ is not None
     root = getattr(getattr(pipe, "checkpoint", None), "root", None)
     vae_file = Path(root) / "vae" / "diffusion_pytorch_model.safetensors" if root is not None else None
     found = packaged_projection(Path(package.__file__).parent, vae_file)

@@ -48,7 +48,7 @@ def sample(
     x = require_finite("initial latents", latents)
     total = schedule.num_steps
 
-    def velocity(x: np.ndarray, t: np.float32, step: int) -> np.ndarray:
+    def velocity(x: np.ndarray, t: Any, step: int) -> np.ndarray:  # t: a float32 scalar of the schedule
         where = (step + 1, total)
         v = require_finite("denoiser output", predict(x, t, cond), step=where)
         if uncond is not None:
