@@ -382,7 +382,7 @@ class Flux2Pipeline(TextToImagePipeline):
         cos, sin = flux2_rope_tables(
             MAX_LENGTH, h, w, ref_shapes=shapes, axes_dims=cfg.axes_dims_rope, theta=cfg.rope_theta
         )
-        tiled: dict[int, dict[str, np.ndarray]] = {}  # the cached keys/values repeated over a batch, once
+        tiled: dict[int, dict[str, np.ndarray]] = {}  # reference tokens or keys/values repeated over a batch, once
 
         def predict(latents: np.ndarray, t: float, text: np.ndarray) -> np.ndarray:
             batch = latents.shape[0]
@@ -394,8 +394,9 @@ class Flux2Pipeline(TextToImagePipeline):
                 run = self._transformer_runner(n_img, batch, n_ref_cached=refs.tokens.shape[1])
             else:
                 if refs is not None:
-                    refs_b = np.repeat(refs.tokens, batch, axis=0).astype(latents.dtype)
-                    x = np.concatenate([latents, refs_b], axis=1)
+                    if batch not in tiled:
+                        tiled[batch] = {"tokens": np.repeat(refs.tokens, batch, axis=0).astype(latents.dtype)}
+                    x = np.concatenate([latents, tiled[batch]["tokens"]], axis=1)
                 run = self._transformer_runner(x.shape[1], batch)
             t_proj = flux2_timestep_proj([t] * batch, dtype=self.dtype, channels=cfg.timestep_guidance_channels)
             inputs = {
