@@ -160,6 +160,44 @@ def test_scan_counts_float8_nan_across_chunks(monkeypatch: pytest.MonkeyPatch) -
     assert nonfinite_counts(ArraySource({"q": x}), ["q"], threads=3) == {"q": 3}
 
 
+@pytest.mark.parametrize(
+    "dtype", [np.float16, ml_dtypes.bfloat16, ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e5m2], ids=str
+)
+def test_the_two_reductions_agree_with_isfinite_on_every_bit_pattern(dtype: type) -> None:
+    """`has_nonfinite` (maxima of the signed and unsigned views) against numpy's own isfinite, value by value
+    over every 8- and 16-bit pattern, and over blocks that hold just one non-finite value."""
+    from dif.weights.scan import SCAN_BLOCK, has_nonfinite
+
+    size = np.dtype(dtype).itemsize
+    every = np.arange(1 << (8 * size), dtype=np.uint64).astype(f"u{size}").view(dtype)
+    finite = np.isfinite(every.astype(np.float32))
+    assert not finite.all()
+    for value, ok in zip(every, finite, strict=True):
+        assert has_nonfinite(np.array([value])) is (not ok), value
+    clean = every[finite]
+    assert not has_nonfinite(clean)
+    big = np.resize(clean, 3 * SCAN_BLOCK + 5)
+    assert not has_nonfinite(big)
+    for at in (0, SCAN_BLOCK - 1, SCAN_BLOCK, big.size - 1):
+        for bad in every[~finite][[0, -1]]:  # the smallest and largest non-finite patterns (+ and - signs)
+            damaged = big.copy()
+            damaged[at] = bad
+            assert has_nonfinite(damaged)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_the_two_reductions_find_wide_float_nan_and_inf(dtype: type) -> None:
+    from dif.weights.scan import has_nonfinite
+
+    top = np.finfo(dtype).max
+    x = np.concatenate([np.linspace(-1e30, 1e30, 4001), [-top, top, np.finfo(dtype).tiny, -0.0]]).astype(dtype)
+    assert not has_nonfinite(x) and not has_nonfinite(np.zeros(0, dtype))
+    for bad in (np.nan, -np.nan, np.inf, -np.inf):
+        y = x.copy()
+        y[1234] = bad
+        assert has_nonfinite(y)
+
+
 def test_tensor_stats_match_numpy(tmp_path: Path) -> None:
     rng = np.random.default_rng(0)
     w = rng.standard_normal((30, 7)).astype(np.float32)
@@ -216,7 +254,9 @@ def test_admission_refuses_what_host_memory_cannot_hold() -> None:
     with pytest.raises(UsageError, match=refused):
         admit_image(1024, 1024, schedule=lambda n, s: flow_match_schedule(s), free_host_bytes=need - 1, **kw)  # type: ignore[arg-type]
     with pytest.raises(UsageError, match=r"image size 1024x1024 x 3 images needs at least .* each"):  # a batch holds 3
-        admit_image(1024, 1024, schedule=lambda n, s: flow_match_schedule(s), free_host_bytes=3 * need - 1, batch=3, **kw)  # type: ignore[arg-type]  # noqa: E501
+        admit_image(
+            1024, 1024, schedule=lambda n, s: flow_match_schedule(s), free_host_bytes=3 * need - 1, batch=3, **kw
+        )  # type: ignore[arg-type]  # noqa: E501
 
 
 def test_a_config_error_of_the_schedule_is_not_a_size_error() -> None:
