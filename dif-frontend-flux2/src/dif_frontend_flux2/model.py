@@ -2,7 +2,9 @@
 
 Frontend stage: config -> `build_transformer` -> Program whose parameter names are the diffusers
 state-dict names, so a diffusers checkpoint binds by identity. The per-step host inputs (timestep
-sinusoid, RoPE tables) come from `flux2_timestep_proj` and `flux2_rope_tables` below.
+sinusoid, RoPE tables) come from `flux2_timestep_proj` and `flux2_rope_tables` below. For klein KV's
+reference cache, `build_reference_kv` computes the reference tokens' keys/values once and
+`build_transformer(n_ref_cached=...)` attends to them.
 """
 
 from __future__ import annotations
@@ -185,7 +187,8 @@ def build_transformer(
     for i in range(cfg.num_layers):
         ref = next(kv) if kv is not None else None
         x, ctx = _double_block(b, cfg, f"transformer_blocks.{i}", x, ctx, mod_img, mod_txt, cos, sin, ref)
-    h = b.emit("concat", ctx, x, axis=1)
+    with b.scope(module=MODULE, block="single_stream_input", section="concat"):  # the forward joins the streams
+        h = b.emit("concat", ctx, x, axis=1)
     for i in range(cfg.num_single_layers):
         ref = next(kv) if kv is not None else None
         h = _single_block(b, cfg, f"single_transformer_blocks.{i}", h, mod_single, cos, sin, n_txt, ref)

@@ -10,6 +10,10 @@ runs on the host over `predictor`, the one model-specific step:
 The token size (pixels per token) comes from the checkpoint's VAE and patch configs. Every
 rounding follows Flux2KleinPipeline (diffusers) so an fp32 run from the same initial noise
 reproduces its latents and image; `--init-noise` supplies that noise, seeds use numpy's PCG64.
+Editing (docs/editing.md): up to 4 reference images, VAE-encoded (a VAE encoder program per image size)
+and appended to the denoiser's sequence at RoPE time 10, 20, ... (Flux2KleinPipeline), or with the K/V
+cache reduced to their keys/values, computed once by `build_reference_kv` (Flux2KleinKVPipeline);
+img2img and inpainting as Flux2KleinInpaintPipeline; a batch of B is one denoiser program of batch B.
 """
 
 from __future__ import annotations
