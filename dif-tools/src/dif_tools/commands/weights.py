@@ -1,9 +1,12 @@
 """`dif weights stats MODEL`: per tensor of a checkpoint, its count, min, max, mean and how many
 values are NaN or infinite (the load-time scan `dif.weights.bind.check_finite_weights` refuses
-those; this command shows where they are).
+those; this command shows where they are), then what the file is: the model family its names say
+(`dif.lora.families`), dtypes, bytes, the largest tensors, repeated shape patterns; for a LoRA its
+dialect, kinds, ranks, alphas and targeted modules (`dif.lora.read_lora`); for a GGUF its
+architecture and the ggml type of every tensor.
 
-MODEL is a .safetensors file, a sharded index (.json), a component folder (transformer/) or a
-diffusers folder, whose component folders are read in name order.
+MODEL is a .safetensors or .gguf file, a sharded index (.json), a component folder (transformer/)
+or a diffusers folder, whose component folders are read in name order.
 """
 
 from __future__ import annotations
@@ -21,8 +24,11 @@ def open_sources(model: Path, variant: str | None) -> list[tuple[str, Any]]:
     """(component name or "", tensor source) of each weights file set under `model`."""
     from dif.errors import CheckpointError
     from dif.weights import open_component, open_index, open_safetensors
+    from dif.weights.gguf import is_gguf, open_gguf
 
     if model.is_file():
+        if is_gguf(model):
+            return [("", open_gguf(model))]
         return [("", open_index(model) if model.suffix == ".json" else open_safetensors(model))]
     try:
         return [("", open_component(model, variant=variant))]
@@ -36,6 +42,74 @@ def open_sources(model: Path, variant: str | None) -> list[tuple[str, Any]]:
         if not found:
             raise direct from None
         return found
+
+
+LORA_SUFFIXES = (".lora_down.weight", ".lora_A.weight", ".lokr_w1", ".lokr_w1_a", ".hada_w1_a")
+
+
+def describe_file(model: Path, sources: list[tuple[str, Any]]) -> dict[str, Any]:
+    """What MODEL is, beyond its tensors: family, dtypes, bytes, largest tensors, shape patterns,
+    and the LoRA / GGUF facts when it is one."""
+    import re
+    from collections import Counter
+
+    from dif.lora import families_of, family_label, read_lora
+    from dif.weights.gguf import GGUFFile
+
+    names = [n for _, src in sources for n in src.names()]
+    infos = [src.info(n) for _, src in sources for n in src.names()]
+    families = families_of(names)
+    patterns = Counter(re.sub(r"\.\d+\.", ".N.", i.name) + f" {list(i.shape)}" for i in infos)
+    out: dict[str, Any] = {
+        "family": family_label(families[0]) if families else None,
+        "families": [family_label(f) for f in families],
+        "dtypes": dict(Counter(i.dtype for i in infos).most_common()),
+        "bytes": sum(i.nbytes for i in infos),
+        "largest": [{"name": i.name, "shape": list(i.shape), "bytes": i.nbytes} for i in
+                    sorted(infos, key=lambda i: -i.nbytes)[:5]],
+        "repeated_shapes": {p: n for p, n in patterns.most_common(8) if n > 1},
+    }  # fmt: skip
+    if len(sources) == 1 and isinstance(sources[0][1], GGUFFile):
+        g = sources[0][1]
+        out["gguf"] = {
+            "version": g.version,
+            "architecture": g.architecture,
+            "types": dict(Counter(g.stored_type(n) for n in g.names()).most_common()),
+        }
+    if model.is_file() and model.suffix == ".safetensors" and any(n.endswith(LORA_SUFFIXES) for n in names):
+        lora = read_lora(model)
+        alphas = sorted({a for ad in lora.adapters.values() if (a := lora.alpha(ad)) is not None})
+        out["lora"] = {
+            "dialect": lora.dialect,
+            "kinds": sorted({a.kind for a in lora.adapters.values()}),
+            "modules": len(lora.adapters),
+            "ranks": sorted({r for a in lora.adapters.values() if (r := lora.rank(a)) is not None}),
+            "alphas": alphas,
+            "targets": sorted(lora.adapters),
+            "text_encoder_keys": len(lora.text_encoder),
+            "unknown_keys": list(lora.unknown),
+        }
+    return out
+
+
+def _summary_lines(info: dict[str, Any]) -> list[str]:
+    lines = [f"family: {info['family'] or 'not recognised'}; dtypes: "
+             + ", ".join(f"{k} x{v}" for k, v in info["dtypes"].items()) + f"; {info['bytes']} bytes"]  # fmt: skip
+    if "gguf" in info:
+        g = info["gguf"]
+        lines.append(f"GGUF v{g['version']} ({g['architecture'] or 'no architecture'}): "
+                     + ", ".join(f"{k} x{v}" for k, v in g["types"].items()))  # fmt: skip
+    if "lora" in info:
+        lo = info["lora"]
+        targets = ", ".join(lo["targets"][:6]) + (" ..." if len(lo["targets"]) > 6 else "")
+        lines.append(
+            f"LoRA ({lo['dialect']} dialect, {'/'.join(lo['kinds'])}): {lo['modules']} modules, rank "
+            f"{'/'.join(map(str, lo['ranks'])) or '-'}, alpha {'/'.join(f'{a:g}' for a in lo['alphas']) or '-'}; "
+            f"targets {targets}"
+        )
+    for pattern, n in list(info["repeated_shapes"].items())[:3]:
+        lines.append(f"  x{n}  {pattern}")
+    return lines
 
 
 def _number(value: float | None) -> str:
@@ -53,12 +127,16 @@ def weights() -> None:
 @click.option("--threads", type=click.IntRange(1, None), help="Scan threads (default: one per CPU core).")
 @click.option("--json", "as_json", is_flag=True, help="Print a dif-telemetry/1 document.")
 def stats(model: Path, variant: str | None, threads: int | None, as_json: bool) -> None:
-    """Count, min, max, mean and non-finite values of every tensor in MODEL."""
+    """Count, min, max, mean and non-finite values of every tensor in MODEL; its family, dtypes,
+    bytes, largest tensors and repeated shapes; a LoRA's dialect, ranks, alphas and targets; a GGUF's
+    tensor types."""
     from dif.weights.scan import tensor_stats
 
     start = time.perf_counter()
     rows = []
-    for component, source in open_sources(model, variant):
+    sources = open_sources(model, variant)
+    summary = describe_file(model, sources)
+    for component, source in sources:
         for s in tensor_stats(source, threads=threads):
             rows.append((f"{component}/{s.name}" if component else s.name, s))
     seconds = time.perf_counter() - start
@@ -79,7 +157,13 @@ def stats(model: Path, variant: str | None, threads: int | None, as_json: bool) 
             }
             for name, s in rows
         ]
-        data = {"model": str(model), "tensors": tensors, "nonfinite_tensors": len(bad), "seconds": round(seconds, 4)}
+        data = {
+            "model": str(model),
+            "tensors": tensors,
+            "nonfinite_tensors": len(bad),
+            "summary": summary,
+            "seconds": round(seconds, 4),
+        }
         emit_document("weights.stats", data)
         return
     headers = ("tensor", "dtype", "shape", "count", "min", "max", "mean", "nan", "inf")
@@ -90,4 +174,6 @@ def stats(model: Path, variant: str | None, threads: int | None, as_json: bool) 
     ]
     click.echo(table(headers, cells))
     verdict = f"{len(bad)} hold NaN / infinite values" if bad else "all finite"
+    for line in _summary_lines(summary):
+        click.echo(line)
     click.echo(f"{len(rows)} tensors, {sum(s.count for _, s in rows)} values: {verdict} ({seconds:.2f} s)")
