@@ -26,10 +26,13 @@ from typing import TYPE_CHECKING, Any
 from attrs import frozen
 
 from dif.dtypes import DType
+from dif.errors import BackendError
 
 if TYPE_CHECKING:
     from dif_backend_cuda.tuning import Choices
 
+
+REFUSED = b"refused\n"  # a stored artifact saying cuDNN refused the problem, then why
 
 UIDS = {"q": 1, "k": 2, "v": 3, "o": 4, "bias": 5, "x": 6, "w": 7, "y": 8}
 """The uid of each graph tensor by name: what a variant pack is keyed by, and what survives serialization."""
@@ -81,11 +84,15 @@ class CudnnContext:
         stored = self._stored_graph(key)
         if stored is not None:
             self._graphs[key] = stored
+            if isinstance(stored, Exception):
+                raise stored
             return stored, False
         try:
             graph = build()
         except Exception as exc:
             self._graphs[key] = exc
+            if self.choices is not None:  # the same library on the same device refuses it again: say so at once
+                self.choices.write_artifact(key, REFUSED + f"{type(exc).__name__}: {exc}".encode()[:2000])
             raise
         workspace, choice, index, count = self.build_fastest(graph, SharedGraph.pack(pointers), key)
         built = self._graphs[key] = SharedGraph(graph, workspace, choice)
@@ -97,14 +104,17 @@ class CudnnContext:
             self.choices.write_artifact(key, f"{count} {index}\n".encode() + blob)
         return built, False
 
-    def _stored_graph(self, key: tuple[Any, ...]) -> SharedGraph | None:
+    def _stored_graph(self, key: tuple[Any, ...]) -> SharedGraph | Exception | None:
         """The graph of `key` deserialized from the tuning store, when a plan is stored for the choice
-        `Choices` makes now (never while tuning: that builds and times every plan)."""
+        `Choices` makes now, or the error cuDNN gave when it refused the problem before. Never while tuning:
+        that builds (and times) everything again."""
         if self.choices is None or self.choices.mode == "on":
             return None
         payload = self.choices.read_artifact(key)
         if payload is None:
             return None
+        if payload.startswith(REFUSED):
+            return BackendError(f"cuDNN refused it before: {payload[len(REFUSED) :].decode(errors='replace')}")
         header, _, blob = payload.partition(b"\n")
         try:
             count, index = (int(v) for v in header.split())

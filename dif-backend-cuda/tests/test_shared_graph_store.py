@@ -1,0 +1,53 @@
+"""`CudnnContext.shared_graph` without a GPU (a fake build, a real tuning store): a problem cuDNN refused is
+refused by a later process from the store without building again, except while tuning (which retries
+everything); one refused problem does not touch another's entry."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dif.errors import BackendError
+from dif_backend_cuda.sdpa import CudnnContext
+from dif_backend_cuda.tuning import Choices
+
+DEVICE = {"device": "NVIDIA H200", "arch": "sm_90", "driver": "13000", "runtime": "13000"}
+KEY = ("sdpa", "bf16", 1, 512, 512, 32, 8, 128, 0.088, True, True, 1, 4096, 1024, 1024, 4096)
+
+
+def context(root: Path, mode: str) -> CudnnContext:
+    ctx = CudnnContext.__new__(CudnnContext)  # no cuDNN here: only what shared_graph reads
+    ctx.lib = ctx.handle = ctx.stream = None
+    ctx.choices = Choices("cudnn", "cudnn 91900", DEVICE, mode, root)
+    ctx._graphs = {}
+    return ctx
+
+
+class Refusing:
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def __call__(self) -> Any:
+        self.calls += 1
+        raise RuntimeError("CUDNN_STATUS_NOT_SUPPORTED: no engine for this bias broadcast")
+
+
+def test_a_refusal_is_remembered_across_processes_but_retried_while_tuning(tmp_path: Path) -> None:
+    build = Refusing()
+    first = context(tmp_path, "cached")
+    for _ in range(2):  # a second node of the same problem: refused from memory
+        with pytest.raises(RuntimeError, match="NOT_SUPPORTED"):
+            first.shared_graph(KEY, build, {"q": 1})
+    assert build.calls == 1
+    with pytest.raises(BackendError, match="refused it before: RuntimeError: CUDNN_STATUS_NOT_SUPPORTED"):
+        context(tmp_path, "cached").shared_graph(KEY, build, {"q": 1})
+    assert build.calls == 1  # the later process did not build
+    with pytest.raises(RuntimeError, match="NOT_SUPPORTED"):
+        context(tmp_path, "on").shared_graph(KEY, build, {"q": 1})
+    assert build.calls == 2
+    other = (*KEY[:-1], 8192)
+    with pytest.raises(RuntimeError):
+        context(tmp_path, "cached").shared_graph(other, build, {"q": 1})
+    assert build.calls == 3  # another problem is not refused on the first one's account
