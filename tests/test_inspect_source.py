@@ -113,14 +113,7 @@ def _demo_programs() -> dict[str, Any]:
 @pytest.mark.parametrize(
     "name",
     [
-        pytest.param(
-            "flux2-transformer",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="the concat of the text and image streams before the single blocks (dif_frontend_flux2"
-                "/model.py build_transformer) is emitted outside any provenance scope",
-            ),
-        ),
+        "flux2-transformer",
         "flux2-text-encoder",
         "flux2-vae-decoder",
         "krea2-denoiser",
