@@ -30,11 +30,14 @@ TEST_DEPS=(
   "diffusers==0.42.1"
   "transformers==5.24.0"
   accelerate  # diffusers needs it to load models with fp32-pinned modules (Krea 2 oracle)
+  "peft==0.21.2"  # diffusers' load_lora_weights needs it (LoRA oracle tests)
+  gguf  # the reference GGUF reader / writer / dequantizer of the GGUF tests
   tokenizers
   pyopencl
   pocl-binary-distribution
   pillow
   av  # PyAV: dif quality decodes MP4 frames and audio with it (its tests make MP4s)
+  jsonschema  # tests check tools' documents against docs/telemetry.schema.json
   pytest
   hypothesis
   ruff
