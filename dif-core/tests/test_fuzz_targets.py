@@ -22,7 +22,7 @@ def test_every_reader_of_the_issue_has_a_target_or_is_marked_not_applicable() ->
     for wanted in (".difir", ".difplan", ".diftensor", "safetensors header", "safetensors index JSON",
                    "scheduler_config.json", "tokenizer.json", "tokenizer_config.json", "bench recipe"):  # fmt: skip
         assert wanted in names
-    assert set(NOT_APPLICABLE) == {"GGUF", "LoRA file"}
+    assert "GGUF" in names and "LoRA file" in names and not NOT_APPLICABLE
     assert len(names) == len(TARGETS)  # names are the table's rows: no duplicates
 
 

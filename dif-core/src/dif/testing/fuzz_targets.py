@@ -257,6 +257,75 @@ def _load_recipe(data: bytes) -> None:
     load_recipe(write_case(folder, "recipe.json", data), folder / "work", check_files=False)
 
 
+def _gguf_string(text: str) -> bytes:
+    raw = text.encode()
+    return struct.pack("<Q", len(raw)) + raw
+
+
+@functools.cache
+def _gguf_bytes() -> bytes:
+    """A GGUF v3 file written by hand (no gguf package at run time): 3 metadata values (a string, a
+    uint32, an array of strings), an F32 tensor [4, 32] and a Q8_0 tensor [2, 64], 32-byte aligned."""
+    kv = _gguf_string("general.architecture") + struct.pack("<I", 8) + _gguf_string("flux")
+    kv += _gguf_string("general.alignment") + struct.pack("<II", 4, 32)
+    kv += _gguf_string("tokenizer.ggml.tokens") + struct.pack("<IIQ", 9, 8, 2) + _gguf_string("a") + _gguf_string("b")
+    f32 = np.arange(128, dtype=np.float32).tobytes()
+    block = np.float16(0.5).tobytes() + np.arange(-16, 16, dtype=np.int8).tobytes()  # one Q8_0 block, 34 bytes
+    q8 = block * 4
+    tensors = _gguf_string("w.f32") + struct.pack("<IQQIQ", 2, 32, 4, 0, 0)
+    tensors += _gguf_string("w.q8") + struct.pack("<IQQIQ", 2, 64, 2, 8, len(f32))
+    head = b"GGUF" + struct.pack("<IQQ", 3, 2, 3) + kv + tensors
+    head += bytes(-len(head) % 32)
+    return head + f32 + q8
+
+
+def _load_gguf(data: bytes) -> None:
+    from dif.weights.gguf import open_gguf
+
+    source = open_gguf(write_case(scratch_dir("gguf"), "model.gguf", data))
+    for name in source.names():
+        source.info(name).describe()
+        np.asarray(source[name]).tobytes()
+
+
+def _lora_seeds() -> list[bytes]:
+    """A kohya LoRA with alpha and a LyCORIS LoKr + LoHa file, on the modules of `_LORA_BASE`."""
+    rng = np.random.default_rng(0)
+    kohya = {
+        "lora_unet_a_proj.lora_down.weight": rng.standard_normal((2, 8)).astype(np.float32),
+        "lora_unet_a_proj.lora_up.weight": rng.standard_normal((8, 2)).astype(np.float32),
+        "lora_unet_a_proj.alpha": np.array(1.0, np.float32),
+    }
+    lycoris = {
+        "lycoris_a_proj.lokr_w1": rng.standard_normal((2, 2)).astype(np.float32),
+        "lycoris_a_proj.lokr_w2_a": rng.standard_normal((4, 1)).astype(np.float32),
+        "lycoris_a_proj.lokr_w2_b": rng.standard_normal((1, 4)).astype(np.float32),
+        "lycoris_b.hada_w1_a": rng.standard_normal((8, 2)).astype(np.float32),
+        "lycoris_b.hada_w1_b": rng.standard_normal((2, 8)).astype(np.float32),
+        "lycoris_b.hada_w2_a": rng.standard_normal((8, 2)).astype(np.float32),
+        "lycoris_b.hada_w2_b": rng.standard_normal((2, 8)).astype(np.float32),
+        "lycoris_b.alpha": np.array(2.0, np.float32),
+    }
+    out = []
+    for i, tensors in enumerate((kohya, lycoris)):
+        path = scratch_dir("seeds") / f"lora{i}.safetensors"
+        save_tensors(path, tensors, dif_metadata=False)
+        out.append(path.read_bytes())
+    return out
+
+
+def _load_lora(data: bytes) -> None:
+    from dif.lora import Target, merge_loras
+    from dif.weights.source import ArraySource
+
+    base = ArraySource({"a.proj.weight": np.ones((8, 8), np.float32), "b.weight": np.ones((8, 8), np.float32)})
+    table = {"a.proj": (Target("a.proj.weight"),), "b": (Target("b.weight"),)}
+    path = write_case(scratch_dir("lora"), "lora.safetensors", data)
+    merged = merge_loras(base, [path], table, family="fuzz", model="the fuzz model", allow_unmatched=True)
+    for name in merged.names():
+        np.asarray(merged[name]).tobytes()
+
+
 def core_targets() -> list[FuzzTarget]:
     """Every dif-core reader of outside bytes (frontends' config readers are in their tests)."""
     program = tiny_program
@@ -330,6 +399,8 @@ def core_targets() -> list[FuzzTarget]:
             "dif.text.chat.find_chat_template + render",
         ),
         FuzzTarget("bench recipe", _load_recipe, _recipe_seeds, "json", "dif.bench.recipe.load_recipe"),
+        FuzzTarget("GGUF", _load_gguf, lambda: [_gguf_bytes()], "binary", "dif.weights.gguf.open_gguf"),
+        FuzzTarget("LoRA file", _load_lora, _lora_seeds, "binary", "dif.lora.read_lora + merge_loras"),
     ]  # fmt: skip
     return targets
 
@@ -363,7 +434,4 @@ def config_file_target(
 
 
 # Formats issue 14 names that have no reader in dif yet: listed in the table, nothing to fuzz.
-NOT_APPLICABLE: dict[str, str] = {
-    "GGUF": "no GGUF reader in dif yet",
-    "LoRA file": "no LoRA reader in dif yet",
-}
+NOT_APPLICABLE: dict[str, str] = {}

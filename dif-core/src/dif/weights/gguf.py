@@ -14,6 +14,7 @@ restores a tensor it reshaped.
 
 from __future__ import annotations
 
+import math
 import struct
 from collections.abc import Callable
 from pathlib import Path
@@ -296,6 +297,8 @@ class GGUFFile(TensorSource):
             if not 1 <= n_dims <= MAX_DIMS:
                 raise FormatError(f"{self.path}: tensor '{name}' has {n_dims} dimensions (corrupt header)")
             dims = tuple(c.scalar("<Q", f"tensor '{name}'") for _ in range(n_dims))
+            if any(d >= 1 << 40 for d in dims):
+                raise FormatError(f"{self.path}: tensor '{name}' has dimensions {list(dims)} (corrupt header)")
             kind, offset = c.scalar("<I", f"tensor '{name}'"), c.scalar("<Q", f"tensor '{name}'")
             table.append((name, dims, kind, offset))
         alignment = metadata.get("general.alignment", DEFAULT_ALIGNMENT)
@@ -311,7 +314,7 @@ class GGUFFile(TensorSource):
                     f"{self.path}: tensor '{name}' has unknown GGUF type id {kind_id}",
                     hint=f"dif reads {', '.join(SUPPORTED)}",
                 )
-            count = int(np.prod(dims, dtype=np.int64))
+            count = math.prod(dims)  # Python ints: a hostile header cannot overflow this
             if dims[0] % kind.block:
                 raise FormatError(
                     f"{self.path}: tensor '{name}' ({kind.name}): row length {dims[0]} is not a multiple of its "
@@ -326,8 +329,12 @@ class GGUFFile(TensorSource):
                 )
             shape = tuple(reversed(dims))
             restored = metadata.get(f"comfy.gguf.orig_shape.{name}")
-            if isinstance(restored, list) and int(np.prod(restored, dtype=np.int64)) == count:
-                shape = tuple(int(d) for d in restored)
+            if (
+                isinstance(restored, list)
+                and all(isinstance(d, int) and d >= 0 for d in restored)
+                and math.prod(restored) == count
+            ):
+                shape = tuple(restored)
             if name in tensors:
                 raise FormatError(f"{self.path}: tensor '{name}' is listed twice")
             tensors[name] = GGUFTensor(name, shape, kind, offset, nbytes)
