@@ -21,7 +21,7 @@ def compiles(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     calls: list[str] = []
 
     def fake_compile(source: str, arch: str, module: str, kernel: str) -> tuple[bytes, str]:
-        assert "DIF_KERNEL" in source
+        assert "KERNEL_ENTRY" in source
         calls.append(kernel)
         return f"cubin of {kernel} for {arch} #{len(calls)}".encode(), f"_Z{len(kernel)}{kernel}ILi0EEv"
 

@@ -268,13 +268,13 @@ def test_elementwise_fast_paths_are_chosen_by_shape(
 
 
 def test_one_kernel_mode_makes_every_kernel_a_template(sigs: dict[str, dict[str, list[str]]]) -> None:
-    """Under DIF_ONE_KERNEL (how kernels/__init__.py compiles), no kernel is an entry point of its own:
+    """Under ONE_KERNEL_MODE (how kernels/__init__.py compiles), no kernel is an entry point of its own:
     each is a template NVRTC instantiates only when named, so a compile generates code for one kernel."""
     cpp = shutil.which("cpp")
     assert cpp is not None  # `sigs` skipped otherwise
     for mod in MODULES:
         text = subprocess.run(
-            [cpp, "-P", "-x", "c++", "-DDIF_ONE_KERNEL"], input=module_source(mod), capture_output=True, text=True,
+            [cpp, "-P", "-x", "c++", "-DONE_KERNEL_MODE"], input=module_source(mod), capture_output=True, text=True,
             check=True,
         ).stdout  # fmt: skip
         assert 'extern "C"' not in text, mod

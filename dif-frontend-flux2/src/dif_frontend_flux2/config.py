@@ -224,7 +224,7 @@ def _qwen_rope_theta(what: str, data: Mapping[str, Any]) -> float:
 
 # -- VAE -----------------------------------------------------------------------------------------
 
-_VAE_IGNORED = frozenset({"sample_size", "force_upcast", "batch_norm_momentum", "scaling_factor", "shift_factor"})
+_VAE_IGNORED = frozenset({"force_upcast", "batch_norm_momentum", "scaling_factor", "shift_factor"})
 
 
 @frozen
@@ -244,6 +244,7 @@ class Flux2VaeConfig:
     mid_block_add_attention: bool = True
     batch_norm_eps: float = 1e-4
     patch_size: tuple[int, int] = (2, 2)
+    sample_size: int = 1024  # image pixels per side of one tile of a tiled decode (diffusers' tile_sample_min_size)
     down_block_types: tuple[str, ...] = ("DownEncoderBlock2D",) * 4
     up_block_types: tuple[str, ...] = ("UpDecoderBlock2D",) * 4
 
@@ -260,6 +261,11 @@ class Flux2VaeConfig:
         """Image pixels per latent pixel along each axis (8 for four blocks)."""
         return 2 ** (len(self.block_out_channels) - 1)
 
+    @property
+    def tile_latent(self) -> int:
+        """Latent pixels per side of one tile of a tiled decode (diffusers' tile_latent_min_size)."""
+        return max(1, self.sample_size // self.scale_factor)
+
     @classmethod
     def from_json(cls, path: str | Path) -> Self:
         """Parse a JSON file; errors name the file."""
@@ -273,7 +279,16 @@ class Flux2VaeConfig:
         for n in ("block_out_channels", "decoder_block_out_channels"):
             if n in kw and (kw[n] is not None or n == "block_out_channels"):  # only the decoder's may be null
                 kw[n] = int_tuple(what, n, kw[n])
-        for n in ("in_channels", "out_channels", "latent_channels", "layers_per_block", "norm_num_groups"):
+        if isinstance(kw.get("sample_size"), list) and kw["sample_size"]:  # [h, w]: diffusers tiles by the first
+            kw["sample_size"] = kw["sample_size"][0]
+        for n in (
+            "in_channels",
+            "out_channels",
+            "latent_channels",
+            "layers_per_block",
+            "norm_num_groups",
+            "sample_size",
+        ):
             if n in kw:
                 kw[n] = positive_int(what, n, kw[n])
         if "batch_norm_eps" in kw:

@@ -4,7 +4,7 @@ with its checksum (a damaged one is recompiled), loaded as CuPy modules.
 
 Each module is `common.cuh` + its preludes (`PRELUDES`) + one `.cu` file of this folder, named after the
 `dif.ops` module whose lowerings (`lower/<name>.py`) launch most of its kernels; every kernel is declared
-`DIF_KERNEL <op>_<dtype...>(...)` (see the instantiation macros at the bottom of each file).
+`KERNEL_ENTRY <op>_<dtype...>(...)` (see the instantiation macros at the bottom of each file).
 
 Why one kernel at a time: a module instantiates hundreds of kernels (every op for every dtype) and a
 program launches a few dozen; NVRTC's time goes into generating each kernel's code, so compiling whole
@@ -36,7 +36,7 @@ MODULES = ("elementwise", "norm", "layout", "linalg", "conv", "attention", "fuse
 PRELUDES: dict[str, tuple[str, ...]] = {"linalg": ("gemm_tile.cuh",), "conv": ("gemm_tile.cuh",)}
 """Headers a module needs after `common.cuh` (the portable GEMM's tile loop serves linalg and conv)."""
 OPTIONS = ("-std=c++17", "-default-device")
-ONE_KERNEL = "-DDIF_ONE_KERNEL"  # every kernel a template; only the named one is instantiated
+ONE_KERNEL = "-DONE_KERNEL_MODE"  # every kernel a template; only the named one is instantiated
 
 
 @functools.cache

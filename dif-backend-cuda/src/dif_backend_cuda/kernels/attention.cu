@@ -79,13 +79,13 @@ __device__ __forceinline__ void flash_impl(const T* __restrict__ q, const T* __r
 }
 
 #define FLASH(TN)                                                                                          \
-  DIF_KERNEL __launch_bounds__(FA_WARPS * 32)                                              \
+  KERNEL_ENTRY __launch_bounds__(FA_WARPS * 32)                                              \
       flash_attn_##TN(const TN* __restrict__ q, const TN* __restrict__ k, const TN* __restrict__ v,        \
                       const b8* __restrict__ mask, TN* __restrict__ o, i64 sq, i64 skv, i64 hq, i64 hkv,    \
                       int d, int dv, float scale, int causal, i64 qt, i64 kt, i64 vt, i64 ot) {            \
     flash_impl<TN, 256>(q, k, v, mask, o, sq, skv, hq, hkv, d, dv, scale, causal, qt, kt, vt, ot);         \
   }                                                                                                        \
-  DIF_KERNEL __launch_bounds__(FA_WARPS * 32)                                              \
+  KERNEL_ENTRY __launch_bounds__(FA_WARPS * 32)                                              \
       flash_attn_wide_##TN(const TN* __restrict__ q, const TN* __restrict__ k, const TN* __restrict__ v,   \
                            const b8* __restrict__ mask, TN* __restrict__ o, i64 sq, i64 skv, i64 hq,        \
                            i64 hkv, int d, int dv, float scale, int causal, i64 qt, i64 kt, i64 vt, i64 ot) { \
@@ -103,14 +103,14 @@ FLASH(bf16)
 // row i is fully masked when the batch row's first valid key comes after i.
 #define SDPA_MASKED_BIAS -30000.0f  // exp of it underflows to 0 in fp32; finite in f16 and bf16
 #define SDPA_MASK(TN)                                                                                      \
-  DIF_KERNEL sdpa_mask_bias_##TN(const b8* __restrict__ mask, TN* __restrict__ bias, i64 n,  \
+  KERNEL_ENTRY sdpa_mask_bias_##TN(const b8* __restrict__ mask, TN* __restrict__ bias, i64 n,  \
                                                  i64 skv, i64 rows) {                                      \
     for (i64 i = THREAD_FIRST; i < n; i += THREAD_STEP) {                                                  \
       const i64 key = i / skv / rows * skv + i % skv; /* bias [B, rows, Skv] from mask [B, Skv] */          \
       bias[i] = from_f<TN>(mask[key].x ? 0.0f : SDPA_MASKED_BIAS);                                         \
     }                                                                                                      \
   }                                                                                                        \
-  DIF_KERNEL sdpa_zero_masked_rows_##TN(const b8* __restrict__ mask, TN* __restrict__ o, i64 sq, \
+  KERNEL_ENTRY sdpa_zero_masked_rows_##TN(const b8* __restrict__ mask, TN* __restrict__ o, i64 sq, \
                                                         i64 skv, i64 width, i64 ot, int causal) {         \
     const i64 b = blockIdx.x;                                                                              \
     float first = (float)skv;                                                                              \

@@ -1,14 +1,14 @@
 // Shared prelude of every dif CUDA module (prepended by kernels/__init__.py; NVRTC needs no headers).
 // Storage types are plain structs over their bits so no toolkit header is needed; arithmetic is fp32.
 
-// Every kernel is declared `DIF_KERNEL name(...)`. By default that is an extern "C" entry point, so a whole
+// Every kernel is declared `KERNEL_ENTRY name(...)`. By default that is an extern "C" entry point, so a whole
 // module compiles every kernel of it. A program needs few of them, and NVRTC's time goes into generating
-// code for each, so kernels/__init__.py compiles one kernel at a time under DIF_ONE_KERNEL: then every
+// code for each, so kernels/__init__.py compiles one kernel at a time under ONE_KERNEL_MODE: then every
 // kernel is a function template, and only the one named to NVRTC (`name<0>`) is instantiated.
-#ifdef DIF_ONE_KERNEL
-#define DIF_KERNEL template <int> __global__ void
+#ifdef ONE_KERNEL_MODE
+#define KERNEL_ENTRY template <int> __global__ void
 #else
-#define DIF_KERNEL extern "C" __global__ void
+#define KERNEL_ENTRY extern "C" __global__ void
 #endif
 typedef long long i64;
 typedef unsigned long long u64;

@@ -32,7 +32,7 @@ struct ConvStore {
   }
 };
 #define CONV(TN)                                                                                           \
-  DIF_KERNEL conv2d_##TN(const TN* __restrict__ x, const TN* __restrict__ w,                \
+  KERNEL_ENTRY conv2d_##TN(const TN* __restrict__ x, const TN* __restrict__ w,                \
                                          const TN* __restrict__ bias, TN* __restrict__ y, i64 n_img, i64 c, \
                                          i64 h, i64 wd, i64 o, i64 kh, i64 kw, i64 ho, i64 wo, i64 sh,      \
                                          i64 sw, i64 pt, i64 pl, i64 dh, i64 dw, i64 groups) {              \

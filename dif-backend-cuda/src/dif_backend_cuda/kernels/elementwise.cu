@@ -50,7 +50,7 @@ __device__ __forceinline__ void unary_impl(const T* __restrict__ x, T* __restric
 }
 
 #define UNARY(NAME, OP, TN)                                                                                \
-  DIF_KERNEL unary_##NAME##_##TN(const TN* __restrict__ x, TN* __restrict__ y, i64 n,     \
+  KERNEL_ENTRY unary_##NAME##_##TN(const TN* __restrict__ x, TN* __restrict__ y, i64 n,     \
                                                   float p0, float p1) {                                   \
     unary_impl<OP, TN>(x, y, n, p0, p1);                                                                   \
   }
@@ -77,7 +77,7 @@ __device__ __forceinline__ void unary_vec_impl(const C16<T>* __restrict__ x, C16
   }
 }
 #define UNARY_VEC(NAME, OP, TN)                                                                            \
-  DIF_KERNEL unary_vec_##NAME##_##TN(const C16<TN>* __restrict__ x, C16<TN>* __restrict__ y, \
+  KERNEL_ENTRY unary_vec_##NAME##_##TN(const C16<TN>* __restrict__ x, C16<TN>* __restrict__ y, \
                                                       i64 chunks, float p0, float p1) {                   \
     unary_vec_impl<OP, TN>(x, y, chunks, p0, p1);                                                          \
   }
@@ -146,7 +146,7 @@ __device__ __forceinline__ void binary_impl(const T* __restrict__ a, const T* __
 }
 
 #define BINARY(NAME, OP, TN)                                                                               \
-  DIF_KERNEL binary_##NAME##_##TN(const TN* __restrict__ a, const TN* __restrict__ b,      \
+  KERNEL_ENTRY binary_##NAME##_##TN(const TN* __restrict__ a, const TN* __restrict__ b,      \
                                                    TN* __restrict__ y, const i64* __restrict__ meta, i64 n) { \
     binary_impl<OP, TN>(a, b, y, meta, n);                                                                 \
   }
@@ -175,7 +175,7 @@ __device__ __forceinline__ void binary_vec_impl(const C16<T>* __restrict__ a, co
   }
 }
 #define BINARY_VEC(NAME, OP, TN)                                                                           \
-  DIF_KERNEL binary_vec_##NAME##_##TN(const C16<TN>* __restrict__ a,                       \
+  KERNEL_ENTRY binary_vec_##NAME##_##TN(const C16<TN>* __restrict__ a,                       \
                                                        const C16<TN>* __restrict__ b, C16<TN>* __restrict__ y, \
                                                        i64 chunks) {                                       \
     binary_vec_impl<OP, TN>(a, b, y, chunks);                                                              \
@@ -220,7 +220,7 @@ __device__ __forceinline__ void compare_impl(const T* __restrict__ a, const T* _
   }
 }
 #define COMPARE(NAME, OP, TN)                                                                              \
-  DIF_KERNEL compare_##NAME##_##TN(const TN* __restrict__ a, const TN* __restrict__ b,     \
+  KERNEL_ENTRY compare_##NAME##_##TN(const TN* __restrict__ a, const TN* __restrict__ b,     \
                                                     b8* __restrict__ y, const i64* __restrict__ meta, i64 n) { \
     compare_impl<OP, TN>(a, b, y, meta, n);                                                                \
   }
@@ -233,7 +233,7 @@ COMPARE_ALL(i64)
 
 // ---- where (dtype-agnostic: selects bytes by element size) ---------------------------------------
 #define WHERE(BITS, U)                                                                                     \
-  DIF_KERNEL where_u##BITS(const b8* __restrict__ c, const U* __restrict__ a,              \
+  KERNEL_ENTRY where_u##BITS(const b8* __restrict__ c, const U* __restrict__ a,              \
                                            const U* __restrict__ b, U* __restrict__ y,                     \
                                            const i64* __restrict__ meta, i64 n) {                          \
     BWalk<3> walk(meta, THREAD_FIRST, THREAD_STEP);                                                        \
@@ -261,7 +261,7 @@ WHERE(64, u64)
 
 // ---- modulate: x * (1 + scale) + shift -----------------------------------------------------------
 #define MODULATE(TN)                                                                                       \
-  DIF_KERNEL modulate_##TN(const TN* __restrict__ x, const TN* __restrict__ s,             \
+  KERNEL_ENTRY modulate_##TN(const TN* __restrict__ x, const TN* __restrict__ s,             \
                                            const TN* __restrict__ t, TN* __restrict__ y,                   \
                                            const i64* __restrict__ meta, i64 n) {                          \
     BWalk<3> walk(meta, THREAD_FIRST, THREAD_STEP);                                                        \
@@ -304,7 +304,7 @@ __device__ __forceinline__ void modulate_rows_impl(const C16<T>* __restrict__ x,
   }
 }
 #define MODULATE_ROWS(TN)                                                                                  \
-  DIF_KERNEL modulate_rows_##TN(const C16<TN>* __restrict__ x, const C16<TN>* __restrict__ s, \
+  KERNEL_ENTRY modulate_rows_##TN(const C16<TN>* __restrict__ x, const C16<TN>* __restrict__ s, \
                                                 const C16<TN>* __restrict__ t, C16<TN>* __restrict__ y,    \
                                                 i64 chunks, i64 dc, i64 rows_per_g) {                     \
     modulate_rows_impl<TN>(x, s, t, y, chunks, dc, rows_per_g);                                            \
@@ -322,7 +322,7 @@ __device__ __forceinline__ float glu_act(float v) {
 // x[rows, 2h] -> y[rows, h], rows xp / yp elements apart (2h / h when contiguous); grid.y walks rows,
 // grid.x (with ILP) walks columns: no index division.
 #define GLU(ACTN, ACT, TN)                                                                                 \
-  DIF_KERNEL glu_##ACTN##_##TN(const TN* __restrict__ x, TN* __restrict__ y, i64 rows, i64 h, \
+  KERNEL_ENTRY glu_##ACTN##_##TN(const TN* __restrict__ x, TN* __restrict__ y, i64 rows, i64 h, \
                                                int gate_first, i64 xp, i64 yp) {                           \
     const i64 step = (i64)gridDim.x * blockDim.x;                                                          \
     for (i64 r = blockIdx.y; r < rows; r += gridDim.y) {                                                   \
@@ -374,7 +374,7 @@ __device__ __forceinline__ void glu_vec_impl(const T* __restrict__ x, T* __restr
   }
 }
 #define GLU_VEC(ACTN, ACT, TN)                                                                             \
-  DIF_KERNEL glu_vec_##ACTN##_##TN(const TN* __restrict__ x, TN* __restrict__ y, i64 rows,  \
+  KERNEL_ENTRY glu_vec_##ACTN##_##TN(const TN* __restrict__ x, TN* __restrict__ y, i64 rows,  \
                                                    i64 h, int gate_first, i64 xp, i64 yp) {                \
     glu_vec_impl<ACT, TN>(x, y, rows, h, gate_first, xp, yp);                                              \
   }
@@ -404,7 +404,7 @@ __device__ __forceinline__ D convert(S s) {
   }
 }
 #define CAST(SN, S, DN, D)                                                                                 \
-  DIF_KERNEL cast_##SN##_##DN(const S* __restrict__ x, D* __restrict__ y, i64 n) {         \
+  KERNEL_ENTRY cast_##SN##_##DN(const S* __restrict__ x, D* __restrict__ y, i64 n) {         \
     GRID_STRIDE_ILP(base, step, n) {                                                                       \
       S v[ILP];                                                                                            \
       ILP_FOR(e) {                                                                                         \

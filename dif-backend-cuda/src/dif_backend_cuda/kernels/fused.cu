@@ -79,7 +79,7 @@ __device__ __forceinline__ void norm_modulate_impl(const T* __restrict__ x, cons
   }
 }
 #define NORM_MODULATE(TN)                                                                                  \
-  DIF_KERNEL norm_modulate_##TN(const TN* __restrict__ x, const TN* __restrict__ s,         \
+  KERNEL_ENTRY norm_modulate_##TN(const TN* __restrict__ x, const TN* __restrict__ s,         \
                                                 const TN* __restrict__ t, TN* __restrict__ y,               \
                                                 const i64* __restrict__ meta, i64 len, i64 s_last,          \
                                                 i64 t_last, float eps, int is_rms) {                        \
@@ -91,7 +91,7 @@ NORM_MODULATE(bf16)
 
 // ---- gated_residual: x + rnd(gate * y), all three broadcast to the output ---------------------------
 #define GATED_RESIDUAL(TN)                                                                                 \
-  DIF_KERNEL gated_residual_##TN(const TN* __restrict__ x, const TN* __restrict__ g,        \
+  KERNEL_ENTRY gated_residual_##TN(const TN* __restrict__ x, const TN* __restrict__ g,        \
                                                  const TN* __restrict__ u, TN* __restrict__ y,              \
                                                  const i64* __restrict__ meta, i64 n) {                     \
     BWalk<3> walk(meta, THREAD_FIRST, THREAD_STEP);                                                        \
@@ -225,7 +225,7 @@ __device__ __forceinline__ void rms_norm_rope_vec_impl(const T* __restrict__ x, 
   }
 }
 #define NORM_ROPE_VEC(TN, WN, CN, RR)                                                                      \
-  DIF_KERNEL rms_norm_rope_vec##RR##_##TN##_##WN##_##CN(                                    \
+  KERNEL_ENTRY rms_norm_rope_vec##RR##_##TN##_##WN##_##CN(                                    \
       const TN* __restrict__ x, const WN* __restrict__ w, const CN* __restrict__ c, const CN* __restrict__ s, \
       TN* __restrict__ y, i64 rows, i64 seq, i64 heads, i64 rot, float eps, float offset, int round_first,  \
       int pairs, i64 xt, i64 yt) {                                                                         \
@@ -233,7 +233,7 @@ __device__ __forceinline__ void rms_norm_rope_vec_impl(const T* __restrict__ x, 
                                            xt, yt);                                                        \
   }
 #define NORM_ROPE(TN, WN, CN)                                                                              \
-  DIF_KERNEL rms_norm_rope_##TN##_##WN##_##CN(                                             \
+  KERNEL_ENTRY rms_norm_rope_##TN##_##WN##_##CN(                                             \
       const TN* __restrict__ x, const WN* __restrict__ w, const CN* __restrict__ c, const CN* __restrict__ s, \
       TN* __restrict__ y, i64 rows, i64 seq, i64 heads, i64 dim, i64 rot, float eps, float offset,         \
       int round_first, int pairs, i64 xt, i64 yt) {                                                        \
@@ -374,7 +374,7 @@ __device__ __forceinline__ void norm_modulate_warp_impl(const T* __restrict__ x,
   }
 }
 #define NORM_MODULATE_WARP(TN, N)                                                                          \
-  DIF_KERNEL norm_modulate_warp##N##_##TN(const TN* __restrict__ x, const TN* __restrict__ s, \
+  KERNEL_ENTRY norm_modulate_warp##N##_##TN(const TN* __restrict__ x, const TN* __restrict__ s, \
                                                           const TN* __restrict__ t, TN* __restrict__ y,     \
                                                           const i64* __restrict__ meta, i64 rows, float eps, \
                                                           int is_rms) {                                     \
@@ -404,19 +404,19 @@ __device__ __forceinline__ void gated_residual_rows_impl(const T* __restrict__ x
   }
 }
 #define FUSED_VEC(TN)                                                                                      \
-  DIF_KERNEL norm_modulate_vec_##TN(const TN* __restrict__ x, const TN* __restrict__ s,     \
+  KERNEL_ENTRY norm_modulate_vec_##TN(const TN* __restrict__ x, const TN* __restrict__ s,     \
                                                     const TN* __restrict__ t, TN* __restrict__ y,           \
                                                     const i64* __restrict__ meta, i64 len, float eps,       \
                                                     int is_rms) {                                           \
     norm_modulate_vec_impl<TN, 8>(x, s, t, y, meta, len, eps, is_rms);                                      \
   }                                                                                                        \
-  DIF_KERNEL norm_modulate_vec16_##TN(const TN* __restrict__ x, const TN* __restrict__ s,   \
+  KERNEL_ENTRY norm_modulate_vec16_##TN(const TN* __restrict__ x, const TN* __restrict__ s,   \
                                                       const TN* __restrict__ t, TN* __restrict__ y,         \
                                                       const i64* __restrict__ meta, i64 len, float eps,     \
                                                       int is_rms) {                                         \
     norm_modulate_vec_impl<TN, 16>(x, s, t, y, meta, len, eps, is_rms);                                     \
   }                                                                                                        \
-  DIF_KERNEL gated_residual_rows_##TN(const TN* __restrict__ x, const TN* __restrict__ g,   \
+  KERNEL_ENTRY gated_residual_rows_##TN(const TN* __restrict__ x, const TN* __restrict__ g,   \
                                                       const TN* __restrict__ u, TN* __restrict__ y, i64 n4, \
                                                       i64 d, i64 rows_per_g) {                              \
     gated_residual_rows_impl<TN>(x, g, u, y, n4, d, rows_per_g);                                            \

@@ -7,7 +7,7 @@ struct alignas(16) u128 {
   u64 lo, hi;
 };
 #define COPY(BITS, U)                                                                                      \
-  DIF_KERNEL strided_copy_u##BITS(const U* __restrict__ src, U* __restrict__ dst,          \
+  KERNEL_ENTRY strided_copy_u##BITS(const U* __restrict__ src, U* __restrict__ dst,          \
                                                   const i64* __restrict__ meta, i64 n) {                   \
     BWalk<2> walk(meta, THREAD_FIRST, THREAD_STEP);                                                        \
     GRID_STRIDE_ILP(base, step, n) {                                                                       \
@@ -31,11 +31,11 @@ struct alignas(16) u128 {
 
 #define LAYOUT(BITS, U)                                                                                    \
   COPY(BITS, U)                                                                                            \
-  DIF_KERNEL fill_u##BITS(U* __restrict__ dst, U value, i64 n) {                           \
+  KERNEL_ENTRY fill_u##BITS(U* __restrict__ dst, U value, i64 n) {                           \
     GRID_STRIDE(i, n) { dst[i] = value; }                                                                  \
   }                                                                                                        \
   /* meta = [rank, out_shape, in_shape, before, in_strides]; single reflection (pad < size) */             \
-  DIF_KERNEL pad_reflect_u##BITS(const U* __restrict__ src, U* __restrict__ dst,           \
+  KERNEL_ENTRY pad_reflect_u##BITS(const U* __restrict__ src, U* __restrict__ dst,           \
                                                  const i64* __restrict__ meta, i64 n) {                    \
     const int r = (int)meta[0];                                                                            \
     GRID_STRIDE(i, n) {                                                                                    \
@@ -56,7 +56,7 @@ struct alignas(16) u128 {
 
 // out[o, j, k] = x[o, idx[j], k] with x viewed as [outer, axis_len, inner]; indices clamped into range.
 #define TAKE(BITS, U, IN, I)                                                                               \
-  DIF_KERNEL take_u##BITS##_##IN(const U* __restrict__ x, const I* __restrict__ idx,       \
+  KERNEL_ENTRY take_u##BITS##_##IN(const U* __restrict__ x, const I* __restrict__ idx,       \
                                                  U* __restrict__ y, i64 n, i64 n_idx, i64 axis_len,        \
                                                  i64 inner) {                                              \
     GRID_STRIDE(i, n) {                                                                                    \
@@ -72,7 +72,7 @@ struct alignas(16) u128 {
 // and writes the 8 they become to output rows 2r and 2r + 1 (row-major [N, C, 2H, 2W]: source row r = (n, c, h)
 // lands on output rows 2r and 2r + 1), as 4-value vector stores. The strided copy would move 2-byte elements.
 #define UPSAMPLE2X(BITS, U)                                                                                \
-  DIF_KERNEL upsample2x_u##BITS(const U* __restrict__ x, U* __restrict__ y, i64 rows, i64 w) { \
+  KERNEL_ENTRY upsample2x_u##BITS(const U* __restrict__ x, U* __restrict__ y, i64 rows, i64 w) { \
     struct alignas(4 * sizeof(U)) Quad {                                                                   \
       U v[4];                                                                                              \
     };                                                                                                     \

@@ -15,7 +15,7 @@ struct RowStore {
 // c[z, m, n] = sum_k a[z](m, k) * b[z](k, n) (+ bias[n]); batch offsets of a and b from meta
 // (see bcast_offsets), c [batch, m, n] with rows ldc elements apart (n when contiguous).
 #define GEMM(TN)                                                                                           \
-  DIF_KERNEL gemm_##TN(const TN* __restrict__ a, const TN* __restrict__ b,                 \
+  KERNEL_ENTRY gemm_##TN(const TN* __restrict__ a, const TN* __restrict__ b,                 \
                                        const TN* __restrict__ bias, TN* __restrict__ c,                    \
                                        const i64* __restrict__ meta, i64 batch, i64 m, i64 n, i64 k,       \
                                        i64 sam, i64 sak, i64 sbk, i64 sbn, i64 ldc) {                      \

@@ -288,22 +288,22 @@ __device__ __forceinline__ void group_apply_impl(const T* __restrict__ x, const 
 }
 
 #define NORMS(TN, WN)                                                                                      \
-  DIF_KERNEL rms_norm_##TN##_##WN(const TN* __restrict__ x, const WN* __restrict__ w,       \
+  KERNEL_ENTRY rms_norm_##TN##_##WN(const TN* __restrict__ x, const WN* __restrict__ w,       \
                                                    TN* __restrict__ y, i64 rows, i64 len, float eps,       \
                                                    float offset, int round_first, int warp_rows, int vec4) { \
     rms_impl<TN, WN>(x, w, y, rows, len, eps, offset, round_first, warp_rows, vec4);                       \
   }                                                                                                        \
-  DIF_KERNEL layer_norm_##TN##_##WN(const TN* __restrict__ x, const WN* __restrict__ w,     \
+  KERNEL_ENTRY layer_norm_##TN##_##WN(const TN* __restrict__ x, const WN* __restrict__ w,     \
                                                      const WN* __restrict__ b, TN* __restrict__ y, i64 rows, \
                                                      i64 len, float eps, int warp_rows) {                  \
     layer_impl<TN, WN>(x, w, b, y, rows, len, eps, warp_rows);                                             \
   }                                                                                                        \
-  DIF_KERNEL group_norm_##TN##_##WN(const TN* __restrict__ x, const WN* __restrict__ w,     \
+  KERNEL_ENTRY group_norm_##TN##_##WN(const TN* __restrict__ x, const WN* __restrict__ w,     \
                                                      const WN* __restrict__ b, TN* __restrict__ y, i64 c,   \
                                                      i64 s, i64 groups, float eps) {                       \
     group_impl<TN, WN>(x, w, b, y, c, s, groups, eps);                                                     \
   }                                                                                                        \
-  DIF_KERNEL group_norm_apply_##TN##_##WN(                                                 \
+  KERNEL_ENTRY group_norm_apply_##TN##_##WN(                                                 \
       const TN* __restrict__ x, const WN* __restrict__ w, const WN* __restrict__ b,                        \
       const float* __restrict__ part, TN* __restrict__ y, i64 c, i64 s, i64 groups, i64 span, float eps) { \
     group_apply_impl<TN, WN>(x, w, b, part, y, c, s, groups, span, eps);                                   \
@@ -314,7 +314,7 @@ NORMS_ALL(f16)
 NORMS_ALL(bf16)
 
 #define GROUP_STATS(TN)                                                                                    \
-  DIF_KERNEL group_norm_stats_##TN(const TN* __restrict__ x, float* __restrict__ part, i64 span) { \
+  KERNEL_ENTRY group_norm_stats_##TN(const TN* __restrict__ x, float* __restrict__ part, i64 span) { \
     group_stats_impl<TN>(x, part, span);                                                                   \
   }
 GROUP_STATS(f32)
@@ -322,10 +322,10 @@ GROUP_STATS(f16)
 GROUP_STATS(bf16)
 
 #define ROWS(TN)                                                                                           \
-  DIF_KERNEL softmax_##TN(const TN* __restrict__ x, TN* __restrict__ y, i64 len, i64 inner) { \
+  KERNEL_ENTRY softmax_##TN(const TN* __restrict__ x, TN* __restrict__ y, i64 len, i64 inner) { \
     softmax_impl<TN>(x, y, len, inner);                                                                    \
   }                                                                                                        \
-  DIF_KERNEL l2_normalize_##TN(const TN* __restrict__ x, TN* __restrict__ y, i64 len,       \
+  KERNEL_ENTRY l2_normalize_##TN(const TN* __restrict__ x, TN* __restrict__ y, i64 len,       \
                                                 i64 inner, float eps) {                                    \
     l2_impl<TN>(x, y, len, inner, eps);                                                                    \
   }
@@ -378,7 +378,7 @@ __device__ __forceinline__ void rope_impl(const T* __restrict__ x, const TC* __r
   }
 }
 #define ROPE(TN, CN)                                                                                       \
-  DIF_KERNEL rope_##TN##_##CN(const TN* __restrict__ x, const CN* __restrict__ c,           \
+  KERNEL_ENTRY rope_##TN##_##CN(const TN* __restrict__ x, const CN* __restrict__ c,           \
                                               const CN* __restrict__ s, TN* __restrict__ y, i64 rows, i64 seq, \
                                               i64 heads, i64 dim, i64 rot, int pairs) {                    \
     rope_impl<TN, CN>(x, c, s, y, rows, seq, heads, dim, rot, pairs);                                      \
@@ -413,11 +413,11 @@ __device__ __forceinline__ void reduce_impl(const T* __restrict__ x, T* __restri
   if (lane == 0) y[o] = from_f<T>(MAX ? acc : acc / divisor);
 }
 #define REDUCE(TN)                                                                                         \
-  DIF_KERNEL reduce_sum_##TN(const TN* __restrict__ x, TN* __restrict__ y,                 \
+  KERNEL_ENTRY reduce_sum_##TN(const TN* __restrict__ x, TN* __restrict__ y,                 \
                                              const i64* __restrict__ meta, i64 n_out, i64 n_red, float divisor) { \
     reduce_impl<TN, false>(x, y, meta, n_out, n_red, divisor);                                               \
   }                                                                                                        \
-  DIF_KERNEL reduce_max_##TN(const TN* __restrict__ x, TN* __restrict__ y,                 \
+  KERNEL_ENTRY reduce_max_##TN(const TN* __restrict__ x, TN* __restrict__ y,                 \
                                              const i64* __restrict__ meta, i64 n_out, i64 n_red, float divisor) { \
     reduce_impl<TN, true>(x, y, meta, n_out, n_red, divisor);                                                \
   }
