@@ -378,3 +378,33 @@ def test_noising_and_the_inpainting_blend_round_as_torch(dtype: str) -> None:
     m = t(mask)
     want_blend = ((1 - m) * t(sample) + m * t(latents)).float().numpy()
     np.testing.assert_array_equal(inpaint_blend(latents, sample, mask, np_dt).astype(np.float32), want_blend)
+
+
+def test_strength_skips_the_steps_get_timesteps_skips(klein) -> None:  # type: ignore[no-untyped-def]
+    """For every step count 1..12 and strengths across (0, 1]: the same remaining timesteps as
+    Flux2KleinInpaintPipeline.get_timesteps, or the refusal where it would raise (no step left)."""
+    import copy
+    import types
+
+    import diffusers
+
+    from dif.errors import UsageError
+    from dif.image_pipeline import strength_schedule
+    from dif_frontend_flux2.pipeline import klein_schedule
+
+    _, base = klein
+    scheduler = copy.deepcopy(base.scheduler)
+    host = types.SimpleNamespace(scheduler=scheduler)
+    for n in range(1, 13):
+        for strength in (0.01, 0.1, 0.25, 1 / 3, 0.5, 0.6, 0.75, 0.8, 0.99, 1.0):
+            schedule = klein_schedule(24, n)
+            scheduler.set_timesteps(sigmas=np.linspace(1.0, 1 / n, n), mu=schedule.mu)
+            want, left = diffusers.Flux2KleinInpaintPipeline.get_timesteps(host, n, strength, "cpu")
+            if left < 1:
+                with pytest.raises(UsageError, match="leaves no step"):
+                    strength_schedule(schedule, strength)
+                continue
+            got = strength_schedule(schedule, strength)
+            assert got.num_steps == left
+            np.testing.assert_array_equal(got.timesteps, want.numpy())
+            np.testing.assert_array_equal(got.sigmas, scheduler.sigmas.numpy()[n - left :])
