@@ -39,18 +39,46 @@ def _diffusers_pipeline(family: str) -> Any:
         return cls.from_pretrained(DEFAULT_CHECKPOINT, torch_dtype=torch.float32)
 
 
-def _their_noise(family: str, pipe: Any, dtype: Any) -> np.ndarray:
+def _their_noise(family: str, pipe: Any, dtype: Any, device: str = "cpu") -> np.ndarray:
     """The packed latents `prepare_latents` returns, as the pipeline's __call__ asks for them."""
     import torch
 
-    generator = torch.Generator("cpu").manual_seed(SEED)
+    generator = torch.Generator(device).manual_seed(SEED)
     if family == "flux2":
         channels = pipe.transformer.config.in_channels // 4
-        latents, _ids = pipe.prepare_latents(1, channels, HEIGHT, WIDTH, dtype, "cpu", generator)
+        latents, _ids = pipe.prepare_latents(1, channels, HEIGHT, WIDTH, dtype, device, generator)
     else:
         channels = pipe.transformer.config.in_channels // (pipe.patch_size**2)
-        latents = pipe.prepare_latents(1, channels, HEIGHT, WIDTH, dtype, "cpu", generator)
-    return latents.float().numpy()
+        latents = pipe.prepare_latents(1, channels, HEIGHT, WIDTH, dtype, device, generator)
+    return latents.float().cpu().numpy()
+
+
+def _our_noise(family: str, dtype: str, rng: str) -> np.ndarray:
+    pipe = dif.load(family=family, backend="interp", dtype=dtype).pipeline
+    ppt = pipe.pixels_per_token
+    module = __import__(type(pipe).__module__, fromlist=["GenerationRequest"])
+    req = module.GenerationRequest("x", seed=SEED, width=WIDTH, height=HEIGHT, rng=rng)
+    return pipe.initial_noise(req, HEIGHT // ppt, WIDTH // ppt)
+
+
+@pytest.mark.cuda
+@pytest.mark.oracle
+@pytest.mark.parametrize("family", ["flux2", "krea2"])
+def test_torch_cuda_seed_draws_the_diffusers_pipeline_noise_on_the_gpu(
+    family: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`--rng torch-cuda` against `prepare_latents(device="cuda", generator=torch.Generator("cuda"))`, with
+    DIF_TORCH_CUDA_GPU set from this GPU: max abs <= 1e-5 (device logf / sincosf are not correctly rounded)."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("torch.cuda is not available (the GPU comparison runs on the GPU machine)")
+    props = torch.cuda.get_device_properties(0)
+    monkeypatch.setenv("DIF_TORCH_CUDA_GPU", f"{props.multi_processor_count},{props.max_threads_per_multi_processor}")
+    pipe = _diffusers_pipeline(family)
+    theirs = _their_noise(family, pipe, torch.float32, device="cuda")
+    ours = _our_noise(family, "f32", "torch-cuda")
+    assert ours.shape == theirs.shape
+    assert np.abs(ours - theirs).max() <= 1e-5
 
 
 @pytest.mark.oracle
