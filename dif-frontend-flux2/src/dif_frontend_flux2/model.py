@@ -138,7 +138,7 @@ def build_transformer(
     """One denoiser forward of Flux2Transformer2DModel.
 
     With `n_ref_cached` > 0 the attention of every block also sees that many reference tokens through
-    their cached keys/values (inputs `ref_k.BLOCK` / `ref_v.BLOCK` (B, n_ref_cached, heads, head_dim),
+    their cached keys/values (inputs `ref_k.BLOCK` / `ref_v.BLOCK` (1, n_ref_cached, heads, head_dim),
     post-norm, post-RoPE, from `build_reference_kv`; `reference_kv_names`), placed between the text and
     image keys as diffusers' Flux2KleinKVPipeline does after its first step.
 
@@ -167,7 +167,9 @@ def build_transformer(
     cos = b.input("rope_cos", (s_total, rope_w), DType.F32)
     sin = b.input("rope_sin", (s_total, rope_w), DType.F32)
     heads, hd = cfg.num_attention_heads, cfg.attention_head_dim
-    cached = [b.input(n, (batch, n_ref_cached, heads, hd), dt) for n in reference_kv_names(cfg)] if n_ref_cached else []
+    cached = [b.input(n, (1, n_ref_cached, heads, hd), dt) for n in reference_kv_names(cfg)] if n_ref_cached else []
+    if batch > 1:  # the same references for every image: one copy in, repeated on the device
+        cached = [b.emit("broadcast_to", c, shape=(batch, n_ref_cached, heads, hd)) for c in cached]
     kv = iter(zip(cached[0::2], cached[1::2], strict=True)) if cached else None
 
     with b.scope(module=MODULE, block="time_guidance_embed", section="time"):

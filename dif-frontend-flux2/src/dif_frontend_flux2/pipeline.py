@@ -27,13 +27,14 @@ from attrs import define, field, frozen
 
 from dif.checkpoint import native_size
 from dif.dtypes import DType
-from dif.errors import CheckpointError, UsageError
+from dif.errors import CheckpointError, PlanError, UsageError
 from dif.image_pipeline import ImageConditioning, ImageRequest, TextToImagePipeline
 from dif.ir.program import Program
 from dif.kit.admission import admit_image
 from dif.kit.finite import require_finite
 from dif.kit.sampling import Predict, StepCallback
 from dif.kit.scheduler import FlowMatchConfig, load_scheduler_config
+from dif.kit.tiling import TileLayout, decode_tiled
 from dif.media import to_uint8
 from dif.media.image_input import (
     InputImage,
@@ -63,7 +64,7 @@ from dif_frontend_flux2.model import (
 from dif_frontend_flux2.plugin import INFO
 from dif_frontend_flux2.text_encoder import KLEIN_TAPS, build_text_encoder, qwen3_rope_tables
 from dif_frontend_flux2.tokenize import MAX_LENGTH, load_tokenizer, tokenize_prompts
-from dif_frontend_flux2.vae import build_vae_decoder, build_vae_encoder
+from dif_frontend_flux2.vae import build_latent_decode_prep, build_vae_decoder, build_vae_encoder
 from dif_frontend_flux2.weights import VAE_DECODER_UNUSED, Flux2Checkpoint, text_encoder_unused
 
 VAE_ENCODER_UNUSED = (r"decoder\..*", r"post_quant_conv\..*", r"bn\.num_batches_tracked")
@@ -74,6 +75,10 @@ MAX_IMAGE_AREA = 1024 * 1024
 
 KLEIN_SCHEDULER = FlowMatchConfig(shift=3.0, use_dynamic_shifting=True)
 """klein's scheduler when a checkpoint ships no scheduler/scheduler_config.json (its published one)."""
+
+
+VAE_TILING = ("auto", "on", "off")
+"""When the VAE decodes tile by tile (`Flux2Pipeline.vae_tiling`, --vae-tiling)."""
 
 
 def empirical_mu(image_seq_len: int, num_steps: int) -> float:
@@ -182,7 +187,9 @@ class Flux2Pipeline(TextToImagePipeline):
     on_step: StepCallback | None = None
     on_stage: Callable[[str, float], None] | None = None
     vram_budget: int | None = None  # device bytes the whole pipeline may hold (`ProgramCache`)
+    vae_tiling: str = "auto"  # VAE_TILING: decode tile by tile "on", never "off", "auto" when the whole won't fit
     _programs: ProgramCache = field(init=False)
+    _tiles: dict[tuple[int, int], TileLayout | None] = field(init=False, factory=dict)  # by token grid
     _tokenizer: Any = field(init=False, default=None)
 
     def __attrs_post_init__(self) -> None:
@@ -191,6 +198,8 @@ class Flux2Pipeline(TextToImagePipeline):
                 f"{self.checkpoint.root}: transformer has guidance_embeds=true (FLUX.2 [dev]); "
                 "this pipeline runs [klein]"
             )
+        if self.vae_tiling not in VAE_TILING:
+            raise UsageError(f"vae tiling '{self.vae_tiling}' is not one of {', '.join(VAE_TILING)}")
         self._programs = ProgramCache(self.backend, vram_budget=self.vram_budget)
 
     @property
@@ -238,7 +247,28 @@ class Flux2Pipeline(TextToImagePipeline):
             self._transformer_runner(h * w, batch, n_ref_cached=ref_tokens)
         else:
             self._transformer_runner(h * w + ref_tokens, batch)
-        self._vae_runner(h, w)
+        self._prepare_decode(h, w)
+
+    def _prepare_decode(self, h: int, w: int) -> None:
+        """The decode programs of an h x w token grid: the whole-image decoder, or (`vae_tiling` "on", or
+        "auto" when the planner cannot fit the whole decode in the budget) the latent unpacking and one
+        decoder per tile shape of the reference's tiled decode (`dif.kit.tiling`)."""
+        cfg = self.checkpoint.configs.vae
+        ph, pw = cfg.patch_size
+        layout = TileLayout(cfg.tile_latent, cfg.scale_factor)
+        tiled = self.vae_tiling == "on" and layout.needed(ph * h, pw * w)
+        if not tiled and self.vae_tiling != "on":
+            try:
+                self._vae_runner(h, w)
+            except PlanError:
+                if self.vae_tiling == "off" or not layout.needed(ph * h, pw * w):
+                    raise
+                tiled = True
+        self._tiles[(h, w)] = layout if tiled else None
+        if tiled:
+            self._latent_runner(h, w)
+            for th, tw in layout.shapes(ph * h, pw * w):
+                self._vae_tile_runner(th, tw)
 
     def uses_kv_cache(self, req: ImageRequest) -> bool:
         """Whether `req` runs with the reference K/V cache (klein KV's form: the reference tokens attend
@@ -298,6 +328,29 @@ class Flux2Pipeline(TextToImagePipeline):
             ),
             self.checkpoint.vae,
             VAE_DECODER_UNUSED,
+            "decode",
+        )
+
+    def _latent_runner(self, h: int, w: int) -> Runner:
+        """Packed latents of an h x w token grid -> the VAE latent (de-normalized, unpatchified)."""
+        cfg = self.checkpoint.configs.vae
+        ph, pw = cfg.patch_size
+        return self._runner(
+            ("vae_latent", h, w),
+            lambda: build_latent_decode_prep(cfg, batch=1, latent_h=ph * h, latent_w=pw * w, dtype=self.dtype),
+            self.checkpoint.vae,
+            lambda name: name not in ("bn.running_mean", "bn.running_var"),
+            "decode",
+        )
+
+    def _vae_tile_runner(self, th: int, tw: int) -> Runner:
+        """The decoder of one th x tw latent tile."""
+        cfg = self.checkpoint.configs.vae
+        return self._runner(
+            ("vae_tile", th, tw),
+            lambda: build_vae_decoder(cfg, batch=1, latent_h=th, latent_w=tw, dtype=self.dtype),
+            self.checkpoint.vae,
+            VAE_DECODER_UNUSED + (r"bn\..*",),
             "decode",
         )
 
@@ -386,15 +439,13 @@ class Flux2Pipeline(TextToImagePipeline):
         cos, sin = flux2_rope_tables(
             MAX_LENGTH, h, w, ref_shapes=shapes, axes_dims=cfg.axes_dims_rope, theta=cfg.rope_theta
         )
-        tiled: dict[int, dict[str, np.ndarray]] = {}  # reference tokens or keys/values repeated over a batch, once
+        tiled: dict[int, dict[str, np.ndarray]] = {}  # reference tokens repeated over a batch, once per run
 
         def predict(latents: np.ndarray, t: float, text: np.ndarray) -> np.ndarray:
             batch = latents.shape[0]
             x, extra = latents, {}
             if refs is not None and refs.kv is not None:
-                if batch not in tiled:
-                    tiled[batch] = {k: np.repeat(v, batch, axis=0) for k, v in refs.kv.items()}
-                extra = tiled[batch]
+                extra = refs.kv  # (1, n_ref, heads, head_dim): the program repeats them over the batch
                 run = self._transformer_runner(n_img, batch, n_ref_cached=refs.tokens.shape[1])
             else:
                 if refs is not None:
@@ -418,7 +469,17 @@ class Flux2Pipeline(TextToImagePipeline):
 
     def decode(self, latents: np.ndarray, h: int, w: int) -> np.ndarray:
         """(H, W, 3) uint8 from packed latents, rounded as the reference image processor does."""
-        image = next(iter(self._vae_runner(h, w)({"latents": latents}).values()))
+        layout = self._tiles.get((h, w))
+        if layout is None:
+            image = next(iter(self._vae_runner(h, w)({"latents": latents}).values()))
+        else:
+            latent = next(iter(self._latent_runner(h, w)({"latents": latents}).values()))
+
+            def decode_tile(tile: np.ndarray) -> np.ndarray:
+                run = self._vae_tile_runner(tile.shape[2], tile.shape[3])
+                return next(iter(run({"latent": tile.astype(self.dtype.np)}).values()))
+
+            image = decode_tiled(latent, layout, decode_tile)
         return to_uint8(require_finite("decoded image", image)[0])
 
     # -- the whole path ------------------------------------------------------------------------
@@ -510,4 +571,8 @@ class Flux2Pipeline(TextToImagePipeline):
 
     def run_keys(self) -> dict[str, Any]:
         ck = self.checkpoint
-        return {"model": ck.name, "distilled": ck.is_distilled, "layout": ck.layout}
+        keys: dict[str, Any] = {"model": ck.name, "distilled": ck.is_distilled, "layout": ck.layout}
+        tiled = [layout for layout in self._tiles.values() if layout is not None]
+        if tiled:
+            keys["vae_decode"] = f"tiled, tiles of {tiled[0].tile} latent pixels blended over {tiled[0].blend} pixels"
+        return keys
