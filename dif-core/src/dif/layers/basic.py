@@ -19,11 +19,23 @@ def _tensor_names(*params: Var | None) -> tuple[str, ...]:
 
 
 def linear(b: ProgramBuilder, x: Var, name: str, out_features: int, *, bias: bool = False) -> Var:
-    """x [..., in] -> [..., out]; weight `{name}.weight` [out, in], bias `{name}.bias` [out]."""
+    """x [..., in] -> [..., out]; weight `{name}.weight` [out, in], bias `{name}.bias` [out]. Inside
+    `dif.lora.slots.lora_slots` naming this weight, + (x @ down^T) @ up^T with `down` [r, in] and `up`
+    [out, r] program inputs (an unmerged LoRA)."""
+    from dif.lora.slots import current_slots, slot_inputs
+
     w = b.param(f"{name}.weight", (out_features, x.shape[-1]), x.dtype)
     bv = b.param(f"{name}.bias", (out_features,), x.dtype) if bias else None
     with b.scope(tensors=_tensor_names(w, bv)):
-        return b.emit("linear", x, w, bv)
+        y = b.emit("linear", x, w, bv)
+    rank = current_slots().get(f"{name}.weight")
+    if rank is None:
+        return y
+    down_name, up_name = slot_inputs(name)
+    down = b.input(down_name, (rank, x.shape[-1]), x.dtype)
+    up = b.input(up_name, (out_features, rank), x.dtype)
+    with b.scope(tensors=(down_name, up_name)):
+        return b.emit("add", y, b.emit("linear", b.emit("linear", x, down), up))
 
 
 def conv2d(

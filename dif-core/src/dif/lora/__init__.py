@@ -3,11 +3,24 @@
 
 Where it sits: a frontend opens its checkpoint, then `merge_loras(source, specs, table, ...)`
 returns the source with the adapters folded in; `bind_weights` and the backends see plain weights.
+Unmerged: programs built inside `lora_slots(...)` (`dif.lora.slots`) take the adapters as inputs
+(`adapter_inputs`, `dif.lora.unmerged`), so LoRAs and scales swap without preparing again.
 """
 
 from dif.lora.families import families_of, family_label
 from dif.lora.file import Adapter, LoraFile, LoraSpec, read_lora
-from dif.lora.merge import AppliedLora, LoraMergedSource, ModuleTable, Target, adapter_delta, merge_loras
+from dif.lora.merge import (
+    AppliedLora,
+    LoraMergedSource,
+    ModuleTable,
+    Patch,
+    Target,
+    adapter_delta,
+    match_loras,
+    merge_loras,
+)
+from dif.lora.slots import current_slots, lora_slots, slot_inputs
+from dif.lora.unmerged import adapter_inputs, slot_ranks
 
 __all__ = [
     "Adapter",
@@ -16,10 +29,17 @@ __all__ = [
     "LoraMergedSource",
     "LoraSpec",
     "ModuleTable",
+    "Patch",
     "Target",
     "adapter_delta",
+    "adapter_inputs",
+    "current_slots",
     "families_of",
     "family_label",
+    "lora_slots",
+    "match_loras",
     "merge_loras",
     "read_lora",
+    "slot_inputs",
+    "slot_ranks",
 ]

@@ -75,7 +75,10 @@ class AppliedLora:
 
 
 @frozen(eq=False)
-class _Patch:
+class Patch:
+    """One adapter's contribution to one weight: the file, its adapter, the strength and the piece
+    of the adapter's delta the weight takes."""
+
     lora: LoraFile
     adapter: Adapter
     scale: float
@@ -153,7 +156,7 @@ def _piece_shape(shape: tuple[int, int], transform: Chunk | SwapHalves | None) -
 class LoraMergedSource(TensorSource):
     """`base` with the adapted weights merged (W + sum scale * delta), computed when read."""
 
-    def __init__(self, base: TensorSource, patches: Mapping[str, Sequence[_Patch]], applied: Sequence[AppliedLora]):
+    def __init__(self, base: TensorSource, patches: Mapping[str, Sequence[Patch]], applied: Sequence[AppliedLora]):
         self.base = base
         self._patches = {k: tuple(v) for k, v in patches.items()}
         self.applied = tuple(applied)
@@ -228,8 +231,24 @@ def merge_loras(
     rank mismatches, a delta whose shape does not fit its weight (a LoRA for another model size)."""
     if not specs:
         return base
+    patches, applied = match_loras(base, specs, table, family=family, model=model, allow_unmatched=allow_unmatched)
+    return LoraMergedSource(base, patches, applied)
+
+
+def match_loras(
+    base: TensorSource,
+    specs: Sequence[LoraSpec | str | Path],
+    table: ModuleTable,
+    *,
+    family: str,
+    model: str,
+    allow_unmatched: bool = False,
+) -> tuple[dict[str, list[Patch]], list[AppliedLora]]:
+    """Every adapter of `specs` matched to the weights of `base` and checked (what `merge_loras`
+    merges and `dif.lora.unmerged` feeds as side GEMMs): weight name -> its patches, and per file
+    what it contributed. The errors are `merge_loras`'."""
     flat = {name.replace(".", "_"): name for name in table}
-    patches: dict[str, list[_Patch]] = {}
+    patches: dict[str, list[Patch]] = {}
     applied: list[AppliedLora] = []
     for given in specs:
         spec = LoraSpec.parse(given) if not isinstance(given, LoraSpec) else given
@@ -278,14 +297,14 @@ def merge_loras(
                         hint="the LoRA was trained for another model size or variant",
                     )
                 label = f"{spec.describe()} '{adapter.module}'"
-                patches.setdefault(target.param, []).append(_Patch(lora, adapter, spec.scale, target.transform, label))
+                patches.setdefault(target.param, []).append(Patch(lora, adapter, spec.scale, target.transform, label))
                 touched.append(target.param)
         if not matched:
             raise WeightError(f"{lora.path}: no adapter in this file matches a module of {model}")
         ranks = tuple(r for a, _ in matched if (r := lora.rank(a)) is not None)
         kinds = tuple(sorted({a.kind for a, _ in matched}))
         applied.append(AppliedLora(spec, lora.dialect, kinds, len(matched), ranks, tuple(touched), tuple(unmatched)))
-    return LoraMergedSource(base, patches, applied)
+    return patches, applied
 
 
 def _refuse_other_family(
