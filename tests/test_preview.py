@@ -21,6 +21,7 @@ from dif.preview import (
     fit_projection,
     latent_channels,
     packaged_projection,
+    preview_on_step,
     preview_pixels,
     projection_for,
 )
@@ -105,3 +106,14 @@ def test_another_vae_is_fitted_at_load(tmp_path: Path) -> None:
     projection = projection_for(stub)
     assert stub.calls == 2 and "fitted at load" in projection.source and projection.channels == 8
     assert projection.r2 > 0.8  # a linear decoder is recovered (up to clipping and the ridge term)
+
+
+def test_python_api_preview(tmp_path: Path) -> None:
+    pipe = dif.load(backend="cpu")
+    writer = preview_on_step(pipe, tmp_path / "live.jpg", width=64, height=32, every=1)
+    pipe("a fox", steps=2, seed=1, width=64, height=32, on_step=writer)
+    assert writer.written == 2 and writer.grid == (2, 4)
+    with Image.open(tmp_path / "live.jpg") as image:
+        assert image.size == (256, 128)
+    with pytest.raises(dif.errors.UsageError, match="'.tga'"):
+        preview_on_step(pipe, tmp_path / "live.tga")

@@ -176,3 +176,20 @@ def latent_channels(pipe: Any) -> int:
     from dif.image_pipeline import ImageRequest
 
     return int(pipe.initial_noise(ImageRequest(""), 1, 1).shape[-1])
+
+
+def preview_on_step(
+    pipe: Any, path: str | Path, *, width: int | None = None, height: int | None = None, every: int = 1
+) -> PreviewWriter:
+    """A `PreviewWriter` for a `dif.load(...)` pipeline (or a frontend pipeline) at the image size a call
+    will run (`width` / `height` as passed to it; None: the checkpoint's native size), for its `on_step=`:
+    `pipe("a fox", width=512, height=384, on_step=preview_on_step(pipe, "live.png", width=512, height=384))`.
+    `UsageError` for an extension dif cannot write."""
+    from dif.media.image_file import image_format
+
+    image_format(path)
+    inner = getattr(pipe, "pipeline", pipe)
+    native = inner.native_size
+    w, h, _ = inner.fit_size(width or native, height or native)
+    grid = (h // inner.pixels_per_token, w // inner.pixels_per_token)
+    return PreviewWriter(Path(path), every, projection_for(inner), grid)
