@@ -130,3 +130,14 @@ def test_not_gguf(tmp_path: Path) -> None:
     path.write_bytes(b"GGUF" + (7).to_bytes(4, "little") + bytes(100))
     with pytest.raises(FormatError, match="GGUF version 7"):
         open_gguf(path)
+
+
+@pytest.mark.parametrize("name", ["Q8_0", "Q4_K", "Q6_K"])
+def test_threaded_chunks_equal_one_pass(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    import dif.weights.gguf as g
+
+    raw = random_blocks(name, 8, 2048, 5)
+    expected = ref_dequantize(raw, getattr(Q, name))
+    monkeypatch.setattr(g, "CHUNK_BLOCKS", 7)  # many ragged chunks
+    got = dequantize(raw.reshape(-1), name, expected.shape, threads=3)
+    assert np.array_equal(got.view(np.uint32), expected.astype(np.float32).view(np.uint32))

@@ -15,8 +15,10 @@ restores a tensor it reshaped.
 from __future__ import annotations
 
 import math
+import os
 import struct
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -191,11 +193,29 @@ PLAIN: dict[str, tuple[np.dtype[Any], str]] = {
 SUPPORTED = (*PLAIN, *DEQUANTIZE)
 
 
-def dequantize(raw: np.ndarray, type_name: str, shape: tuple[int, ...]) -> np.ndarray:
-    """The float32 values of one tensor's raw bytes (uint8) of ggml type `type_name`, in `shape`."""
+CHUNK_BLOCKS = 1 << 15
+"""Blocks per dequantization task: the numpy loops release the GIL, so large tensors spread over threads."""
+
+
+def dequantize(raw: np.ndarray, type_name: str, shape: tuple[int, ...], *, threads: int | None = None) -> np.ndarray:
+    """The float32 values of one tensor's raw bytes (uint8) of ggml type `type_name`, in `shape`
+    (blocks dequantized in chunks on up to `threads` threads, default one per CPU core)."""
     kind = next(t for t in GGML_TYPES.values() if t.name == type_name)
-    blocks = np.ascontiguousarray(raw).reshape(-1, kind.nbytes)
-    return DEQUANTIZE[type_name](blocks).reshape(shape)
+    blocks = np.asarray(raw).reshape(-1, kind.nbytes)
+    run = DEQUANTIZE[type_name]
+    n = len(blocks)
+    workers = min(threads or os.cpu_count() or 1, -(-n // CHUNK_BLOCKS))
+    if workers <= 1:
+        return run(np.ascontiguousarray(blocks)).reshape(shape)
+    out = np.empty((n, kind.block), np.float32)
+
+    def part(start: int) -> None:
+        stop = min(start + CHUNK_BLOCKS, n)
+        out[start:stop] = run(np.ascontiguousarray(blocks[start:stop]))
+
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="dif-gguf") as pool:
+        list(pool.map(part, range(0, n, CHUNK_BLOCKS)))
+    return out.reshape(shape)
 
 
 # -- the header ----------------------------------------------------------------------------------
