@@ -4,6 +4,7 @@ compared after every step (rel-L2 <= 1e-5 in float32 and float64)."""
 
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 import pytest
 
@@ -221,3 +222,57 @@ def test_frontend_settings_name_the_same_choices() -> None:
 
     assert SAMPLER.choices == SAMPLERS and SCHEDULER.choices == SCHEDULERS and RNG.choices == RNGS
     assert SAMPLER.flags == ("--sampling-method",)
+
+
+@pytest.mark.oracle
+@pytest.mark.filterwarnings("ignore:__array__ implementation:DeprecationWarning")
+@pytest.mark.parametrize("sampler", SAMPLERS)
+def test_bf16_loops_round_as_diffusers(sampler: str) -> None:
+    """bf16 latents and model outputs (a float64 fake model rounded to bf16 in both): every step's latents
+    equal diffusers' bit for bit (torch's roundings: scalar-first products round the scalar, bf16
+    differences round, the sample is upcast where the scheduler upcasts)."""
+    torch = pytest.importorskip("torch")
+    diffusers = pytest.importorskip("diffusers")
+    bf16 = np.dtype(ml_dtypes.bfloat16)
+    a, b = _weights(np.dtype(np.float64))
+    x0 = _start(np.dtype(np.float32)).astype(bf16)
+
+    def model_np(x: np.ndarray, t: np.floating) -> np.ndarray:
+        x64 = x.astype(np.float64)
+        return (np.tanh(a * x64 + b * (float(t) / 1000)) - 0.3 * x64).astype(bf16)
+
+    n = 7
+    if sampler == "euler":
+        theirs_sched = diffusers.FlowMatchEulerDiscreteScheduler(
+            shift=3.0, use_dynamic_shifting=True, use_karras_sigmas=True
+        )
+        theirs_sched.set_timesteps(sigmas=np.linspace(1.0, 1 / n, n).tolist(), mu=MU)
+        ours_sched = with_sampling(flow_match_schedule(n, mu=MU), scheduler="karras")
+    elif sampler == "heun":
+        theirs_sched = diffusers.FlowMatchHeunDiscreteScheduler(shift=3.0)
+        theirs_sched.set_timesteps(n)
+        sig = theirs_sched.sigmas.numpy()
+        unique = np.concatenate([sig[:1], sig[1:-1:2], sig[-1:]]).astype(np.float32)
+        ours_sched = FlowMatchSchedule(unique, (unique[:-1] * np.float32(1000)).astype(np.float32), sampler="heun")
+    else:
+        theirs_sched = diffusers.DPMSolverMultistepScheduler(
+            use_flow_sigmas=True, prediction_type="flow_prediction", flow_shift=3.0
+        )
+        theirs_sched.set_timesteps(n)
+        sig = theirs_sched.sigmas.numpy().astype(np.float32)
+        ours_sched = FlowMatchSchedule(sig, (sig[:-1] * np.float32(1000)).astype(np.float32), sampler="dpm++2m")
+    ours: list[np.ndarray] = []
+    sample(x0, ours_sched, lambda x, t, _c: model_np(x, t), None, on_step=lambda _i, _n, x: ours.append(x.copy()))
+    ta, tb = torch.from_numpy(a), torch.from_numpy(b)
+    x = torch.from_numpy(x0.astype(np.float32)).to(torch.bfloat16)
+    theirs_all = []
+    theirs_sched.set_begin_index(0)
+    for k, t in enumerate(theirs_sched.timesteps):
+        tf = float(theirs_sched.sigmas[k] * 1000) if sampler == "dpm++2m" else float(t)
+        v = (torch.tanh(ta * x.double() + tb * (tf / 1000)) - 0.3 * x.double()).to(torch.bfloat16)
+        x = theirs_sched.step(v, t, x, return_dict=False)[0]
+        theirs_all.append(x.float().numpy())
+    theirs = [*theirs_all[1::2], theirs_all[-1]] if sampler == "heun" else theirs_all
+    assert len(ours) == len(theirs) == n and ours[-1].dtype == bf16
+    for i, (o, t_) in enumerate(zip(ours, theirs, strict=True)):
+        np.testing.assert_array_equal(o.astype(np.float32), t_, err_msg=f"{sampler} step {i + 1}")
