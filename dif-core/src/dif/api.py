@@ -40,6 +40,7 @@ def load(
     vram_budget: int | None = None,
     lora: Sequence[str | Path | tuple[str | Path, float]] = (),
     lora_allow_unmatched: bool = False,
+    **options: Any,
 ) -> ImagePipeline:
     """The pipeline of the checkpoint at `path` (a diffusers folder, a single file, or a Hugging Face
     repo id "org/name[@revision]" already in the local HF cache: `dif.weights.hfcache`), its family
@@ -48,7 +49,8 @@ def load(
     available), `dtype` "auto" | "f32" | "bf16" | "f16", `vram_budget` in bytes for the whole pipeline
     (text encoder + denoiser + VAE together; see `dif.program_cache.ProgramCache`). `lora`: adapters
     merged into the denoiser, each "FILE", "FILE:SCALE" or (FILE, SCALE), as the CLI's --lora
-    (`dif.lora`); `lora_allow_unmatched` as --lora-allow-unmatched."""
+    (`dif.lora`); `lora_allow_unmatched` as --lora-allow-unmatched. `options` are the frontend's own
+    pipeline options, as its CLI flags (FLUX.2: `vae_tiling` "auto" | "on" | "off", --vae-tiling)."""
     from dif.frontend import detect_frontend
     from dif.plugins import frontends
 
@@ -72,11 +74,11 @@ def load(
     target = Path(path) if path is not None else info.default_checkpoint
     if target is None or info.pipeline is None:
         raise UsageError(f"frontend '{info.name}' has no embedded checkpoint or pipeline", hint="pass a path")
-    extra: dict[str, Any] = {}
+    extra: dict[str, Any] = dict(options)
     if lora:  # only frontends that merge adapters take these keywords
         from dif.lora import LoraSpec
 
-        extra = {"lora": tuple(LoraSpec.parse(s) for s in lora), "lora_allow_unmatched": lora_allow_unmatched}
+        extra |= {"lora": tuple(LoraSpec.parse(s) for s in lora), "lora_allow_unmatched": lora_allow_unmatched}
     pipe = info.pipeline(target, dtype=dtype, backend=backend, vram_budget=vram_budget, **extra)
     return ImagePipeline(info, pipe)
 

@@ -49,6 +49,7 @@ class _Entry:
     executable: Executable | None = None
     plans: dict[int, Plan] = field(factory=dict)  # by the bytes they were planned within
     timings: dict[str, float] = field(factory=dict)  # seconds: build (and bind), optimize, plan
+    group: str | None = None  # programs of one group run one at a time (`ProgramCache.get`)
     prepared: int = 0
     released: int = 0
 
@@ -56,6 +57,11 @@ class _Entry:
     def resident_bytes(self) -> int:
         """Arena + every weight: what the program holds with nothing streamed."""
         return int(self.alone.arena_bytes + self.alone.param_bytes)
+
+    @property
+    def need(self) -> str:
+        """Its name in the pipeline's decision: the program's, or its group's (one need for all of them)."""
+        return f"{self.group} (one at a time)" if self.group else self.name
 
 
 @define
@@ -108,12 +114,17 @@ class ProgramCache:
 
     # -- registering ---------------------------------------------------------------------------------
     def get(
-        self, key: Hashable, build: Callable[[], tuple[Program, Mapping[str, np.ndarray]]], stage: str = ALWAYS
+        self,
+        key: Hashable,
+        build: Callable[[], tuple[Program, Mapping[str, np.ndarray]]],
+        stage: str = ALWAYS,
+        group: str | None = None,
     ) -> Runner:
         """The runner cached under `key`; on a miss `build()` returns (program, bound weights), which is
         optimized and planned now (weights are not read). `stage`: the pipeline stage that runs it
-        (`dif.plan.pipeline.STAGES`; `ALWAYS`: resident throughout). Outside `planning()` the program is
-        also prepared now."""
+        (`dif.plan.pipeline.STAGES`; `ALWAYS`: resident throughout). Programs of one `group` (a tiled
+        decode's decoders, one per tile shape) run one after another: the decision counts the largest of
+        them, and preparing one releases the others. Outside `planning()` the program is also prepared now."""
         if self.backend == INTERP:
             return self._interpreted(key, build)
         entry = self._entries.get(key)
@@ -123,6 +134,7 @@ class ProgramCache:
             built = time.perf_counter()
             entry = self._entries[key] = self._register(key, stage, program, weights)
             entry.timings = {"build_s": built - start, **entry.timings}
+            entry.group = group
             self.load_seconds += time.perf_counter() - start
         if self._run is not None and entry not in self._run:
             self._run.append(entry)
@@ -131,6 +143,23 @@ class ProgramCache:
         if not self._planning:
             self._ensure(entry)
         return entry.runner
+
+    def fits_resident(self, key: Hashable) -> bool:
+        """Whether the program registered under `key` fits the pipeline's budget with all its weights
+        resident (arena + weights <= the budget's available bytes); True under "interp" (no budget)."""
+        entry = self._entries.get(key)
+        return entry is None or entry.resident_bytes <= self._available(entry.budget)
+
+    def discard(self, key: Hashable) -> None:
+        """Forget the program registered under `key` (released first when prepared): a frontend that
+        registered it, then chose another way (a tiled decode instead of the whole one)."""
+        entry = self._entries.pop(key, None)
+        self._runners.pop(key, None)
+        if entry is None:
+            return
+        self._release(entry, "discarded")
+        if self._run is not None and entry in self._run:
+            self._run.remove(entry)
 
     def _interpreted(self, key: Hashable, build: Callable[[], tuple[Program, Mapping[str, np.ndarray]]]) -> Runner:
         from dif.interp import interpret
@@ -226,16 +255,21 @@ class ProgramCache:
             if held and held + sum(e.resident_bytes for e in group) > available:
                 for e in stale:  # programs of an earlier run (another size) make room for this one's
                     self._release(e, "this run")
-            by_name = {e.name: e for e in group}
-            needs = [ProgramNeed(e.name, e.stage, e.resident_bytes) for e in group]
+            by_need: dict[str, list[_Entry]] = {}
+            for e in group:
+                by_need.setdefault(e.need, []).append(e)
+            needs = [
+                ProgramNeed(need, members[0].stage, max(m.resident_bytes for m in members))
+                for need, members in by_need.items()
+            ]
 
-            def plan_within(name: str, nbytes: int, by_name: dict[str, _Entry] = by_name) -> int:
-                return self._plan_within(by_name[name], nbytes).binding.min_memory_bytes
+            def plan_within(need: str, nbytes: int, by_need: dict[str, list[_Entry]] = by_need) -> int:
+                return max(self._plan_within(m, nbytes).binding.min_memory_bytes for m in by_need[need])
 
             decision = decide_pipeline_residency(needs, available, plan_within)
             self.decision[backend] = decision
             for e in group:
-                want = self._plan_within(e, decision.allowance_bytes[e.name])
+                want = self._plan_within(e, decision.allowance_bytes[e.need])
                 if want is not e.plan:
                     if e.executable is not None:
                         self._release(e, "re-planning")
@@ -252,7 +286,7 @@ class ProgramCache:
             if not decision.all_resident:
                 keep = set(decision.resident_during(stage))
                 for e in self._entries.values():
-                    if e.executable is not None and str(e.backend.name) == backend and e.name not in keep:
+                    if e.executable is not None and str(e.backend.name) == backend and e.need not in keep:
                         changed = self._release(e, stage) or changed
         for e in self._run:
             if e.stage in (stage, ALWAYS) and e.executable is None:
@@ -277,8 +311,12 @@ class ProgramCache:
         elif not decision.all_resident:
             keep = set(decision.resident_during(entry.stage))
             for e in self._entries.values():
-                if e.executable is not None and e.backend is entry.backend and e.name not in keep:
+                if e.executable is not None and e.backend is entry.backend and e.need not in keep:
                     self._release(e, entry.stage)
+        if entry.group is not None and decision is not None and not decision.all_resident:  # one at a time
+            for e in self._entries.values():
+                if e.executable is not None and e.group == entry.group and e is not entry:
+                    self._release(e, f"{entry.name} ({entry.group})")
         from dif.progress import loading
 
         start = time.perf_counter()
@@ -297,10 +335,10 @@ class ProgramCache:
 
         if decision is None:
             return entry.plan
-        during = [stage for stage, names in decision.phases.items() if entry.name in names]
+        during = [stage for stage, names in decision.phases.items() if entry.need in names]
         what = (
             f"pipeline residency: {decision.strategy}; '{entry.name}' resident during {', '.join(during) or 'none'}"
-            f", planned within {decision.allowance_bytes[entry.name]} B"
+            f", planned within {decision.allowance_bytes[entry.need]} B"
         )
         return evolve(entry.plan, decisions=(*entry.plan.decisions, Decision(what, decision.arithmetic)))
 

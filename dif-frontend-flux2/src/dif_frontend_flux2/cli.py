@@ -52,6 +52,14 @@ CHECKPOINT_OPTIONS = [
         help="Published configs for single files with no diffusers folder (default: inferred from the "
         "transformer's shapes, distilled; weights cannot tell base from distilled).",
     ),
+    click.option(
+        "--vae-tiling",
+        type=click.Choice(["auto", "on", "off"]),
+        default="auto",
+        show_default=True,
+        help="Decode the image tile by tile (diffusers' tiled decode: tiles of the VAE's sample_size, a quarter "
+        "overlapped and blended): 'auto' when the whole decode does not fit the memory budget.",
+    ),
     *LORA_OPTIONS,
 ]
 

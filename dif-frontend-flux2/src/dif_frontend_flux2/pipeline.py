@@ -212,13 +212,19 @@ class Flux2Pipeline(TextToImagePipeline):
 
     # -- programs ------------------------------------------------------------------------------
     def _runner(
-        self, key: Hashable, build: Callable[[], Program], source: TensorSource, ignore: Any, stage: str
+        self,
+        key: Hashable,
+        build: Callable[[], Program],
+        source: TensorSource,
+        ignore: Any,
+        stage: str,
+        group: str | None = None,
     ) -> Runner:
         def build_and_bind() -> tuple[Program, Mapping[str, np.ndarray]]:
             program = build()
             return program, bind_weights(program, source, ignore=ignore)
 
-        return self._programs.get(key, build_and_bind, stage)
+        return self._programs.get(key, build_and_bind, stage, group)
 
     def size(self, req: ImageRequest, /) -> tuple[int, int]:
         """(width, height): an init image's (fitted) size; else the request's, each side left out taking the
@@ -251,19 +257,24 @@ class Flux2Pipeline(TextToImagePipeline):
 
     def _prepare_decode(self, h: int, w: int) -> None:
         """The decode programs of an h x w token grid: the whole-image decoder, or (`vae_tiling` "on", or
-        "auto" when the planner cannot fit the whole decode in the budget) the latent unpacking and one
+        "auto" when the whole decode does not fit the budget resident) the latent unpacking and one
         decoder per tile shape of the reference's tiled decode (`dif.kit.tiling`)."""
         cfg = self.checkpoint.configs.vae
         ph, pw = cfg.patch_size
         layout = TileLayout(cfg.tile_latent, cfg.scale_factor)
-        tiled = self.vae_tiling == "on" and layout.needed(ph * h, pw * w)
-        if not tiled and self.vae_tiling != "on":
+        can_tile = layout.needed(ph * h, pw * w)
+        tiled = self.vae_tiling == "on" and can_tile
+        if not tiled:
             try:
                 self._vae_runner(h, w)
             except PlanError:
-                if self.vae_tiling == "off" or not layout.needed(ph * h, pw * w):
+                if self.vae_tiling == "off" or not can_tile:
                     raise
                 tiled = True
+            else:  # "auto": whole when it fits resident, not by streaming the decoder's weights at every decode
+                if self.vae_tiling == "auto" and can_tile and not self._programs.fits_resident(("vae", h, w)):
+                    self._programs.discard(("vae", h, w))
+                    tiled = True
         self._tiles[(h, w)] = layout if tiled else None
         if tiled:
             self._latent_runner(h, w)
@@ -352,6 +363,7 @@ class Flux2Pipeline(TextToImagePipeline):
             self.checkpoint.vae,
             VAE_DECODER_UNUSED + (r"bn\..*",),
             "decode",
+            group="vae tiles",  # one tile shape after another: the decode holds one tile decoder at a time
         )
 
     def _reference_kv_runner(self, n_ref: int) -> Runner:

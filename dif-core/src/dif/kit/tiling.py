@@ -82,13 +82,12 @@ def decode_tiled(latent: np.ndarray, layout: TileLayout, decode: Callable[[np.nd
     """The decoded image (B, C, H * scale, W * scale), float32, of `latent` (B, C', H, W) decoded tile by
     tile with `decode` (a (B, C', th, tw) latent tile -> its (B, C, th * scale, tw * scale) image)."""
     _, _, height, width = latent.shape
-    rows: list[list[np.ndarray]] = []
-    for i in layout.starts(height):
-        row = []
-        for j in layout.starts(width):
-            tile = np.ascontiguousarray(latent[:, :, i : i + layout.tile, j : j + layout.tile])
-            row.append(np.array(decode(tile), dtype=np.float32))  # a copy: blended in place below
-        rows.append(row)
+    tiles = {(i, j): latent[:, :, i : i + th, j : j + tw] for i, j, th, tw in layout.tiles(height, width)}
+    decoded: dict[tuple[int, int], np.ndarray] = {}
+    # tiles of one shape one after another: a caller holding one decoder program at a time prepares each once
+    for at in sorted(tiles, key=lambda at: (tiles[at].shape, at)):
+        decoded[at] = np.array(decode(np.ascontiguousarray(tiles[at])), dtype=np.float32)  # blended in place below
+    rows = [[decoded[(i, j)] for j in layout.starts(width)] for i in layout.starts(height)]
     out_rows = []
     for i, row in enumerate(rows):
         parts = []
