@@ -58,23 +58,29 @@ def test_release_the_text_encoder_when_denoiser_and_vae_fit_without_it() -> None
     assert "1300 B > available 900 B" in d.arithmetic and "denoiser 600 + vae 300 = 900 B <= available" in d.arithmetic
 
 
-def test_stream_the_denoiser_within_what_the_vae_leaves() -> None:
+def test_one_stage_at_a_time_rather_than_streaming_when_each_stage_fits_alone() -> None:
     plan_within, asked = _streams_down_to(450)
     d = decide_pipeline_residency(NEEDS, 800, plan_within)
-    assert d.strategy == STREAM_DENOISER and asked == [("denoiser", 500)]
-    assert d.allowance_bytes == {"text": 400, "denoiser": 500, "vae": 300}
-    assert "within available - the rest of its stages = 500 B (needs 451 B)" in d.arithmetic
+    assert d.strategy == ONE_STAGE_AT_A_TIME and asked == []  # nothing streams: the denoiser fits alone
+    assert d.phases == {"encode": ("text",), "denoise": ("denoiser",), "decode": ("vae",)}
+    assert d.allowance_bytes == {"text": 400, "denoiser": 600, "vae": 300}
+    assert "denoise: denoiser 600 = 600 B <= available" in d.arithmetic and "nothing streamed" in d.arithmetic
+
+
+def test_stream_the_denoiser_within_what_the_vae_leaves() -> None:
+    plan_within, asked = _streams_down_to(250)
+    d = decide_pipeline_residency(NEEDS, 590, plan_within)  # the denoiser does not fit even alone
+    assert d.strategy == STREAM_DENOISER and asked == [("denoiser", 290)]
+    assert d.allowance_bytes == {"text": 400, "denoiser": 290, "vae": 300}
+    assert "within available - the rest of its stages = 290 B (needs 251 B)" in d.arithmetic
 
 
 def test_one_stage_at_a_time_when_the_denoiser_cannot_stream_beside_the_vae() -> None:
     plan_within, asked = _streams_down_to(550)
-    d = decide_pipeline_residency(NEEDS, 800, plan_within)
-    assert d.strategy == ONE_STAGE_AT_A_TIME and asked == [("denoiser", 500)]
-    assert d.phases == {"encode": ("text",), "denoise": ("denoiser",), "decode": ("vae",)}
-    assert d.allowance_bytes["denoiser"] == 600  # alone it fits whole
-
     d = decide_pipeline_residency(NEEDS, 560, plan_within)
-    assert d.strategy == ONE_STAGE_AT_A_TIME and d.allowance_bytes["denoiser"] == 560
+    assert d.strategy == ONE_STAGE_AT_A_TIME and asked == [("denoiser", 260), ("denoiser", 560)]
+    assert d.phases == {"encode": ("text",), "denoise": ("denoiser",), "decode": ("vae",)}
+    assert d.allowance_bytes["denoiser"] == 560
     assert "denoise: 'denoiser' streams within 560 B (needs 551 B)" in d.arithmetic
 
 

@@ -5,10 +5,12 @@ after the planner has planned each program and before a backend prepares (alloca
 The decision, in the order tried (the first that fits wins; its arithmetic is recorded):
   all-resident          every program resident through every stage (prepared up front, kept across calls)
   release-text-encoder  the encode stage's programs alone, then the denoiser and the VAE together
-  stream-denoiser       as above, the denoiser planned with streaming within what the VAE leaves
   one-stage-at-a-time   each stage's programs alone (the text encoder released before the denoiser,
-                        the denoiser before the VAE), a stage's largest program streamed within
-                        what its stage's other programs leave
+                        the denoiser before the VAE), when that way nothing streams
+  stream-denoiser       the encode stage alone, then the denoiser planned with streaming within what
+                        the VAE leaves
+  one-stage-at-a-time   each stage alone, a stage's largest program streamed within what its stage's
+                        other programs leave
 Programs of no stage (`ALWAYS`) are resident in every stage and counted in each.
 """
 
@@ -122,6 +124,18 @@ def decide_pipeline_residency(
                            "<= available: the text encoder is released before the denoiser is prepared"]),
             )  # fmt: skip
         why.append(f"denoise + decode {terms(later)} > available")
+        alone = [always + by_stage[stage] for stage in used]
+        if all(sum(size[n] for n in names) <= available for names in alone):
+            # nothing has to stream one stage at a time: re-preparing the VAE costs far less than pinning the
+            # denoiser's streamed weights on every load and moving them over the bus at every step
+            return PipelineResidency(
+                ONE_STAGE_AT_A_TIME,
+                available,
+                {stage: tuple(names) for stage, names in zip(used, alone, strict=True)},
+                dict(size),
+                "; ".join([*why, *(f"{stage}: {terms(names)} <= available" for stage, names in zip(
+                    used, alone, strict=True)), "each stage alone, nothing streamed"]),
+            )  # fmt: skip
         denoiser = max(by_stage["denoise"], key=lambda n: size[n])
         left = available - (later_bytes - size[denoiser])
         if left <= 0:
