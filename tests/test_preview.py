@@ -75,6 +75,29 @@ def test_packaged_projection_is_what_the_script_fits(family: str) -> None:
     assert refit.r2 == pytest.approx(packaged.r2, abs=1e-3) and packaged.r2 > 0.1  # a weak but real fit
 
 
+def test_a_fit_at_load_drops_its_decoder_program(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A checkpoint that is not the embedded one (a copy: its path differs, so does nothing else) is fitted
+    with its own VAE; the fit's 32x32-token decoder is discarded again, the run's programs stay."""
+    import shutil
+
+    from dif.program_cache import ProgramCache
+    from dif_frontend_flux2 import DEFAULT_CHECKPOINT
+
+    copy = tmp_path / "klein"
+    shutil.copytree(DEFAULT_CHECKPOINT, copy)
+    vae = copy / "vae" / "diffusion_pytorch_model.safetensors"
+    vae.write_bytes(vae.read_bytes() + b" ")  # other bytes: the packaged fit does not apply (safetensors ignores it)
+    pipe = dif.load(copy, backend="cpu").pipeline
+    pipe.prepare_all(64, 48)  # the run's programs, as its load stage makes them
+    before = pipe._programs.keys()
+    discarded: list[object] = []
+    keep = ProgramCache.discard
+    monkeypatch.setattr(ProgramCache, "discard", lambda self, key: (discarded.append(key), keep(self, key))[1])
+    projection = projection_for(pipe)
+    assert "fitted at load" in projection.source and projection.channels == 128
+    assert discarded and pipe._programs.keys() == before  # the fit's decoder came and went
+
+
 def test_another_vae_is_fitted_at_load(tmp_path: Path) -> None:
     import dif_frontend_flux2
 

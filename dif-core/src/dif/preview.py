@@ -168,7 +168,15 @@ def projection_for(pipe: Any) -> PreviewProjection:
     found = packaged_projection(Path(package.__file__).parent, vae_file)
     if found is not None:
         return found
-    return fit_projection(pipe.decode, latent_channels(pipe), pipe.dtype.np, source=f"{root} (fitted at load)")
+    # the fit's decoder (another shape than the run's) is dropped again: it must not hold device memory
+    # that the run's own programs are planned without (a TextToImagePipeline keeps them in `_programs`)
+    programs: Any = getattr(pipe, "_programs", None)
+    before = programs.keys() if programs is not None else set()
+    fitted = fit_projection(pipe.decode, latent_channels(pipe), pipe.dtype.np, source=f"{root} (fitted at load)")
+    if programs is not None:
+        for key in programs.keys() - before:
+            programs.discard(key)
+    return fitted
 
 
 def latent_channels(pipe: Any) -> int:

@@ -144,6 +144,10 @@ class ProgramCache:
             self._ensure(entry)
         return entry.runner
 
+    def keys(self) -> set[Hashable]:
+        """The keys of every program registered so far (planned, prepared or interpreted)."""
+        return set(self._entries) | set(self._runners)
+
     def fits_resident(self, key: Hashable) -> bool:
         """Whether the program registered under `key` fits the pipeline's budget with all its weights
         resident (arena + weights <= the budget's available bytes); True under "interp" (no budget)."""
