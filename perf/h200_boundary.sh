@@ -30,16 +30,19 @@ rm -rf "$DIF_CACHE_DIR"
 nvidia-smi --query-gpu=name,driver_version,memory.used,memory.total --format=csv,noheader
 echo "PYTHONDONTWRITEBYTECODE=${PYTHONDONTWRITEBYTECODE:-unset}"
 python3 -m compileall -q -j 0 . /tmp/site >/dev/null 2>&1; echo "compileall rc=$?"
+python3 -c "import sys; print('pycache_prefix', sys.pycache_prefix, 'dont_write', sys.dont_write_bytecode)"
+ls dif-core/src/dif/__pycache__ 2>/dev/null | head -2
 python3 -c "from pathlib import Path; from pipeline_wall import ensure_entry_points; \
 print(ensure_entry_points(Path.cwd(), Path('/tmp/dif_entry_points')))"
 
 if [ "${SKIP_TESTS:-0}" != 1 ]; then
   stamp "stage 1: CUDA backend tests"
-  DIF_CACHE_DIR=/tmp/dif_cache_tests timeout "${TEST_S:-200}" python3 -m pytest -q -p no:cacheprovider \
-    dif-backend-cuda/tests --junitxml=/tmp/cuda_junit.xml >"$OUT/pytest_cuda.log" 2>&1
+  DIF_CACHE_DIR=/tmp/dif_cache_tests timeout "${TEST_S:-200}" python3 -m pytest -q -p no:cacheprovider -rs \
+    ${TESTS:-dif-backend-cuda/tests} --junitxml=/tmp/cuda_junit.xml >"$OUT/pytest_cuda.log" 2>&1
   echo "pytest rc=$?"
   tail -8 "$OUT/pytest_cuda.log"
-  python3 perf/junit_summary.py /tmp/cuda_junit.xml "$OUT/cuda_tests_h200.json" --label "pytest dif-backend-cuda/tests on the H200"
+  grep -E "^(FAILED|ERROR)" "$OUT/pytest_cuda.log" | head -20
+  python3 perf/junit_summary.py /tmp/cuda_junit.xml "$OUT/cuda_tests_h200.json" --label "pytest ${TESTS:-dif-backend-cuda/tests} on the H200"
 fi
 
 WORK=/tmp/bench
