@@ -158,6 +158,10 @@ def test_png_parameters_and_summary() -> None:
     assert summary["steps_per_s"] == 2.0 and summary["warnings"] == ["w"] and summary["latents"] is None
     lines = summary_lines(summary, model="tiny (turbo)")
     assert lines[0] == "wrote o.png  (64x48, 4 steps, no CFG, seed 3)"
+    other = {**summary, "settings": {**SETTINGS, "sampler": "heun", "scheduler": "karras", "rng": "torch-cpu"}}
+    assert (
+        summary_lines(other, model="tiny")[0] == "wrote o.png  (64x48, 4 steps heun karras, no CFG, seed 3 (torch-cpu))"
+    )
     assert lines[1] == (
         "  load 1.00 s | encode 0.50 s | denoise 2.00 s (2.00 it/s) | decode 0.25 s | save 0.12 s | total 4.00 s"
     )

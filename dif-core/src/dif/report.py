@@ -178,11 +178,15 @@ def summary_lines(summary: Mapping[str, Any], *, model: str) -> list[str]:
     s, t = summary["settings"], summary["timings_s"]
     cfg = f"CFG {s['guidance']}" if s["cfg"] else "no CFG"
     noise = "init noise from file" if s["init_noise"] else f"seed {s['seed']}"
+    if not s["init_noise"] and s.get("rng", "numpy") != "numpy":
+        noise += f" ({s['rng']})"
+    sampling = [s[k] for k, plain in (("sampler", "euler"), ("scheduler", "simple")) if s.get(k, plain) != plain]
+    steps = f"{s['steps']} steps" + (f" {' '.join(sampling)}" if sampling else "")
     rate = summary["steps_per_s"]
     speed = "" if rate is None else (f" ({rate:.2f} it/s)" if rate >= 1 else f" ({1 / rate:.2f} s/it)")
     stages = " | ".join(f"{k} {v:.2f} s{speed if k == 'denoise' else ''}" for k, v in t.items())
     lines = [
-        f"wrote {summary['output']}  ({s['width']}x{s['height']}, {s['steps']} steps, {cfg}, {noise})",
+        f"wrote {summary['output']}  ({s['width']}x{s['height']}, {steps}, {cfg}, {noise})",
         f"  {stages} | total {summary['total_s']:.2f} s",
         f"  model {model}, {s['dtype']} on {s['backend']}; peak memory: process "
         f"{summary['peak_rss_bytes'] / 2**20:.0f} MiB, largest plan {summary['plan_peak_bytes'] / 2**20:.1f} MiB",
