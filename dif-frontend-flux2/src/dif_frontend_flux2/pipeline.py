@@ -220,11 +220,14 @@ class Flux2Pipeline(TextToImagePipeline):
         stage: str,
         group: str | None = None,
     ) -> Runner:
+        lora = self.checkpoint.unmerged if source is self.checkpoint.transformer else None
+
         def build_and_bind() -> tuple[Program, Mapping[str, np.ndarray]]:
-            program = build()
+            program = build() if lora is None else lora.build(key, build)  # unmerged LoRA: side-GEMM slots
             return program, bind_weights(program, source, ignore=ignore)
 
-        return self._programs.get(key, build_and_bind, stage, group)
+        run = self._programs.get(key, build_and_bind, stage, group)
+        return run if lora is None else lora.feed(key, run, self.dtype)
 
     def size(self, req: ImageRequest, /) -> tuple[int, int]:
         """(width, height): an init image's (fitted) size; else the request's, each side left out taking the

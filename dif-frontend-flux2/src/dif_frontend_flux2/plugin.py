@@ -33,6 +33,7 @@ def _pipeline(
     config_variant: str | None = None,
     lora: tuple[Any, ...] = (),
     lora_allow_unmatched: bool = False,
+    lora_mode: str = "merged",
     **options: Any,
 ) -> Any:
     """A `Flux2Pipeline` for the checkpoint at `path` (dtype "auto": the transformer's storage dtype,
@@ -53,6 +54,7 @@ def _pipeline(
         config_variant=config_variant,
         loras=tuple(lora or ()),
         lora_allow_unmatched=lora_allow_unmatched,
+        lora_mode=lora_mode,
     )
     run_dtype = storage_dtype(checkpoint.transformer, by="first") if dtype == "auto" else DType(dtype)
     return Flux2Pipeline(checkpoint, dtype=run_dtype, **options)

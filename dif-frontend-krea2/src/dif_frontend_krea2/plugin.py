@@ -37,6 +37,7 @@ def _pipeline(
     config_variant: str | None = None,
     lora: tuple[Any, ...] = (),
     lora_allow_unmatched: bool = False,
+    lora_mode: str = "merged",
     **options: Any,
 ) -> Any:
     """A `Krea2Pipeline` for the checkpoint at `path` (dtype "auto": the transformer's storage dtype,
@@ -47,6 +48,10 @@ def _pipeline(
     from dif_frontend_krea2.pipeline import Krea2Pipeline
     from dif_frontend_krea2.weights import open_checkpoint
 
+    if lora_mode != "merged":
+        from dif.errors import UsageError
+
+        raise UsageError(f"--lora-mode {lora_mode}: Krea 2 merges its LoRAs (unmerged mode is FLUX.2's for now)")
     checkpoint = open_checkpoint(
         path,
         variant=weight_variant,

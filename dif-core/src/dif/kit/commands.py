@@ -76,9 +76,17 @@ LORA_OPTIONS: list[Decorator] = [
         is_flag=True,
         help="Merge a LoRA's matching modules and warn about keys that match none (default: refuse the file).",
     ),
+    click.option(
+        "--lora-mode",
+        type=click.Choice(["merged", "unmerged"]),
+        default="merged",
+        show_default=True,
+        help="merged: folded into the weights at load (no per-step cost); unmerged: low-rank side GEMMs with "
+        "the adapters as program inputs (swap without preparing again; FLUX.2).",
+    ),
 ]
 """The LoRA options of a frontend that merges adapters (`dif.lora`): pass them in
-`checkpoint_options`; they reach `info.pipeline` as `lora=(spec, ...)`, `lora_allow_unmatched`."""
+`checkpoint_options`; they reach `info.pipeline` as `lora=(spec, ...)`, `lora_allow_unmatched`, `lora_mode`."""
 
 
 def image_input_options() -> list[Decorator]:

@@ -20,7 +20,7 @@ from dif.lora.merge import (
     merge_loras,
 )
 from dif.lora.slots import current_slots, lora_slots, slot_inputs
-from dif.lora.unmerged import adapter_inputs, slot_ranks
+from dif.lora.unmerged import UnmergedLoras, adapter_inputs, fill_slots, slot_ranks
 
 __all__ = [
     "Adapter",
@@ -31,10 +31,12 @@ __all__ = [
     "ModuleTable",
     "Patch",
     "Target",
+    "UnmergedLoras",
     "adapter_delta",
     "adapter_inputs",
     "current_slots",
     "families_of",
+    "fill_slots",
     "family_label",
     "lora_slots",
     "match_loras",

@@ -13,14 +13,20 @@ Only LoRA (down / up) adapters are low-rank factors; LoKr and LoHa are refused h
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
 
 import numpy as np
+from attrs import define, field
 
+from dif.dtypes import DType
 from dif.errors import WeightError
 from dif.ir.program import Program
-from dif.lora.merge import Patch
-from dif.lora.slots import slot_inputs
+from dif.lora.file import LoraSpec
+from dif.lora.merge import AppliedLora, ModuleTable, Patch, match_loras
+from dif.lora.slots import lora_slots, slot_inputs
+from dif.weights.source import TensorSource
 
 
 def _factors(patch: Patch) -> tuple[np.ndarray, np.ndarray]:
@@ -54,18 +60,15 @@ def slot_ranks(patches: Mapping[str, Sequence[Patch]], rank: int | None = None) 
     return dict.fromkeys(need, rank)
 
 
-def adapter_inputs(program: Program, patches: Mapping[str, Sequence[Patch]]) -> dict[str, np.ndarray]:
-    """The values of every LoRA slot input of `program` (built with `lora_slots`): each weight's
-    patches stacked and zero-padded to the slot's rank, zeros for a slot no adapter targets.
-    `WeightError` when an adapter does not fit its slot (rank or shape) or targets a weight with no slot."""
-    inputs = {v.name: v for v in program.inputs}
+def fill_slots(
+    slots: Mapping[str, tuple[int, int, int]], patches: Mapping[str, Sequence[Patch]], dtype: DType
+) -> dict[str, np.ndarray]:
+    """The input values of LoRA slots (module -> (rank, in, out)): each weight's patches stacked and
+    zero-padded to the slot's rank, zeros for a slot no adapter targets, in `dtype`. `WeightError`
+    when an adapter does not fit its slot (rank or shape) or targets a weight with no slot."""
     out: dict[str, np.ndarray] = {}
-    slots = [n[len("lora.") : -len(".down")] for n in inputs if n.startswith("lora.") and n.endswith(".down")]
-    for module in slots:
+    for module, (rank, width, rows) in slots.items():
         down_name, up_name = slot_inputs(module)
-        down_t, up_t = inputs[down_name].type, inputs[up_name].type
-        rank, width = down_t.shape
-        rows = up_t.shape[0]
         down = np.zeros((rank, width), np.float32)
         up = np.zeros((rows, rank), np.float32)
         at = 0
@@ -81,12 +84,85 @@ def adapter_inputs(program: Program, patches: Mapping[str, Sequence[Patch]]) -> 
                 raise WeightError(f"{patch.label}: factors {list(b.shape)} x {list(a.shape)} do not fit '{module}'")
             down[at : at + r], up[:, at : at + r] = a, b
             at += r
-        out[down_name], out[up_name] = down.astype(down_t.dtype.np), up.astype(up_t.dtype.np)
+        out[down_name], out[up_name] = down.astype(dtype.np), up.astype(dtype.np)
     extra = sorted(set(patches) - {f"{m}.weight" for m in slots})
     if extra:
         raise WeightError(
-            f"program '{program.name}' has no LoRA slot for {', '.join(extra[:6])}"
-            + (f" and {len(extra) - 6} more" if len(extra) > 6 else ""),
-            hint="build it inside lora_slots(...) naming those weights",
+            f"no LoRA slot for {', '.join(extra[:6])}" + (f" and {len(extra) - 6} more" if len(extra) > 6 else ""),
+            hint="build the program inside lora_slots(...) naming those weights",
         )
     return out
+
+
+def adapter_inputs(program: Program, patches: Mapping[str, Sequence[Patch]]) -> dict[str, np.ndarray]:
+    """The values of every LoRA slot input of `program` (built with `lora_slots`): `fill_slots` over
+    the slots its inputs declare, in their dtype."""
+    inputs = {v.name: v for v in program.inputs}
+    slots: dict[str, tuple[int, int, int]] = {}
+    dtype: DType | None = None
+    for name, value in inputs.items():
+        if name.startswith("lora.") and name.endswith(".down"):
+            module = name[len("lora.") : -len(".down")]
+            rank, width = value.type.shape
+            slots[module] = (rank, width, inputs[slot_inputs(module)[1]].type.shape[0])
+            dtype = value.type.dtype
+    try:
+        return fill_slots(slots, patches, dtype or DType.F32)
+    except WeightError as exc:
+        if "no LoRA slot" in str(exc):
+            raise WeightError(f"program '{program.name}' has {exc}") from None
+        raise
+
+
+@define
+class UnmergedLoras:
+    """A checkpoint's adapters kept out of its weights: every weight of `table` has a slot of `rank`,
+    `slots` is what to build the programs with (`lora_slots`), `inputs(dtype)` the values to run them
+    with, and `set(specs)` swaps the adapters or their scales (the programs stay as prepared)."""
+
+    base: TensorSource
+    table: ModuleTable
+    family: str
+    model: str
+    rank: int = 64
+    applied: list[AppliedLora] = field(factory=list)
+    _patches: dict[str, list[Patch]] = field(factory=dict)
+    _inputs: dict[DType, dict[str, np.ndarray]] = field(factory=dict)
+    _programs: dict[Hashable, tuple[str, ...]] = field(factory=dict)
+
+    @property
+    def slots(self) -> dict[str, int]:
+        return {t.param: self.rank for targets in self.table.values() for t in targets}
+
+    def set(self, specs: Sequence[LoraSpec | str | Path], *, allow_unmatched: bool = False) -> None:
+        """Use `specs` from now on (empty: no adapter); refused, keeping the old ones, when they do not fit."""
+        patches, applied = match_loras(
+            self.base, specs, self.table, family=self.family, model=self.model, allow_unmatched=allow_unmatched
+        ) if specs else ({}, [])  # fmt: skip
+        slot_ranks(patches, self.rank)
+        self._patches, self.applied, self._inputs = patches, applied, {}
+
+    def build(self, key: Hashable, build: Callable[[], Program]) -> Program:
+        """`build()` inside `lora_slots(self.slots)`, remembering which slot inputs program `key` takes."""
+        with lora_slots(self.slots):
+            program = build()
+        self._programs[key] = tuple(v.name for v in program.inputs if v.name.startswith("lora."))
+        return program
+
+    def feed(self, key: Hashable, run: Callable[[Mapping[str, np.ndarray]], Any], dtype: DType) -> Any:
+        """`run` with program `key`'s slot inputs added to every call (the adapters current then)."""
+
+        def run_with_adapters(inputs: Mapping[str, np.ndarray]) -> Any:
+            values = self.inputs(dtype)
+            return run({**inputs, **{name: values[name] for name in self._programs.get(key, ())}})
+
+        return run_with_adapters
+
+    def inputs(self, dtype: DType) -> dict[str, np.ndarray]:
+        if dtype not in self._inputs:
+            shapes = {}
+            for param in self.slots:
+                rows, width = self.base.info(param).shape
+                shapes[param[: -len(".weight")]] = (self.rank, width, rows)
+            self._inputs[dtype] = fill_slots(shapes, self._patches, dtype)
+        return self._inputs[dtype]
