@@ -88,6 +88,10 @@ def test_torch_cpu_seed_draws_the_diffusers_pipeline_noise(family: str, dtype: s
     torch = pytest.importorskip("torch")
     if torch.backends.cpu.get_cpu_capability() not in ("AVX2", "AVX512"):
         pytest.skip("dif's torch-cpu stream models torch's AVX2 kernels (this torch runs another build)")
+    version = tuple(int(part) for part in torch.__version__.split("+")[0].split(".")[:2])
+    if dtype == "bf16" and version < (2, 13):
+        pytest.skip(f"torch {torch.__version__} draws bf16 normals from another stream; dif's torch-cpu "
+                    "reproduces torch 2.13 (the pinned oracle; seen on the H200's torch 2.11)")  # fmt: skip
     theirs = _their_noise(family, _diffusers_pipeline(family), torch.float32 if dtype == "f32" else torch.bfloat16)
     loaded = dif.load(family=family, backend="interp", dtype=dtype)
     pipe = loaded.pipeline

@@ -22,15 +22,23 @@ def context(root: Path, mode: str) -> CudnnContext:
     ctx.lib = ctx.handle = ctx.stream = None
     ctx.choices = Choices("cudnn", "cudnn 91900", DEVICE, mode, root)
     ctx._graphs = {}
+    ctx.workspace_bytes, ctx._workspace = 256 << 20, None
     return ctx
 
 
 class Refusing:
     def __init__(self) -> None:
-        self.calls = 0
+        self.limits: list[int | None] = []
 
-    def __call__(self) -> Any:
-        self.calls += 1
+    @property
+    def calls(self) -> int:
+        """Problems tried: each within the shared workspace, then without a limit."""
+        assert len(self.limits) % 2 == 0 and all(self.limits[i] == 256 << 20 for i in range(0, len(self.limits), 2))
+        assert all(limit is None for limit in self.limits[1::2])
+        return len(self.limits) // 2
+
+    def __call__(self, limit: int | None) -> Any:
+        self.limits.append(limit)
         raise RuntimeError("CUDNN_STATUS_NOT_SUPPORTED: no engine for this bias broadcast")
 
 

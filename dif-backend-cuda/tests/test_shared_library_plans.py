@@ -66,6 +66,8 @@ def test_identical_nodes_share_one_cudnn_graph_and_one_heuristic_query(
     rel = np.linalg.norm(got - want) / np.linalg.norm(want)
     assert rel <= 2e-2, f"rel-L2 {rel:.2e} ({exe.describe()})"
     assert "from the plan cache" not in sdpa[0]
+    cudnn_steps = [step for step in exe.steps if getattr(step, "kind", "") == "cudnn"]
+    assert cudnn_steps and all(step.built.workspace is backend.cudnn()._workspace for step in cudnn_steps)
 
     later = CudaBackend(sdpa="cudnn", gemm="cublaslt")  # a later process: a fresh cuDNN context, same store
     again = later.prepare(program, plan, weights)

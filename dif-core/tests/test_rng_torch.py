@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+from typing import Any
 
 import ml_dtypes
 import numpy as np
@@ -40,6 +41,11 @@ def _torch_capability(torch) -> str:  # noqa: ANN001
     return str(torch.backends.cpu.get_cpu_capability())
 
 
+def _torch_before_2_13(torch: Any) -> bool:
+    major, minor = (int(part) for part in torch.__version__.split("+")[0].split(".")[:2])
+    return (major, minor) < (2, 13)
+
+
 @pytest.mark.oracle
 @pytest.mark.parametrize("shape", SHAPES, ids=str)
 @pytest.mark.parametrize("dtype", ["float32", "float64", "bfloat16", "float16"])
@@ -47,6 +53,9 @@ def test_torch_cpu_randn_is_bit_exact(shape: tuple[int, ...], dtype: str) -> Non
     torch = pytest.importorskip("torch")
     if _torch_capability(torch) not in ("AVX2", "AVX512"):
         pytest.skip(f"torch runs its {_torch_capability(torch)} kernels here; dif's default models the AVX2 one")
+    if dtype in ("bfloat16", "float16") and _torch_before_2_13(torch):
+        pytest.skip(f"torch {torch.__version__} draws half-precision normals from another stream; dif's torch-cpu "
+                    "reproduces torch 2.13 (the pinned oracle; seen on the H200's torch 2.11)")  # fmt: skip
     seeds = SEEDS if np.prod(shape) < 100_000 else SEEDS[:2]
     for seed in seeds:
         theirs = torch.randn(shape, generator=torch.Generator("cpu").manual_seed(seed), dtype=getattr(torch, dtype))

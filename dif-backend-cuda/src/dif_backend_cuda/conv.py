@@ -46,7 +46,7 @@ class CudnnConv:
     ) -> None:
         key = ("conv", dtype, x_shape, w_shape, padding, stride, dilation)
 
-        def build() -> Any:
+        def build(limit: int | None) -> Any:
             cudnn = ctx.lib
             dt = cudnn.data_type.BFLOAT16 if dtype == DType.BF16 else cudnn.data_type.HALF
             fp32 = cudnn.data_type.FLOAT
@@ -65,7 +65,7 @@ class CudnnConv:
             n, o, ho, wo = y_shape
             out.set_output(True).set_dim([n, o, ho, wo]).set_stride([o * ho * wo, ho * wo, wo, 1]).set_data_type(dt)
             out.set_uid(UIDS["y"])
-            finish_graph(cudnn, g)
+            finish_graph(cudnn, g, limit)
             return g
 
         pointers = {"x": x, "w": w, "y": y}

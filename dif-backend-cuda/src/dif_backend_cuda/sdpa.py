@@ -6,7 +6,9 @@ A cuDNN graph does not hold device pointers (each execution gets a variant pack 
 and building one (operation graph, heuristics, plan, often a runtime-compiled kernel) costs from tens of
 milliseconds to a second. So `CudnnContext.shared_graph` builds one graph per distinct problem and every
 node of that problem (the 36 layers of a text encoder, the blocks of a DiT) executes it with its own
-pack; executions are ordered on the backend's one stream, so they share the workspace too. The built
+pack; executions are ordered on the backend's one stream, so every graph shares ONE workspace of
+`WORKSPACE_BYTES` (part of the memory the backend reserves outside the plans): plans needing more are
+deselected, and only a problem no plan of which fits gets a workspace of its own (said in its choice). The built
 plan is serialized into the tuning store (`tuning.Choices.write_artifact`) and a later process
 deserializes it instead of building, as long as the plan choice it was built for is still the one
 `Choices` makes.
@@ -31,6 +33,9 @@ from dif.errors import BackendError
 if TYPE_CHECKING:
     from dif_backend_cuda.tuning import Choices
 
+
+WORKSPACE_BYTES = 256 << 20
+"""The workspace all cuDNN graphs share. One per graph added up to gigabytes for a VAE's convolutions."""
 
 REFUSED = b"refused\n"  # a stored artifact saying cuDNN refused the problem, then why
 
@@ -57,7 +62,9 @@ class CudnnContext:
     problem, `shared_graph`) and the execution plan chosen per graph (`build_fastest`, through
     `tuning.Choices`)."""
 
-    def __init__(self, stream: Any, choices: Callable[[str], Choices] | None = None) -> None:
+    def __init__(
+        self, stream: Any, choices: Callable[[str], Choices] | None = None, workspace_bytes: int = WORKSPACE_BYTES
+    ) -> None:
         import cudnn
 
         self.lib = cudnn
@@ -68,14 +75,28 @@ class CudnnContext:
         # `choices(version)`: the backend's store of plan choices for this cuDNN version (None: cuDNN's own)
         self.choices = choices(f"cudnn {self.version}") if choices is not None else None
         self._graphs: dict[tuple[Any, ...], SharedGraph | Exception] = {}
+        self.workspace_bytes = workspace_bytes
+        self._workspace: Any = None  # allocated at the first graph, never moved (captured graphs hold it)
+
+    def workspace(self, nbytes: int) -> Any:
+        """The shared workspace when `nbytes` fits it, else a buffer of its own for one graph."""
+        import cupy
+
+        if nbytes > self.workspace_bytes:
+            return cupy.cuda.Memory(nbytes)
+        if self._workspace is None:
+            self._workspace = cupy.cuda.Memory(self.workspace_bytes)
+        return self._workspace
 
     def shared_graph(
-        self, key: tuple[Any, ...], build: Callable[[], Any], pointers: Mapping[str, int]
+        self, key: tuple[Any, ...], build: Callable[[int | None], Any], pointers: Mapping[str, int]
     ) -> tuple[SharedGraph, bool]:
-        """(the built graph of problem `key`, whether an earlier node built it). `build()` makes the graph
-        (tensors with their `UIDS`, validated, execution plans created, support checked); its plan is then
-        chosen (timed on `pointers` when tuning is on) or, when this choice was built before, read from the
-        tuning store. A problem cuDNN refused is refused again for the next node without a second attempt."""
+        """(the built graph of problem `key`, whether an earlier node built it). `build(limit)` makes the
+        graph (tensors with their `UIDS`, validated, execution plans created and those needing more workspace
+        than `limit` deselected, support checked); its plan is then chosen (timed on `pointers` when tuning is
+        on) or, when this choice was built before, read from the tuning store. Without a plan within the
+        shared workspace it is built again without the limit. A problem cuDNN refused is refused again for
+        the next node without a second attempt."""
         known = self._graphs.get(key)
         if isinstance(known, Exception):
             raise known
@@ -88,7 +109,10 @@ class CudnnContext:
                 raise stored
             return stored, False
         try:
-            graph = build()
+            try:
+                graph = build(self.workspace_bytes)
+            except Exception:  # noqa: BLE001 - no plan within the shared workspace: any plan, its own workspace
+                graph = build(None)
         except Exception as exc:
             self._graphs[key] = exc
             if self.choices is not None:  # the same library on the same device refuses it again: say so at once
@@ -130,12 +154,11 @@ class CudnnContext:
             chosen, how = 0, "heuristic"
         if chosen != index:
             return None  # built for another choice (tuned since): build the chosen plan
-        import cupy
 
         try:
             graph = self.lib.pygraph(handle=self.handle)
             graph.deserialize(self.handle, blob)
-            workspace = cupy.cuda.Memory(max(1, int(graph.get_workspace_size())))
+            workspace = self.workspace(int(graph.get_workspace_size()))
         except Exception:  # noqa: BLE001 - another frontend's format or a damaged plan: build it again
             return None
         summary = f"plan {index + 1} of {count} ({how})" if count > 1 else "heuristic's first plan"
@@ -147,7 +170,6 @@ class CudnnContext:
         first choice; returns (workspace, summary, the index chosen (0: cuDNN's own), the plan count).
         Building a plan at an index makes it the one `execute` runs; a stored index that no longer builds
         falls back to cuDNN's choice."""
-        import cupy
 
         count = 0
         try:
@@ -157,12 +179,12 @@ class CudnnContext:
                 index, how = self.choices.choose(key, count, lambda: self._fastest_plan(graph, pack, count))
                 if how != "heuristic":
                     graph.build_plan_at_index(index)
-                    workspace = cupy.cuda.Memory(max(1, int(graph.get_workspace_size())))
+                    workspace = self.workspace(int(graph.get_workspace_size()))
                     return workspace, f"plan {index + 1} of {count} ({how})", index, count
         except Exception:  # noqa: BLE001 - an older frontend, or no plan could run: cuDNN's own choice
             self.stream.synchronize()
         graph.build_plans()
-        return cupy.cuda.Memory(max(1, int(graph.get_workspace_size()))), "heuristic's first plan", 0, count
+        return self.workspace(int(graph.get_workspace_size())), "heuristic's first plan", 0, count
 
     def _fastest_plan(self, graph: Any, pack: dict[Any, int], count: int) -> int:
         """Every plan built once, then timed by index (a plan that did not build fails there and is dropped)."""
@@ -224,7 +246,7 @@ class CudnnSdpa:
         qt, kt, vt, ot = token_strides  # elements between tokens: h * d, or more for a view in a wider buffer
         key = ("sdpa", dtype, b, sq, skv, hq, hkv, d, scale, causal, bool(key_bias), bias_rows, *token_strides)
 
-        def build() -> Any:
+        def build(limit: int | None) -> Any:
             cudnn = ctx.lib
             dt = cudnn.data_type.BFLOAT16 if dtype == DType.BF16 else cudnn.data_type.HALF
             fp32 = cudnn.data_type.FLOAT
@@ -246,7 +268,7 @@ class CudnnSdpa:
                 out, _stats = g.sdpa(is_inference=True, **kwargs)
             out.set_output(True).set_dim([b, hq, sq, d]).set_stride([sq * ot, d, ot, 1]).set_data_type(dt)
             out.set_uid(UIDS["o"])
-            finish_graph(cudnn, g)
+            finish_graph(cudnn, g, limit)
             return g
 
         pointers = {"q": q, "k": k, "v": v, "o": o, **({"bias": key_bias} if key_bias else {})}
@@ -259,9 +281,12 @@ class CudnnSdpa:
         self.built.graph.execute(self.pack, self.built.workspace.ptr, handle=self.ctx.handle)
 
 
-def finish_graph(cudnn: Any, graph: Any) -> None:
-    """Validate `graph`, lower it to cuDNN's operation graph and make its execution plans."""
+def finish_graph(cudnn: Any, graph: Any, workspace_limit: int | None) -> None:
+    """Validate `graph`, lower it to cuDNN's operation graph and make its execution plans (none needing more
+    workspace than `workspace_limit`, when given)."""
     graph.validate()
     graph.build_operation_graph()
     graph.create_execution_plans([cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK])
+    if workspace_limit is not None:
+        graph.deselect_workspace_greater_than(workspace_limit)
     graph.check_support()
