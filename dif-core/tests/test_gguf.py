@@ -141,3 +141,23 @@ def test_threaded_chunks_equal_one_pass(name: str, monkeypatch: pytest.MonkeyPat
     monkeypatch.setattr(g, "CHUNK_BLOCKS", 7)  # many ragged chunks
     got = dequantize(raw.reshape(-1), name, expected.shape, threads=3)
     assert np.array_equal(got.view(np.uint32), expected.astype(np.float32).view(np.uint32))
+
+
+def test_q8_0_quantizer_matches_gguf_and_writer_round_trips(tmp_path: Path) -> None:
+    from dif.weights.gguf import quantize_q8_0, write_gguf
+
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((16, 96)).astype(np.float32)
+    x[0, :32] = 0.0  # an all-zero block: d = 0
+    x[1, :32] = 0.5 * 127 / 127  # ties at .5 after scaling
+    ours = quantize_q8_0(x)
+    assert np.array_equal(ours, ref_quantize(x, Q.Q8_0))
+    norm = rng.standard_normal(96).astype(np.float32)
+    tensors = [("w", "Q8_0", x.shape), ("n", "F32", norm.shape)]
+    path = tmp_path / "w.gguf"
+    write_gguf(path, tensors, {"w": ours, "n": norm.view(np.uint8)}.__getitem__, {"general.architecture": "flux"})
+    reader = gguf.GGUFReader(str(path))  # gguf's own reader accepts the file
+    assert [t.name for t in reader.tensors] == ["w", "n"]
+    src = open_gguf(path)
+    assert src.architecture == "flux" and src.stored_type("w") == "Q8_0"
+    assert np.array_equal(src["w"], ref_dequantize(ours, Q.Q8_0)) and np.array_equal(src["n"], norm)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 import os
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -431,3 +431,60 @@ def is_gguf(path: str | Path) -> bool:
             return f.read(4) == MAGIC
     except OSError:
         return False
+
+
+# -- writing (for tools and benchmarks: a checkpoint re-stored as GGUF) ---------------------------
+
+
+def quantize_q8_0(x: np.ndarray) -> np.ndarray:
+    """float values (..., n), n a multiple of 32 -> Q8_0 blocks (..., n / 32 * 34) uint8: per block of
+    32, d = max|x| / 127 as float16 and q = round(x / d) (halves away from zero), as ggml stores it."""
+    x = np.asarray(x, dtype=np.float32)
+    if x.shape[-1] % 32:
+        raise WeightError(f"Q8_0 needs rows that are a multiple of 32 values, got {x.shape[-1]}")
+    blocks = x.reshape(-1, 32)
+    d = np.abs(blocks).max(axis=1, keepdims=True) / np.float32(127)
+    with np.errstate(divide="ignore"):
+        inverse = np.where(d == 0, np.float32(0), np.float32(1) / d)
+    scaled = blocks * inverse
+    q = (np.trunc(np.abs(scaled) + np.float32(0.5)) * np.sign(scaled)).astype(np.int8)
+    out = np.concatenate([d.astype(np.float16).view(np.uint8), q.view(np.uint8)], axis=1)
+    return out.reshape(*x.shape[:-1], -1)
+
+
+def write_gguf(
+    path: str | Path,
+    tensors: Sequence[tuple[str, str, tuple[int, ...]]],
+    data: Callable[[str], np.ndarray],
+    metadata: Mapping[str, str] = {},  # noqa: B006 (read only)
+) -> None:
+    """Write a GGUF v3 file of `tensors` (name, ggml type name, numpy shape), each tensor's raw bytes
+    from `data(name)` (uint8, produced one at a time, so a 9B checkpoint is never all in memory) and
+    string `metadata`; 32-byte aligned, atomically (temp file, then rename)."""
+    from dif.serialize.container import open_atomic
+
+    def text(value: str) -> bytes:
+        raw = value.encode()
+        return struct.pack("<Q", len(raw)) + raw
+
+    by_name = {t.name: t for t in GGML_TYPES.values()}
+    head = MAGIC + struct.pack("<IQQ", 3, len(tensors), len(metadata))
+    for key, value in metadata.items():
+        head += text(key) + struct.pack("<I", 8) + text(value)
+    offset, sizes = 0, []
+    for name, kind, shape in tensors:
+        dims = tuple(reversed(shape)) or (1,)
+        head += text(name) + struct.pack("<I", len(dims)) + struct.pack(f"<{len(dims)}Q", *dims)
+        head += struct.pack("<IQ", by_name[kind].id, offset)
+        nbytes = math.prod(dims) // by_name[kind].block * by_name[kind].nbytes
+        sizes.append(nbytes)
+        offset += nbytes + (-nbytes % DEFAULT_ALIGNMENT)
+    head += bytes(-len(head) % DEFAULT_ALIGNMENT)
+    with open_atomic(Path(path)) as f:
+        f.write(head)
+        for (name, kind, _), nbytes in zip(tensors, sizes, strict=True):
+            raw = np.ascontiguousarray(data(name)).view(np.uint8).reshape(-1)
+            if raw.size != nbytes:
+                raise WeightError(f"tensor '{name}' ({kind}): {raw.size} bytes given, {nbytes} expected")
+            f.write(raw.tobytes())
+            f.write(bytes(-nbytes % DEFAULT_ALIGNMENT))
