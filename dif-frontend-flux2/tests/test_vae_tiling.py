@@ -18,15 +18,10 @@ from dif_frontend_flux2 import DEFAULT_CHECKPOINT
 from dif_frontend_flux2.config import Flux2VaeConfig
 from dif_frontend_flux2.vae import build_vae_decoder
 
-TINY = dict(
-    block_out_channels=(16, 32),
-    down_block_types=("DownEncoderBlock2D",) * 2,
-    up_block_types=("UpDecoderBlock2D",) * 2,
-    layers_per_block=1,
-    norm_num_groups=8,
-    latent_channels=4,
-    sample_size=16,  # tiles of 8 latent pixels, starting every 6, blended over 4 output pixels
-)
+from .test_oracle_vae import TINY as WHOLE_TINY
+from .test_oracle_vae import _pipeline_unpack
+
+TINY = {**WHOLE_TINY, "sample_size": 16}  # tiles of 8 latent pixels, starting every 6, blended over 4 output pixels
 
 
 @pytest.mark.oracle
@@ -57,17 +52,6 @@ def test_tiled_decode_matches_diffusers(torch, tmp_path, randomize, load_weights
     assert err <= 1e-5, f"rel-L2 {err:.3e}"
     whole = interpret(build_vae_decoder(cfg, batch=1, latent_h=18, latent_w=26), {"latent": latent}, weights)
     assert rel_l2_fn(next(iter(whole.values())), got) > 1e-3  # the tiles really were blended, not one decode
-
-
-def _pipeline_unpack(torch, vae, packed: np.ndarray, gh: int, gw: int):  # type: ignore[no-untyped-def]
-    from diffusers.pipelines.flux2.pipeline_flux2_klein import Flux2KleinPipeline as P
-
-    x = torch.from_numpy(packed)
-    ids = P._prepare_latent_ids(torch.zeros(x.shape[0], x.shape[2], gh, gw))
-    lat = P._unpack_latents_with_ids(x, ids, gh, gw)
-    mean = vae.bn.running_mean.view(1, -1, 1, 1)
-    std = torch.sqrt(vae.bn.running_var.view(1, -1, 1, 1) + vae.config.batch_norm_eps)
-    return P._unpatchify_latents(lat * std + mean)
 
 
 WIDTH, HEIGHT = 640, 576  # the embedded VAE tiles at 512 pixels: 2 x 2 tiles, the right and bottom ones narrower

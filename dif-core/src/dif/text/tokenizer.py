@@ -151,6 +151,10 @@ def _reraise_unless_panic(exc: BaseException) -> None:
         raise exc
 
 
+CACHED_VOCAB_BYTES = 256 << 10  # vocab.json from this size on is worth caching (Qwen's: 2.7 MB)
+MAX_CACHED_ID = 1 << 22  # larger vocabularies are not cached (real ones hold up to ~260k tokens)
+
+
 def _cached_byte_level_bpe(folder: Path, config: dict[str, Any]) -> Any:
     """`_byte_level_bpe`, kept as the library's own serialized tokenizer in the dif cache (keyed by the three
     files' contents and the library version): building the BPE from vocab.json + merges.txt takes about four
@@ -176,6 +180,8 @@ def _cached_byte_level_bpe(folder: Path, config: dict[str, Any]) -> Any:
         except Exception:  # noqa: BLE001 - sealed but unreadable by this library: build it again
             pass
     backend = _byte_level_bpe(folder, config)
+    if (folder / "vocab.json").stat().st_size < CACHED_VOCAB_BYTES or backend.get_vocab_size() > MAX_CACHED_ID:
+        return backend  # small ones build in milliseconds; ids far beyond any real vocabulary serialize slowly
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         write_entry(path, backend.to_str().encode(), key)
