@@ -32,6 +32,7 @@ TEST_DEPS=(
   accelerate  # diffusers needs it to load models with fp32-pinned modules (Krea 2 oracle)
   "peft==0.21.2"  # diffusers' load_lora_weights needs it (LoRA oracle tests)
   gguf  # the reference GGUF reader / writer / dequantizer of the GGUF tests
+  scipy  # diffusers' beta sigmas need it (the sampler and Krea 2 seed oracle tests)
   tokenizers
   pyopencl
   pocl-binary-distribution
