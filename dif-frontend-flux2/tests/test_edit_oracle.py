@@ -134,7 +134,7 @@ def test_reference_preprocessing_matches_the_image_processor(klein, tmp_path) ->
     from PIL import Image
 
     from dif.media.image_input import read_image
-    from dif_frontend_flux2.pipeline import reference_pixels
+    from dif_frontend_flux2.image_inputs import reference_pixels
 
     _, pipe = klein
     processor = pipe.image_processor
@@ -216,7 +216,7 @@ def test_init_image_and_mask_preprocessing_match_the_processors(klein, tmp_path)
     from PIL import Image
 
     from dif.media.image_input import read_image
-    from dif_frontend_flux2.pipeline import init_pixels, mask_tokens
+    from dif_frontend_flux2.image_inputs import init_pixels, mask_tokens
 
     _, base = klein
     pipe = diffusers.Flux2KleinInpaintPipeline(

@@ -13,12 +13,12 @@ reproduces its latents and image; `--init-noise` supplies that noise, seeds use 
 Editing (docs/editing.md): up to 4 reference images, VAE-encoded (a VAE encoder program per image size)
 and appended to the denoiser's sequence at RoPE time 10, 20, ... (Flux2KleinPipeline), or with the K/V
 cache reduced to their keys/values, computed once by `build_reference_kv` (Flux2KleinKVPipeline);
-img2img and inpainting as Flux2KleinInpaintPipeline; a batch of B is one denoiser program of batch B.
+img2img and inpainting as Flux2KleinInpaintPipeline (their pixels prepared in `image_inputs`); a batch of B
+is one denoiser program of batch B. `--vae-tiling` decodes tile by tile as diffusers' `enable_tiling()`.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Hashable, Mapping
 from typing import Any
 
@@ -36,22 +36,18 @@ from dif.kit.sampling import Predict, StepCallback
 from dif.kit.scheduler import FlowMatchConfig, load_scheduler_config
 from dif.kit.tiling import TileLayout, decode_tiled
 from dif.media import to_uint8
-from dif.media.image_input import (
-    InputImage,
-    bilinear_downsample,
-    binary_mask,
-    center_crop,
-    check_shape,
-    floor_size,
-    limit_area,
-    resize_lanczos,
-    signed_pixels,
-)
 from dif.noise import initial_latents
 from dif.program_cache import ProgramCache
 from dif.runtime import Runner
 from dif.sched import FlowMatchSchedule
 from dif.weights import TensorSource, bind_weights
+from dif_frontend_flux2.image_inputs import (
+    MAX_REFERENCE_IMAGES,
+    init_pixels,
+    mask_tokens,
+    reference_pixels,
+    reference_size,
+)
 from dif_frontend_flux2.model import (
     build_reference_kv,
     build_transformer,
@@ -68,10 +64,6 @@ from dif_frontend_flux2.vae import build_latent_decode_prep, build_vae_decoder, 
 from dif_frontend_flux2.weights import VAE_DECODER_UNUSED, Flux2Checkpoint, text_encoder_unused
 
 VAE_ENCODER_UNUSED = (r"decoder\..*", r"post_quant_conv\..*", r"bn\.num_batches_tracked")
-MAX_REFERENCE_IMAGES = 4
-"""klein edits with up to 4 reference images (BFL's model card)."""
-MAX_IMAGE_AREA = 1024 * 1024
-"""Reference and init images above this many pixels are first scaled down to it (the reference pipelines')."""
 
 KLEIN_SCHEDULER = FlowMatchConfig(shift=3.0, use_dynamic_shifting=True)
 """klein's scheduler when a checkpoint ships no scheduler/scheduler_config.json (its published one)."""
@@ -119,40 +111,6 @@ def pack_noise(noise: np.ndarray) -> np.ndarray:
     """(B, C, h, w) -> (B, h*w, C), tokens row-major, as the reference packs latents."""
     b, c, h, w = noise.shape
     return np.ascontiguousarray(noise.reshape(b, c, h * w).transpose(0, 2, 1))
-
-
-def reference_pixels(img: InputImage, pixels_per_token: int) -> np.ndarray:
-    """A reference image as Flux2KleinPipeline feeds its VAE: (1, 3, H, W) float32 in [-1, 1], scaled
-    to at most `MAX_IMAGE_AREA` pixels (LANCZOS), then centre-cropped to the token grid. `UsageError`
-    for one under 64 pixels a side or more elongated than 8:1 (the pipeline's limits)."""
-    check_shape(img, what="reference image")
-    image = limit_area(img.image, MAX_IMAGE_AREA)
-    return signed_pixels(center_crop(image, *floor_size(*image.size, pixels_per_token)))
-
-
-def reference_size(img: InputImage, pixels_per_token: int) -> tuple[int, int]:
-    """(width, height) `reference_pixels` and `init_pixels` give `img`, without resizing it."""
-    w, h = img.size
-    if w * h > MAX_IMAGE_AREA:
-        scale = math.sqrt(MAX_IMAGE_AREA / (w * h))
-        w, h = int(w * scale), int(h * scale)
-    return floor_size(w, h, pixels_per_token)
-
-
-def init_pixels(img: InputImage, pixels_per_token: int) -> np.ndarray:
-    """An img2img / inpainting source as Flux2KleinInpaintPipeline feeds its VAE: (1, 3, H, W) float32 in
-    [-1, 1], scaled to at most `MAX_IMAGE_AREA` pixels, then resized (LANCZOS, not cropped) to the token grid."""
-    image = limit_area(img.image, MAX_IMAGE_AREA)
-    return signed_pixels(resize_lanczos(image, *floor_size(*image.size, pixels_per_token)))
-
-
-def mask_tokens(mask: InputImage, width: int, height: int, pixels_per_token: int) -> np.ndarray:
-    """The inpainting mask per latent token, (1, h*w, 1) float32 (1 = repaint): resized to the image's
-    `width` x `height` (LANCZOS), greyscale, binarised at 0.5, then bilinearly downsampled to the token
-    grid, as Flux2KleinInpaintPipeline prepares it."""
-    ppt = pixels_per_token
-    values = binary_mask(resize_lanczos(mask.image, width, height))
-    return bilinear_downsample(values, height // ppt, width // ppt).reshape(1, -1, 1)
 
 
 @frozen(eq=False)
