@@ -16,7 +16,6 @@ llama.cpp's GGUF names (`blk.N.attn_q.weight`, `token_embd.weight`, ...).
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 from typing import Any
@@ -27,7 +26,7 @@ from dif.errors import CheckpointError, ConfigError
 from dif.weights import MappedSource, Rule, TensorSource, open_safetensors
 from dif.weights.fp8 import scaled_fp8
 from dif.weights.gguf import GGUFFile, is_gguf, open_gguf
-from dif.weights.safetensors_file import read_header
+from dif.weights.metadata import embedded_config
 from dif_frontend_flux2 import DEFAULT_CHECKPOINT
 from dif_frontend_flux2.config import Flux2Configs, Flux2TransformerConfig, Flux2VaeConfig, Qwen3Config, load_configs
 from dif_frontend_flux2.configs import published
@@ -51,28 +50,6 @@ _GGUF_LAYER = {
 }
 _GGUF_TOP = {"token_embd.weight": "model.embed_tokens.weight", "output_norm.weight": "model.norm.weight"}
 _GGUF_TOP["output.weight"] = "lm_head.weight"
-
-
-def file_metadata(path: Path) -> dict[str, Any]:
-    """The metadata of a safetensors (`__metadata__`) or GGUF (key-value) file."""
-    if is_gguf(path):
-        return dict(GGUFFile(path).metadata)
-    _, metadata, _ = read_header(path)
-    return dict(metadata)
-
-
-def embedded_config(path: Path) -> dict[str, Any] | None:
-    """The JSON `config` a single file carries in its metadata, if any (`ConfigError` if not JSON)."""
-    raw = file_metadata(path).get("config")
-    if raw is None:
-        return None
-    try:
-        data = json.loads(raw) if isinstance(raw, str) else None
-    except ValueError:
-        data = None
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path}: its metadata 'config' is not a JSON object")
-    return data
 
 
 def transformer_shape(source: TensorSource) -> dict[str, int]:

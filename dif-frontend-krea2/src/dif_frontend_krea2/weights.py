@@ -36,6 +36,7 @@ from dif.weights import (
     open_safetensors,
 )
 from dif.weights.fp8 import scaled_fp8
+from dif.weights.metadata import embedded_config
 from dif_frontend_krea2 import DEFAULT_CHECKPOINT
 from dif_frontend_krea2.config import (
     Krea2Configs,
@@ -163,7 +164,7 @@ def open_checkpoint(
     configs = load_configs(root)
     if transformer_file is not None:
         transformer = open_single_file(transformer_file, "transformer")
-        own = _embedded_config(transformer_file)
+        own = embedded_config(transformer_file)
         if own is not None:
             configs = attrs.evolve(configs, transformer=Krea2TransformerConfig.from_dict(own)).check()
         _check_transformer_shapes(transformer, configs.transformer, root)
@@ -171,14 +172,14 @@ def open_checkpoint(
         transformer = open_component(root / "transformer", variant=variant)
     if text_encoder_file is not None:
         text = open_single_file(text_encoder_file, "text_encoder")
-        own = _embedded_config(text_encoder_file)
+        own = embedded_config(text_encoder_file)
         if own is not None:
             configs = attrs.evolve(configs, text_encoder=QwenVLTextConfig.from_dict(own)).check()
     else:
         text = open_component(root / "text_encoder", variant=variant)
     if vae_file is not None:
         vae = open_single_file(vae_file, "vae")
-        own = _embedded_config(vae_file)
+        own = embedded_config(vae_file)
         if own is not None:
             configs = attrs.evolve(configs, vae=QwenImageVaeConfig.from_dict(own))
     else:
@@ -244,27 +245,6 @@ def is_transformer_file(path: Path) -> bool:
     except Exception:
         return False
     return True
-
-
-def _embedded_config(path: str | Path) -> dict[str, object] | None:
-    import json
-
-    from dif.errors import ConfigError
-    from dif.weights.gguf import GGUFFile
-    from dif.weights.safetensors_file import read_header
-
-    path = Path(path)
-    metadata = GGUFFile(path).metadata if is_gguf(path) else read_header(path)[1]
-    raw = metadata.get("config")
-    if raw is None:
-        return None
-    try:
-        data = json.loads(raw) if isinstance(raw, str) else None
-    except ValueError:
-        data = None
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path}: its metadata 'config' is not a JSON object")
-    return data
 
 
 def _check_transformer_shapes(source: TensorSource, cfg: Krea2TransformerConfig, root: Path) -> None:
