@@ -202,10 +202,18 @@ class CudaExecutable:
         """Execute once; `inputs` by program input name, outputs as fresh host arrays by name."""
         if (traced := cuda_trace.traced_run(self, inputs)) is not None:  # tracing / DIF_CAPTURE / DIF_NVTX
             return traced
-        import cupy
+        return self.replay(inputs)
 
+    def stage_inputs(self, inputs: Mapping[str, np.ndarray]) -> None:
+        """Check `inputs` and copy them into the pinned host mirrors of the input slots."""
         for name, arr in check_inputs(self.program, inputs, BACKEND).items():
             np.copyto(self.in_host[name], arr, casting="no")
+
+    def replay(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """The untraced run: inputs up in one copy, the program (graph replay or eager), outputs down."""
+        import cupy
+
+        self.stage_inputs(inputs)
         stream = self.backend.stream
         rt = cupy.cuda.runtime
         if self.program.inputs:

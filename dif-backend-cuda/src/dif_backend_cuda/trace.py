@@ -115,26 +115,11 @@ def traced_run(exe: CudaExecutable, inputs: Mapping[str, np.ndarray]) -> dict[st
     rec = trace.begin("run", exe.program, "cuda", exe.plan.schedule)
     if rec is None and not nvtx:
         return None
-    import cupy
-
-    from dif.backend_checks import check_inputs
-
     with nvtx_range("dif::run", nvtx):
-        for name, arr in check_inputs(exe.program, inputs, "cuda").items():
-            np.copyto(exe.in_host[name], arr, casting="no")
-        stream = exe.backend.stream
-        rt = cupy.cuda.runtime
         if rec is None:  # NVTX only: the usual replay inside the range
-            if exe.program.inputs:
-                pinned = exe.memory["in_pinned"]
-                rt.memcpyAsync(exe.memory["inputs"].ptr, pinned.ctypes.data, pinned.nbytes, H2D_KIND, stream.ptr)
-            exe.execute()
-            for name, host in exe.out_host.items():
-                if host.nbytes:
-                    rt.memcpyAsync(host.ctypes.data, exe.tensors[name].ptr, host.nbytes, D2H_KIND, stream.ptr)
-            stream.synchronize()
-            return {name: host.copy() for name, host in exe.out_host.items()}
-        return _eager_traced(exe, rec, stream, nvtx)
+            return exe.replay(inputs)
+        exe.stage_inputs(inputs)
+        return _eager_traced(exe, rec, exe.backend.stream, nvtx)
 
 
 def _eager_traced(exe: CudaExecutable, rec: trace.Recorder, stream: Any, nvtx: bool) -> dict[str, np.ndarray]:
