@@ -7,33 +7,14 @@
 #            first run, later rounds have the caches filled; a recipe with a dif-<budget> stage gets its PNG
 #            compared with the unbudgeted one (they must be identical)
 #   stage 3  one more fresh dif process under cProfile (caches filled): where the load time goes
+#   AFTER    a script of more stages, sourced last with $WORK (the bench folder with its models) and $OUT
 # Python files are byte-compiled first (as pip does at install; this machine does not write .pyc files).
 # Device call (repo root; a snapshot tar of the commit beside it, carry [".whl"]):
 #   git archive --format=tar.gz -o device-snapshot.tgz HEAD; then run:
 #   set -o pipefail; bash perf/h200_boundary.sh 2>&1 | tee $OUT/run.log
-set -uo pipefail
-export PYTHONUNBUFFERED=1
-OUT=${OUT:-/tmp/h200_out}
-mkdir -p "$OUT"
-T0=$SECONDS
-stamp() { echo "== $((SECONDS - T0)) s: $*"; }
-if [ -f device-snapshot.tgz ]; then  # run the commit, not the working tree
-  rm -rf /tmp/snap && mkdir -p /tmp/snap && tar -xzf device-snapshot.tgz -C /tmp/snap && cp -r .whl /tmp/snap/
-  cd /tmp/snap || exit 1
-fi
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-  || exit 1
-SRC=dif-core/src:dif-backend-cpu/src:dif-backend-cuda/src:dif-frontend-flux2/src:dif-frontend-krea2/src:dif-tools/src
-export PYTHONPATH=/tmp/site:$PWD/${SRC//:/:$PWD/}:$PWD/perf:/tmp/dif_entry_points
+source "$(dirname "$0")/h200_env.sh"
 export DIF_CACHE_DIR=/tmp/dif_cache_boundary
 rm -rf "$DIF_CACHE_DIR"
-nvidia-smi --query-gpu=name,driver_version,memory.used,memory.total --format=csv,noheader
-echo "PYTHONDONTWRITEBYTECODE=${PYTHONDONTWRITEBYTECODE:-unset}"
-python3 -m compileall -q -j 0 . /tmp/site >/dev/null 2>&1; echo "compileall rc=$?"
-python3 -c "import sys; print('pycache_prefix', sys.pycache_prefix, 'dont_write', sys.dont_write_bytecode)"
-ls dif-core/src/dif/__pycache__ 2>/dev/null | head -2
-python3 -c "from pathlib import Path; from pipeline_wall import ensure_entry_points; \
-print(ensure_entry_points(Path.cwd(), Path('/tmp/dif_entry_points')))"
 
 if [ "${SKIP_TESTS:-0}" != 1 ]; then
   stamp "stage 1: CUDA backend tests"
@@ -85,4 +66,5 @@ s.sort_stats("tottime").print_stats(40)
 PY
   head -c 9000 "$OUT/prof.txt" | tail -c 7000
 fi
+if [ -n "${AFTER:-}" ]; then stamp "after: $AFTER"; source "$AFTER"; fi  # more stages on the same folder
 stamp "done"
