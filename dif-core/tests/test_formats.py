@@ -91,7 +91,7 @@ def test_verdicts_and_searchable():
     assert rows["int8"].legal and rows["int8"].usage is Usage.HOOK_ONLY and not rows["int8"].searchable
     as_dict = assess("bf16", FP8_GPU).to_dict()
     assert as_dict["usage"] == "search candidate"
-    assert set(as_dict) == {"format", "legal", "reason", "usage", "usage_reason", "searchable"}
+    assert set(as_dict) == {"format", "legal", "reason", "usage", "usage_reason", "searchable", "executes"}
 
 
 def test_registry_duplicates_and_unknown_names():
@@ -115,10 +115,10 @@ def test_usage_depends_on_what_the_backend_implements():
     assert int8.implemented_by == "format:int8"
     usage, why = usage_on(int8, CPU_LIKE)
     assert usage is Usage.HOOK_ONLY
-    assert "backend 'cpu' has no implementation" in why and "'format:int8'" in why and "execution policy" in why
+    assert "backend 'cpu' has no implementation" in why and "'format:int8'" in why and "search candidate" in why
     implements = TargetProfile(backend="cuda", device="d", dtypes=("i8",), capabilities=("format:int8",))
-    assert usage_on(int8, implements) == (Usage.EXECUTION_POLICY, int8.usage_reason)
-    assert assess("int8", implements).usage is Usage.EXECUTION_POLICY
+    assert usage_on(int8, implements) == (Usage.SEARCH_CANDIDATE, int8.usage_reason)
+    assert assess("int8", implements).usage is Usage.SEARCH_CANDIDATE
     assert usage_on("bf16", CPU_LIKE)[0] is Usage.SEARCH_CANDIDATE  # needs no backend code: as registered
     plugin_policy = PhysicalFormat(
         name="int6", description="d", storage_dtype="u8", bits=6, usage="execution policy", usage_reason="r"

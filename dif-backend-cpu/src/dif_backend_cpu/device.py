@@ -53,6 +53,10 @@ def host_profile() -> TargetProfile:
             CONCAT_CAPABILITY,
             ANY_VIEW_CAPABILITY,
             ALL_OPS_CAPABILITY,
+            # the quantized ops' references run here: fp8 / int8 emulated (no matrix units), int4 executed
+            "format:fp8-e4m3",
+            "format:int8",
+            "format:int4-group",
         ),
         libraries={"numpy": np.__version__, "ml_dtypes": ml_dtypes.__version__},
     )

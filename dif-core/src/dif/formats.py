@@ -72,6 +72,7 @@ class FormatVerdict:
     reason: str
     usage: Usage
     usage_reason: str
+    executes: str = ""  # `execution_on`: executed | emulated | not executed, with why
 
     @property
     def searchable(self) -> bool:
@@ -86,6 +87,7 @@ class FormatVerdict:
             "usage": self.usage.value,
             "usage_reason": self.usage_reason,
             "searchable": self.searchable,
+            "executes": self.executes,
         }
 
 
@@ -168,7 +170,24 @@ def assess(fmt: PhysicalFormat | str, profile: TargetProfile) -> FormatVerdict:
         fmt = FORMATS.get(fmt)
     legal, reason = legal_on(fmt, profile)
     usage, why = usage_on(fmt, profile)
-    return FormatVerdict(fmt.name, legal, reason, usage, why)
+    return FormatVerdict(fmt.name, legal, reason, usage, why, execution_on(fmt, profile))
+
+
+def execution_on(fmt: PhysicalFormat | str, profile: TargetProfile) -> str:
+    """What `profile`'s backend does with `fmt`, from the code that exists: "executed" (no backend code
+    needed, or the backend lists `implemented_by` and the target is legal), "emulated" (the backend runs the
+    format's ops, but the target lacks the matrix units or dtypes that make it pay: the CPU reference), or
+    "not executed" (no implementation), each with why."""
+    if isinstance(fmt, str):
+        fmt = FORMATS.get(fmt)
+    if fmt.usage is Usage.HOOK_ONLY and not fmt.implemented_by:
+        return "not executed: identity and requirements registered only"
+    if fmt.implemented_by and fmt.implemented_by not in profile.capabilities:
+        return f"not executed: backend '{profile.backend}' lists no '{fmt.implemented_by}'"
+    legal, reason = legal_on(fmt, profile)
+    if legal:
+        return "executed" + (f" ({fmt.implemented_by})" if fmt.implemented_by else "")
+    return f"emulated: backend '{profile.backend}' runs its ops, but {reason}"
 
 
 def formats_table(profile: TargetProfile, registry: FormatRegistry = FORMATS) -> list[FormatVerdict]:
@@ -211,17 +230,17 @@ _core(
     ),
     PhysicalFormat(
         name="fp8-e4m3",
-        description="float8 e4m3 weights with a per-tensor scale, GEMMs on fp8 matrix units",
+        description="float8 e4m3 W8A8 linears: weights per output channel (scaled at load), activations per "
+        "row (scaled by the kernel producing them), fp32 accumulation, scales in the GEMM epilogue",
         storage_dtype="f8e4m3",
-        bits=8,
+        bits=8 + 32 / 4096,
         usage=Usage.SEARCH_CANDIDATE,
-        usage_reason="a scaled-cast transform around linear/matmul",
-        scale="per-tensor",
+        usage_reason="the quantize_fp8 pass (dif.passes.quantize), measured by the format search",
+        scale="per-channel",
         requires_dtypes=("f8e4m3",),
         requires_tensor_core=("fp8-e4m3",),
-        # Unlike bf16/fp16, listing the dtype is not enough: the candidate needs a scaled-cast pass and
-        # an fp8 GEMM lowering, which no backend has yet. Until one lists this capability the format is
-        # hook only everywhere, so the optimizer never measures a path that would fail to lower.
+        # Listing the dtype is not enough: the candidate needs the quantized ops' lowerings (scaled_linear on
+        # fp8 matrix units, norm_modulate_quant). A backend that has them lists this capability.
         implemented_by="format:fp8-e4m3",
     ),
     PhysicalFormat(
@@ -237,25 +256,29 @@ _core(
     ),
     PhysicalFormat(
         name="int8",
-        description="int8 weights plus one fp32 scale per output channel, dequantized next to the GEMM",
+        description="int8 W8A8 linears: weights per output channel (scaled at load), activations per row "
+        "(scaled by the kernel producing them), int32 accumulation, scales in the epilogue",
         storage_dtype="i8",
-        bits=8,
-        usage=Usage.EXECUTION_POLICY,
-        usage_reason="applied by a backend over a prepared weight cache; reported, not searched",
+        bits=8 + 32 / 4096,
+        usage=Usage.SEARCH_CANDIDATE,
+        usage_reason="the quantize_int8 pass (dif.passes.quantize), measured by the format search",
         scale="per-channel",
         requires_dtypes=("i8",),
+        requires_tensor_core=("int8",),
         implemented_by="format:int8",
     ),
     PhysicalFormat(
         name="int4-group",
-        description="4-bit weights packed two per byte, one fp16 scale per group of 128",
+        description="weight-only 4-bit linears: weights packed two per byte, one fp16 scale per group of 128 "
+        "inputs (64 where the inputs do not divide by 128), dequantized inside the GEMM kernel",
         storage_dtype="u8",
         bits=4 + 16 / 128,
-        usage=Usage.HOOK_ONLY,
-        usage_reason="identity and requirements registered; no backend implementation yet",
+        usage=Usage.SEARCH_CANDIDATE,
+        usage_reason="the quantize_int4 pass (dif.passes.quantize), measured by the format search (saves memory)",
         scale="per-group",
         group_size=128,
         requires_dtypes=("u8",),
+        implemented_by="format:int4-group",
     ),
     PhysicalFormat(
         name="nvfp4",

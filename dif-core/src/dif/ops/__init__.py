@@ -1,6 +1,6 @@
 """The DiffIR opset. Importing this package registers every core op in `OPS`."""
 
-from dif.ops import attention, conv, elementwise, fused, layout, linalg, norm, reduce  # noqa: F401  (registration)
+from dif.ops import attention, conv, elementwise, fused, layout, linalg, norm, quant, reduce  # noqa: F401  (registration)
 from dif.ops.registry import OPS, AttrSpec, Case, OpDef, OpTable, defop, get_op
 
 __all__ = ["OPS", "AttrSpec", "Case", "OpDef", "OpTable", "defop", "get_op"]

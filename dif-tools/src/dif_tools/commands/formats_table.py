@@ -13,7 +13,9 @@ from dif_tools.output import emit_document, table
 )
 @click.option("--json", "as_json", is_flag=True, help="Print a dif-telemetry/1 document.")
 def formats_table(backend_name: str | None, as_json: bool) -> None:
-    """Legality (from the probed TargetProfile) and usage of every physical format."""
+    """Legality (from the probed TargetProfile), usage and execution of every physical format: whether the
+    backend executes it (its code exists and the target has the units), emulates it (its ops run, but the
+    target lacks the matrix units that make it pay) or does not execute it."""
     from dif.formats import formats_table as judge
     from dif.plugins import physical_formats
     from dif.runtime import backend_status, get_backend
@@ -38,12 +40,13 @@ def formats_table(backend_name: str | None, as_json: bool) -> None:
         click.echo(f"backend {name}:")
         click.echo(
             table(
-                ("format", "legal", "usage", "why"),
+                ("format", "legal", "usage", "executes", "why"),
                 [
                     (
                         r["format"],
                         "yes" if r["legal"] else "no",
                         r["usage"],
+                        str(r["executes"]).partition(":")[0].partition(" (")[0],  # executed | emulated | not executed
                         r["reason"] if not r["legal"] else r["usage_reason"],
                     )
                     for r in rows

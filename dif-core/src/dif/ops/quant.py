@@ -1,0 +1,298 @@
+"""Quantized ops: what the format passes (`dif.passes.quantize`) put in place of `linear` and the producer of its
+input when a physical format (fp8-e4m3 / int8 W8A8, int4-group weight-only; `dif.formats`) is chosen.
+
+Frontends never emit these. Their references are exact definitions of the quantized arithmetic:
+
+- symmetric per-row quantization: scale = amax(row) / QMAX (QMAX 448 for f8e4m3, 127 for i8; 1 for an
+  all-zero row), q = x / scale in fp32, rounded to nearest even and saturated (fp8: clipped to +-448 then
+  cast, as `cvt.rn.satfinite` does; i8: rint then clipped to +-127);
+- W8A8 products: sum_k xq * wq accumulated exactly (float64 here: int8 sums stay far below 2^53, fp8 products
+  are exact), times the row scale of x and the row (output channel) scale of w, plus bias, stored in the
+  output dtype;
+- int4 groups: weight row r, group g of `group_size` inputs has scale s[r, g] (f16) = amax / 7 and values
+  q = clip(rint(w / s), -8, 7) stored as q + 8, two per byte (even input index in the low nibble); the GEMM
+  uses w = (nibble - 8) * s rounded to x's dtype (what a kernel dequantizing into x-typed tiles multiplies).
+
+Weight-side quantization happens once, at load (`quantize_weight_rows`, `quantize_weight_groups`: the
+load-time transform `dif.weights.quantized` applies); activation scales are dynamic, per row, computed by the
+kernel that produces the GEMM input (`norm_modulate_quant`), never by a separate pass over the activations.
+"""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+
+from dif.dtypes import FLOAT_DTYPES, DType
+from dif.ir.types import TensorType
+from dif.ops._rules import fail, need_float, randn
+from dif.ops.fused import norm_modulate
+from dif.ops.norm import modulate_infer
+from dif.ops.registry import AttrSpec, Case, defop
+
+QUANT_DTYPES = ("f8e4m3", "i8")
+"""Storage dtypes of W8A8 values: fp8 e4m3 (Hopper / Ada matrix units) and int8."""
+QMAX = {"f8e4m3": 448.0, "i8": 127.0}
+GROUP_SIZES = (32, 64, 128)
+INT4_OFFSET = 8  # a stored nibble is q + 8, q in [-8, 7]
+INT4_QMAX = 7.0
+
+
+# -- the quantization arithmetic (shared by the references and the load-time weight transform) --------------
+
+
+def row_scales(x: np.ndarray, dtype: str) -> np.ndarray:
+    """[..., 1] f32 per-row scale of `x` [..., K]: amax / QMAX (1 for an all-zero row)."""
+    amax = np.max(np.abs(x.astype(np.float32)), axis=-1, keepdims=True)
+    scale = amax / np.float32(QMAX[dtype])
+    return np.where(amax > 0, scale, np.float32(1.0)).astype(np.float32)
+
+
+def quantize_with(x: np.ndarray, scale: np.ndarray, dtype: str) -> np.ndarray:
+    """x / scale (fp32) rounded to nearest even and saturated, stored as `dtype` (f8e4m3 or i8)."""
+    q = x.astype(np.float32) / scale.astype(np.float32)
+    qmax = np.float32(QMAX[dtype])
+    if dtype == "i8":
+        return np.clip(np.rint(q), -qmax, qmax).astype(np.int8)
+    return np.clip(q, -qmax, qmax).astype(ml_dtypes.float8_e4m3fn)
+
+
+def quantize_weight_rows(w: np.ndarray, dtype: str) -> tuple[np.ndarray, np.ndarray]:
+    """(wq [N, K] of `dtype`, ws [N] f32): weight `w` [N, K] quantized per output channel (load time)."""
+    scale = row_scales(w, dtype)
+    return quantize_with(w, scale, dtype), scale.reshape(w.shape[0])
+
+
+def quantize_weight_groups(w: np.ndarray, group_size: int) -> tuple[np.ndarray, np.ndarray]:
+    """(packed [N, K/2] u8, scales [N, K/group_size] f16): weight `w` [N, K] as int4 groups (load time).
+    K must be a multiple of `group_size` (itself even)."""
+    n, k = w.shape
+    groups = w.astype(np.float32).reshape(n, k // group_size, group_size)
+    amax = np.max(np.abs(groups), axis=-1)
+    scales = np.where(amax > 0, amax / np.float32(INT4_QMAX), np.float32(1.0)).astype(np.float16)
+    s = scales.astype(np.float32)[..., None]
+    s = np.where(s > 0, s, np.float32(1.0))  # an f16 underflow to 0: the group quantizes to 0
+    q = np.clip(np.rint(groups / s), -INT4_OFFSET, INT4_QMAX).astype(np.int16) + INT4_OFFSET
+    q = q.reshape(n, k).astype(np.uint8)
+    return (q[:, 0::2] | (q[:, 1::2] << 4)).astype(np.uint8), scales
+
+
+def dequantize_groups(packed: np.ndarray, scales: np.ndarray, group_size: int) -> np.ndarray:
+    """[N, K] f32 weights of int4 groups (`quantize_weight_groups`' inverse, up to the rounding)."""
+    n = packed.shape[0]
+    q = np.empty((n, packed.shape[1] * 2), dtype=np.float32)
+    q[:, 0::2] = (packed & 0x0F).astype(np.float32) - INT4_OFFSET
+    q[:, 1::2] = (packed >> 4).astype(np.float32) - INT4_OFFSET
+    return q * np.repeat(scales.astype(np.float32), group_size, axis=1)
+
+
+# -- quantize_rows ------------------------------------------------------------------------------------------
+
+
+def _quantize_rows_infer(x: TensorType, *, dtype: str) -> tuple[TensorType, TensorType]:
+    need_float(x)
+    if x.rank < 1:
+        raise fail(f"x must have rank >= 1, got {x}")
+    return TensorType(x.shape, DType(dtype)), TensorType((*x.shape[:-1], 1), DType.F32)
+
+
+def _float_inputs(dtype: DType) -> bool:
+    return dtype in FLOAT_DTYPES and dtype not in (DType.F8E4M3, DType.F8E5M2)
+
+
+def _quantize_rows_cases(rng: np.random.Generator, dtype: DType) -> list[Case]:
+    if not _float_inputs(dtype):
+        return []
+    x = randn(rng, (3, 5, 64), dtype, 2.0)
+    zero_row = randn(rng, (4, 32), dtype)
+    zero_row[1] = 0
+    return [Case(f"{shape}-{q}", (arr,), {"dtype": q}) for q in QUANT_DTYPES for shape, arr in
+            (("3x5x64", x), ("4x32-zero-row", zero_row))]  # fmt: skip
+
+
+@defop(
+    "quantize_rows",
+    operands=("x",),
+    attrs=(AttrSpec("dtype", "dtype", choices=QUANT_DTYPES, doc="storage dtype of the values"),),
+    infer=_quantize_rows_infer,
+    cases=_quantize_rows_cases,
+    category="fused",
+    num_results=2,
+)
+def quantize_rows(x: np.ndarray, *, dtype: str) -> tuple[np.ndarray, np.ndarray]:
+    """quantize_rows(x[..., K]; dtype) -> (q[..., K] of dtype, scale[..., 1] f32): symmetric dynamic per-row
+    quantization, scale = amax(row) / QMAX (448 for f8e4m3, 127 for i8; 1 for an all-zero row),
+    q = saturate(round_even(x / scale)) computed in fp32. x ~= q * scale."""
+    scale = row_scales(x, dtype)
+    return quantize_with(x, scale, dtype), scale
+
+
+# -- norm_modulate_quant ------------------------------------------------------------------------------------
+
+
+def _norm_modulate_quant_infer(
+    x: TensorType, scale: TensorType, shift: TensorType, *, kind: str, eps: float, dtype: str
+) -> tuple[TensorType, TensorType]:
+    y = modulate_infer(x, scale, shift)
+    return TensorType(y.shape, DType(dtype)), TensorType((*y.shape[:-1], 1), DType.F32)
+
+
+def _norm_modulate_quant_cases(rng: np.random.Generator, dtype: DType) -> list[Case]:
+    # f32 only: at bf16 the norm's stored (rounded) value moves an amax by one bf16 ulp against a float64
+    # evaluation, more than an f32 scale's tolerance; bf16 is checked per backend by its own tests.
+    if dtype != DType.F32:
+        return []
+    out = []
+    for kind in ("layer", "rms"):
+        for q in QUANT_DTYPES:
+            if q == "i8":  # i8 results compare exactly: one norm ulp apart on a backend is one quantum apart
+                continue
+            x = randn(rng, (2, 5, 64), dtype)
+            s, t = randn(rng, (2, 1, 64), dtype, 0.3), randn(rng, (2, 1, 64), dtype, 0.3)
+            out.append(Case(f"2x5x64-{kind}-{q}", (x, s, t), {"kind": kind, "eps": 1e-6, "dtype": q}))
+    return out
+
+
+@defop(
+    "norm_modulate_quant",
+    operands=("x", "scale", "shift"),
+    attrs=(
+        AttrSpec("kind", "str", choices=("layer", "rms"), doc="as in norm_modulate"),
+        AttrSpec("eps", "float", doc="the norm's eps"),
+        AttrSpec("dtype", "dtype", choices=QUANT_DTYPES, doc="storage dtype of the quantized values"),
+    ),
+    infer=_norm_modulate_quant_infer,
+    cases=_norm_modulate_quant_cases,
+    category="fused",
+    num_results=2,
+)
+def norm_modulate_quant(
+    x: np.ndarray, scale: np.ndarray, shift: np.ndarray, *, kind: str, eps: float, dtype: str
+) -> tuple[np.ndarray, np.ndarray]:
+    """norm_modulate_quant(x, scale, shift; kind, eps, dtype) -> (q, row_scale) = quantize_rows(
+    norm_modulate(x, scale, shift; kind, eps); dtype), the modulated value rounded to x's dtype first, exactly
+    as the unfused pair stores it: the producer of a W8A8 GEMM's input emits it quantized, with one scale per
+    row (made by the format passes, `dif.passes.quantize`)."""
+    y = np.asarray(norm_modulate(x, scale, shift, kind=kind, eps=eps)).astype(x.dtype)
+    return quantize_rows(y, dtype=dtype)
+
+
+# -- scaled_linear ------------------------------------------------------------------------------------------
+
+
+def _scaled_linear_infer(
+    xq: TensorType,
+    xs: TensorType,
+    wq: TensorType,
+    ws: TensorType,
+    bias: TensorType | None = None,
+    *,
+    out_dtype: str,
+) -> TensorType:
+    if xq.dtype.value not in QUANT_DTYPES or wq.dtype != xq.dtype:
+        raise fail(f"xq and wq must share one of {', '.join(QUANT_DTYPES)}, got {xq} and {wq}")
+    if wq.rank != 2 or xq.rank < 1 or xq.shape[-1] != wq.shape[1]:
+        raise fail(f"weight must be [out, in] and xq [..., in]; got xq {xq}, wq {wq}")
+    if xs.dtype != DType.F32 or xs.shape != (*xq.shape[:-1], 1):
+        raise fail(f"xs must be f32{[*xq.shape[:-1], 1]}, got {xs}")
+    if ws.dtype != DType.F32 or ws.shape != (wq.shape[0],):
+        raise fail(f"ws must be f32[{wq.shape[0]}], got {ws}")
+    out = DType(out_dtype)
+    if bias is not None and (bias.shape != (wq.shape[0],) or bias.dtype != out):
+        raise fail(f"bias must be {out.value}[{wq.shape[0]}], got {bias}")
+    return TensorType((*xq.shape[:-1], wq.shape[0]), out)
+
+
+def _scaled_linear_cases(rng: np.random.Generator, dtype: DType) -> list[Case]:
+    if not _float_inputs(dtype):
+        return []
+    out = []
+    for q in QUANT_DTYPES:
+        x, w = randn(rng, (2, 5, 64), DType.F32), randn(rng, (24, 64), DType.F32, 0.2)
+        xq, xs = quantize_rows(x, dtype=q)
+        wq, ws = quantize_weight_rows(w, q)
+        bias = randn(rng, (24,), dtype)
+        out.append(Case(f"2x5x64-{q}-bias", (xq, xs, wq, ws, bias), {"out_dtype": dtype.value}))
+        out.append(Case(f"2x5x64-{q}", (xq, xs, wq, ws), {"out_dtype": dtype.value}))
+    return out
+
+
+@defop(
+    "scaled_linear",
+    operands=("xq", "xs", "wq", "ws", "bias?"),
+    attrs=(AttrSpec("out_dtype", "dtype", choices=("f32", "bf16", "f16"), doc="the result's dtype"),),
+    infer=_scaled_linear_infer,
+    cases=_scaled_linear_cases,
+    category="fused",
+)
+def scaled_linear(
+    xq: np.ndarray,
+    xs: np.ndarray,
+    wq: np.ndarray,
+    ws: np.ndarray,
+    bias: np.ndarray | None = None,
+    *,
+    out_dtype: str,
+) -> np.ndarray:
+    """scaled_linear(xq[..., in], xs[..., 1], wq[out, in], ws[out], bias?[out]; out_dtype) -> [..., out]
+    = (xq @ wq^T) * xs * ws + bias: a W8A8 GEMM (xq, wq both f8e4m3 or both i8) whose products accumulate
+    exactly, the per-row activation scale and per-output-channel weight scale applied in the epilogue, the
+    result stored as out_dtype (made by the format passes, `dif.passes.quantize`)."""
+    acc = xq.astype(np.float64) @ wq.astype(np.float64).T
+    y = acc * xs.astype(np.float64) * ws.astype(np.float64)
+    if bias is not None:
+        y = y + bias.astype(np.float64)
+    return y.astype(np.float32)
+
+
+# -- int4_linear --------------------------------------------------------------------------------------------
+
+
+def _int4_linear_infer(
+    x: TensorType, wq: TensorType, ws: TensorType, bias: TensorType | None = None, *, group_size: int
+) -> TensorType:
+    need_float(x)
+    k = x.shape[-1] if x.rank else 0
+    if wq.dtype != DType.U8 or wq.rank != 2 or wq.shape[1] * 2 != k:
+        raise fail(f"wq must be u8[out, {k // 2}] (two 4-bit values per byte), got {wq} for x {x}")
+    if k % group_size:
+        raise fail(f"x's {k} input features are not a multiple of group_size {group_size}")
+    if ws.dtype != DType.F16 or ws.shape != (wq.shape[0], k // group_size):
+        raise fail(f"ws must be f16[{wq.shape[0]}, {k // group_size}], got {ws}")
+    if bias is not None and (bias.shape != (wq.shape[0],) or bias.dtype != x.dtype):
+        raise fail(f"bias must be {x.dtype.value}[{wq.shape[0]}], got {bias}")
+    return TensorType((*x.shape[:-1], wq.shape[0]), x.dtype)
+
+
+def _int4_linear_cases(rng: np.random.Generator, dtype: DType) -> list[Case]:
+    if not _float_inputs(dtype):
+        return []
+    out = []
+    for g in (64, 128):
+        x, w = randn(rng, (3, 4, 256), dtype), randn(rng, (40, 256), DType.F32, 0.1)
+        wq, ws = quantize_weight_groups(w, g)
+        out.append(Case(f"3x4x256-g{g}", (x, wq, ws), {"group_size": g}))
+        out.append(Case(f"3x4x256-g{g}-bias", (x, wq, ws, randn(rng, (40,), dtype)), {"group_size": g}))
+    return out
+
+
+@defop(
+    "int4_linear",
+    operands=("x", "wq", "ws", "bias?"),
+    attrs=(AttrSpec("group_size", "int", choices=GROUP_SIZES, doc="inputs per scale"),),
+    infer=_int4_linear_infer,
+    cases=_int4_linear_cases,
+    category="fused",
+)
+def int4_linear(
+    x: np.ndarray, wq: np.ndarray, ws: np.ndarray, bias: np.ndarray | None = None, *, group_size: int
+) -> np.ndarray:
+    """int4_linear(x[..., in], wq[out, in/2] u8, ws[out, in/group_size] f16, bias?[out]; group_size) -> [..., out]
+    = x @ w^T + bias with w[r, k] = (nibble(r, k) - 8) * ws[r, k // group_size] rounded to x's dtype; nibble k
+    of row r is the low half of byte k/2 for even k, the high half for odd k. Weight-only: x stays in its
+    dtype; fp32 accumulation (made by the format passes, `dif.passes.quantize`)."""
+    w = dequantize_groups(wq, ws, group_size).astype(x.dtype)
+    acc = x.astype(np.float64) @ w.astype(np.float64).T
+    if bias is not None:
+        acc = acc + bias.astype(np.float64)
+    return acc.astype(np.float32)

@@ -1,0 +1,109 @@
+"""The quantized ops' references (dif.ops.quant) against independent computations: the value grids, the
+scales, int4 packing by hand, torch's float8_e4m3fn rounding, and the W8A8 / int4 GEMMs against float64
+products of the dequantized operands."""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from dif.ops.fused import norm_modulate
+from dif.ops.quant import (
+    dequantize_groups,
+    int4_linear,
+    norm_modulate_quant,
+    quantize_rows,
+    quantize_weight_groups,
+    quantize_weight_rows,
+    scaled_linear,
+)
+
+RNG = np.random.default_rng(7)
+
+
+def test_int8_rows_hit_127_and_round_to_nearest() -> None:
+    x = RNG.standard_normal((6, 50)).astype(np.float32) * 3
+    q, s = quantize_rows(x, dtype="i8")
+    assert q.dtype == np.int8 and s.dtype == np.float32 and s.shape == (6, 1)
+    assert np.all(np.max(np.abs(q.astype(np.int32)), axis=1) == 127)  # each row's amax maps to 127
+    np.testing.assert_allclose(s[:, 0], np.max(np.abs(x), axis=1) / 127, rtol=1e-7)
+    err = np.abs(q.astype(np.float64) * s - x)
+    assert np.all(err <= s * 0.5 * (1 + 1e-6))  # nearest: within half a quantum
+
+
+def test_fp8_rows_match_torch_rounding() -> None:
+    torch = pytest.importorskip("torch")
+    x = RNG.standard_normal((4, 64)).astype(np.float32)
+    x[2] *= 1e-3  # a small row: the scale keeps it on the full grid
+    q, s = quantize_rows(x, dtype="f8e4m3")
+    assert q.dtype == ml_dtypes.float8_e4m3fn
+    want = torch.from_numpy(x / s).to(torch.float8_e4m3fn).to(torch.float32).numpy()
+    np.testing.assert_array_equal(q.astype(np.float32), want)
+    assert np.all(np.max(np.abs(q.astype(np.float32)), axis=1) == 448.0)
+
+
+def test_all_zero_row_has_scale_one_and_zero_values() -> None:
+    x = np.zeros((2, 8), np.float32)
+    x[1] = 1.0
+    for dt in ("i8", "f8e4m3"):
+        q, s = quantize_rows(x, dtype=dt)
+        assert s[0, 0] == 1.0 and np.all(q[0].astype(np.float32) == 0)
+
+
+def test_int4_packing_by_hand() -> None:
+    # one row, one group of 4 (as 2 groups of 2 for the packing): amax 7 -> scale 1
+    w = np.array([[1.0, -8.0, 7.0, 0.0] * 16], np.float32)  # 64 inputs, one group
+    packed, scales = quantize_weight_groups(w, 64)
+    assert packed.shape == (1, 32) and scales.shape == (1, 1) and scales.dtype == np.float16
+    assert scales[0, 0] == np.float16(8.0 / 7.0)  # amax 8 / 7
+    q = np.rint(w / np.float32(scales[0, 0])).clip(-8, 7) + 8  # 1/1.14 -> 1, -7, 6, 0 -> 9, 1, 14, 8
+    assert packed[0, 0] == int(q[0, 0]) | (int(q[0, 1]) << 4)
+    assert packed[0, 1] == int(q[0, 2]) | (int(q[0, 3]) << 4)
+    back = dequantize_groups(packed, scales, 64)
+    assert np.max(np.abs(back - w)) <= float(scales[0, 0]) / 2 + 1e-6
+
+
+def test_int4_round_trip_error_is_half_a_step_per_group() -> None:
+    w = RNG.standard_normal((16, 256)).astype(np.float32)
+    for g in (64, 128):
+        packed, scales = quantize_weight_groups(w, g)
+        back = dequantize_groups(packed, scales, g)
+        step = np.repeat(scales.astype(np.float32), g, axis=1)
+        assert np.all(np.abs(back - w) <= step * 0.5 + 1e-6 * step)
+
+
+@pytest.mark.parametrize("dt", ["i8", "f8e4m3"])
+def test_scaled_linear_is_the_product_of_dequantized_operands(dt: str) -> None:
+    x, w = RNG.standard_normal((3, 7, 64)).astype(np.float32), RNG.standard_normal((24, 64)).astype(np.float32)
+    bias = RNG.standard_normal(24).astype(np.float32)
+    xq, xs = quantize_rows(x, dtype=dt)
+    wq, ws = quantize_weight_rows(w, dt)
+    got = scaled_linear(xq, xs, wq, ws, bias, out_dtype="f32")
+    xd = xq.astype(np.float64) * xs
+    wd = wq.astype(np.float64) * ws[:, None]
+    np.testing.assert_allclose(got, xd @ wd.T + bias, rtol=1e-6, atol=1e-6)
+    # and close to the unquantized product: per-row scales keep the error small
+    exact = x.astype(np.float64) @ w.T + bias
+    rel = np.linalg.norm(got - exact) / np.linalg.norm(exact)
+    assert rel < (0.01 if dt == "i8" else 0.05), rel
+
+
+def test_int4_linear_rounds_weights_to_x_dtype() -> None:
+    x = RNG.standard_normal((2, 128)).astype(ml_dtypes.bfloat16)
+    w = RNG.standard_normal((8, 128)).astype(np.float32) * 0.1
+    packed, scales = quantize_weight_groups(w, 64)
+    got = int4_linear(x, packed, scales, group_size=64)
+    wd = dequantize_groups(packed, scales, 64).astype(ml_dtypes.bfloat16).astype(np.float64)
+    np.testing.assert_allclose(got, x.astype(np.float64) @ wd.T, rtol=1e-6, atol=1e-6)
+
+
+def test_norm_modulate_quant_quantizes_the_stored_modulation() -> None:
+    x = RNG.standard_normal((2, 5, 64)).astype(ml_dtypes.bfloat16)
+    s = (RNG.standard_normal((2, 1, 64)) * 0.2).astype(ml_dtypes.bfloat16)
+    t = (RNG.standard_normal((2, 1, 64)) * 0.2).astype(ml_dtypes.bfloat16)
+    y = np.asarray(norm_modulate(x, s, t, kind="layer", eps=1e-6)).astype(ml_dtypes.bfloat16)
+    q, sc = norm_modulate_quant(x, s, t, kind="layer", eps=1e-6, dtype="f8e4m3")
+    q2, sc2 = quantize_rows(y, dtype="f8e4m3")
+    np.testing.assert_array_equal(q.astype(np.float32), q2.astype(np.float32))
+    np.testing.assert_array_equal(sc, sc2)
