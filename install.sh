@@ -39,6 +39,8 @@ TEST_DEPS=(
   pillow
   av  # PyAV: dif quality decodes MP4 frames and audio with it (its tests make MP4s)
   jsonschema  # tests check tools' documents against docs/telemetry.schema.json
+  httpx  # the dif serve tests and perf/serve_load.py talk HTTP through it
+  ray  # dif batch schedules on Ray; its tests start a local cluster
   pytest
   hypothesis
   ruff

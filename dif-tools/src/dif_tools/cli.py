@@ -28,6 +28,8 @@ BUILTINS: dict[str, tuple[str, str, str]] = {
     "plugins": ("dif_tools.commands.plugins", "plugins", "List plugins, their hooks, registrations and errors."),
     "probe": ("dif_tools.commands.probe", "probe", "TargetProfile and RuntimeBudget of every backend."),
     "run": ("dif_tools.commands.run", "run", "Run a .difir program on inputs from a safetensors file."),
+    "serve": ("dif_tools.commands.serve", "serve", "An OpenAI-style HTTP image endpoint over one warm pipeline."),
+    "batch": ("dif_tools.commands.batch", "batch", "Generate a JSONL file of prompts across Ray workers."),
     "weights": ("dif_tools.commands.weights", "weights", "Checkpoint tensors: per-tensor statistics, NaN / inf."),
     "trace": ("dif_tools.commands.trace", "trace", "Attribute execution time to ops, kinds, blocks and stages."),
     "plan": ("dif_tools.commands.plan", "plan", "A .difplan's recorded decisions: show, diff, residency, explain."),

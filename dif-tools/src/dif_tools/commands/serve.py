@@ -1,0 +1,88 @@
+"""`dif serve`: an OpenAI-style HTTP endpoint (`POST /v1/images/generations`) over one warm pipeline.
+
+The checkpoint (`--model`, default: the embedded tiny FLUX.2 klein) is loaded and, unless --no-warmup,
+prepared with one generation before the port opens; requests then run one at a time from a queue of at most
+--queue waiting jobs (429 past it), each answered within --timeout seconds (504 past it).
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import click
+
+from dif_tools.output import emit_document
+
+
+def _model_id(model: str | None, family: str) -> str:
+    return Path(model).name if model is not None else f"{family}-embedded"
+
+
+def _warmup(pipe: Any) -> None:
+    """One one-step image at the model's default size: the programs of that size prepared before requests."""
+    pipe("warm-up", seed=0, steps=1)
+
+
+@click.command("serve")
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option("--port", default=8000, show_default=True, type=click.IntRange(0, 65535), help="0: any free port.")
+@click.option("--model", default=None, help="Checkpoint folder, single file or HF repo id (default: embedded).")
+@click.option("--family", default=None, help="Frontend family (default: detected; flux2 without --model).")
+@click.option("--backend", default=None, help="Backend name (default: the best available).")
+@click.option("--dtype", default="auto", show_default=True, type=click.Choice(["auto", "f32", "bf16", "f16"]))
+@click.option("--queue", "queue_size", default=16, show_default=True, type=click.IntRange(1, 100000),
+              help="Waiting requests held; one more is answered 429.")  # fmt: skip
+@click.option("--timeout", "timeout_s", default=300.0, show_default=True, type=click.FloatRange(min=0.001),
+              help="Seconds a request may wait and run before it is answered 504.")  # fmt: skip
+@click.option("--out", "out_dir", default=None, type=click.Path(file_okay=False, path_type=Path),
+              help="Where images are written (default: a new temporary folder).")  # fmt: skip
+@click.option("--lora-dir", default=None, type=click.Path(exists=True, file_okay=False, path_type=Path),
+              help="Adapters a request may select by file stem (FLUX.2: unmerged, swapped per request).")  # fmt: skip
+@click.option("--warmup/--no-warmup", default=True, show_default=True, help="Prepare with one image before serving.")
+@click.option("--json", "as_json", is_flag=True, help="Print a dif-telemetry/1 document once listening.")
+def serve(
+    host: str,
+    port: int,
+    model: str | None,
+    family: str | None,
+    backend: str | None,
+    dtype: str,
+    queue_size: int,
+    timeout_s: float,
+    out_dir: Path | None,
+    lora_dir: Path | None,
+    warmup: bool,
+    as_json: bool,
+) -> None:
+    """Serve images over HTTP until interrupted (Ctrl-C)."""
+    import dif
+    from dif_tools.serve.app import ServeSettings, build_app
+    from dif_tools.serve.server import bind, make_server
+    from dif_tools.serve.worker import PipelineWorker
+
+    options: dict[str, Any] = {"lora_mode": "unmerged"} if lora_dir is not None else {}
+
+    def load() -> Any:
+        return dif.load(model, family=family, backend=backend, dtype=dtype, **options)
+
+    folder = out_dir if out_dir is not None else Path(tempfile.mkdtemp(prefix="dif-serve-"))
+    worker = PipelineWorker(load, folder, queue_size=queue_size, lora_dir=lora_dir)
+    sock = bind(host, port)  # before the load: a taken port fails at once
+    worker.start(warmup=_warmup if warmup else None)
+    model_id = _model_id(model, worker.pipeline.family)
+    app = build_app(worker, ServeSettings(model_id, timeout_s))
+    bound_host, bound_port = sock.getsockname()[:2]
+    url = f"http://{bound_host}:{bound_port}"
+    info = {"url": url, "model": model_id, "queue": queue_size, "timeout_s": timeout_s, "out": str(folder)}
+    if as_json:
+        emit_document("serve", info)
+    else:
+        click.echo(f"serving {model_id} at {url}/v1/images/generations (queue {queue_size}, timeout {timeout_s:g} s)")
+        click.echo(f"images in {folder}")
+    try:
+        make_server(app, sock).run(sockets=[sock])
+    finally:
+        worker.stop()
+        sock.close()

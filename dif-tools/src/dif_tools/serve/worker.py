@@ -1,0 +1,162 @@
+"""The one warm pipeline of `dif serve` and the bounded queue in front of it.
+
+Where it sits: between the HTTP app (`dif_tools.serve.app`) and `dif.load`'s `ImagePipeline`. One thread
+runs the jobs one at a time (a pipeline's prepared programs are not shared across threads); the queue holds
+at most `queue_size` waiting jobs, so `submit` refuses a job (`QueueFull`, the app's 429) instead of letting
+latency grow without bound. A job whose caller stopped waiting (its timeout) is cancelled: it is never
+started and frees its place in the queue at once.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import Future
+from pathlib import Path
+from typing import Any
+
+from attrs import define, field, frozen
+
+from dif.errors import UsageError
+from dif_tools.serve.requests import ImageJobRequest, LoraChoice
+
+
+class QueueFull(Exception):
+    """The request queue holds its bound of waiting jobs."""
+
+
+@frozen
+class GeneratedFile:
+    """One image a job wrote: its file name under the output folder and the settings it ran with."""
+
+    name: str
+    path: Path
+    seed: int
+    settings: dict[str, Any]
+
+
+@frozen
+class JobResult:
+    id: str
+    files: tuple[GeneratedFile, ...]
+    queued_s: float  # from submit to start
+    run_s: float  # the pipeline call and the saves
+
+
+@define
+class _Job:
+    id: str
+    request: ImageJobRequest
+    future: Future[JobResult]
+    submitted: float
+
+
+@define
+class PipelineWorker:
+    """Runs `ImageJobRequest`s on the pipeline `load()` returns (called once, in `start`).
+
+    `out_dir`: where images are written (`<job id>-<i>.png`); `lora_dir`: the adapters a request may name
+    (`NAME.safetensors`), None: requests may not select LoRAs."""
+
+    load: Callable[[], Any]
+    out_dir: Path
+    queue_size: int = 16
+    lora_dir: Path | None = None
+    pipeline: Any = None
+    served: int = 0
+    failed: int = 0
+    _queue: deque[_Job | None] = field(init=False, factory=deque)
+    _ready: threading.Condition = field(init=False, factory=threading.Condition)
+    _thread: threading.Thread | None = field(default=None, init=False)
+    _loras: tuple[LoraChoice, ...] = field(default=(), init=False)
+
+    def __attrs_post_init__(self) -> None:
+        if self.queue_size < 1:
+            raise UsageError(f"--queue {self.queue_size}: the queue holds at least 1 job")
+
+    @property
+    def waiting(self) -> int:
+        """Jobs queued and still wanted (not yet started, caller still waiting)."""
+        with self._ready:
+            return sum(1 for j in self._queue if j is not None and not j.future.cancelled())
+
+    def start(self, *, warmup: Callable[[Any], None] | None = None) -> None:
+        """Load (and with `warmup`, prepare) the pipeline here, then start the worker thread."""
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        self.pipeline = self.load()
+        if warmup is not None:
+            warmup(self.pipeline)
+        self._thread = threading.Thread(target=self._loop, name="dif-serve-worker", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        if self._thread is not None:
+            with self._ready:
+                self._queue.append(None)  # after the jobs already queued
+                self._ready.notify()
+            self._thread.join()
+            self._thread = None
+
+    def submit(self, request: ImageJobRequest) -> Future[JobResult]:
+        """Queue `request`; `QueueFull` when `queue_size` jobs already wait."""
+        if request.lora and self.lora_dir is None:
+            raise UsageError("this server takes no LoRA selection", hint="start dif serve with --lora-dir DIR")
+        job = _Job(uuid.uuid4().hex, request, Future(), time.perf_counter())
+        with self._ready:
+            live = [j for j in self._queue if j is None or not j.future.cancelled()]
+            if len(live) >= self.queue_size:
+                raise QueueFull(f"{self.queue_size} requests are waiting")
+            self._queue = deque([*live, job])
+            self._ready.notify()
+        return job.future
+
+    def _next(self) -> _Job | None:
+        with self._ready:
+            while not self._queue:
+                self._ready.wait()
+            return self._queue.popleft()
+
+    def _loop(self) -> None:
+        while (job := self._next()) is not None:
+            if not job.future.set_running_or_notify_cancel():
+                continue  # its caller timed out while it waited
+            started = time.perf_counter()
+            try:
+                files = self._run(job)
+            except BaseException as exc:  # handed to the waiting request; the worker goes on
+                self.failed += 1
+                job.future.set_exception(exc)
+                continue
+            self.served += 1
+            job.future.set_result(JobResult(job.id, files, started - job.submitted, time.perf_counter() - started))
+
+    def _select_loras(self, wanted: tuple[LoraChoice, ...]) -> None:
+        if wanted == self._loras:
+            return
+        assert self.lora_dir is not None
+        specs = []
+        for choice in wanted:
+            path = self.lora_dir / f"{choice.name}.safetensors"
+            if not path.is_file():
+                raise UsageError(f"no LoRA '{choice.name}' in {self.lora_dir}", hint="name a NAME.safetensors there")
+            specs.append((path, choice.scale))
+        self.pipeline.set_loras(specs)
+        self._loras = wanted
+
+    def _run(self, job: _Job) -> tuple[GeneratedFile, ...]:
+        req = job.request
+        if self.lora_dir is not None:
+            self._select_loras(req.lora)
+        batch = req.n if req.n > 1 else None
+        made = self.pipeline(req.prompt, negative_prompt=req.negative_prompt, batch=batch, **req.settings())
+        images = made if isinstance(made, list) else [made]
+        out = []
+        for i, image in enumerate(images):
+            name = f"{job.id}-{i}.png"
+            path = self.out_dir / name
+            image.save(path)  # PNG with the parameters chunk, written atomically
+            out.append(GeneratedFile(name, path, int(image.settings["seed"]), image.settings))
+        return tuple(out)
