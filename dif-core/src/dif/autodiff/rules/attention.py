@@ -1,0 +1,100 @@
+"""VJPs of `dif.ops.attention`: sdpa (GQA, masks) and rope.
+
+sdpa's backward recomputes the attention probabilities P with the forward op itself — `sdpa(q, k, I)`
+with the identity as values returns P under exactly the forward's scale, masks and all-masked-row rule —
+then applies the softmax backward with matmuls. P is [B, Hq, Sq, Skv] for the duration of one block's
+backward; a backend with a fused attention backward can replace the chain later.
+"""
+
+from __future__ import annotations
+
+import math
+
+from dif.autodiff.emit import const, eye, scale, transpose_last2
+from dif.autodiff.registry import VjpArgs, vjp
+from dif.ir.builder import ProgramBuilder, Var
+
+_BHSD = (0, 2, 1, 3)  # [B, S, H, D] <-> [B, H, S, D]
+
+
+def _heads_first(b: ProgramBuilder, x: Var) -> Var:
+    return b.emit("transpose", x, perm=_BHSD)
+
+
+def _repeat_kv(b: ProgramBuilder, x: Var, group: int) -> Var:
+    """[B, Hkv, S, D] -> [B, Hkv * group, S, D], kv head h serving query heads h*group .. h*group+group-1."""
+    if group == 1:
+        return x
+    bsz, hkv, s, d = x.shape
+    x5 = b.emit("reshape", x, shape=(bsz, hkv, 1, s, d))
+    return b.emit("reshape", b.emit("broadcast_to", x5, shape=(bsz, hkv, group, s, d)), shape=(bsz, hkv * group, s, d))
+
+
+def _sum_groups(b: ProgramBuilder, x: Var, group: int) -> Var:
+    """The adjoint of `_repeat_kv`, back in [B, S, Hkv, D]."""
+    if group > 1:
+        bsz, hq, s, d = x.shape
+        x = b.emit("reduce_sum", b.emit("reshape", x, shape=(bsz, hq // group, group, s, d)), axes=(2,))
+    return _heads_first(b, x)
+
+
+@vjp("sdpa", constants=(3,))
+def _sdpa(a: VjpArgs) -> list[Var | None]:
+    b = a.b
+    q, k, v = a.operands[:3]
+    mask = a.operands[3] if len(a.operands) > 3 else None
+    assert q is not None and k is not None and v is not None
+    bsz, _, hq, d = q.shape
+    skv, hkv = k.shape[1], k.shape[2]
+    group = hq // hkv
+    s = float(a.attrs["scale"]) or 1.0 / math.sqrt(d)
+    ident = b.emit("reshape", eye(b, skv, q.dtype), shape=(1, skv, 1, skv))
+    probe = b.emit("broadcast_to", ident, shape=(bsz, skv, hkv, skv))
+    p = b.emit("sdpa", q, k, probe, mask, scale=a.attrs["scale"], causal=a.attrs["causal"])  # [B, Sq, Hq, Skv]
+    p = _heads_first(b, p)
+    g = _heads_first(b, a.g)  # [B, Hq, Sq, Dv]
+    kr = _repeat_kv(b, _heads_first(b, k), group)
+    vr = _repeat_kv(b, _heads_first(b, v), group)
+    out: list[Var | None] = [None] * len(a.operands)
+    if a.wants[2]:
+        out[2] = _sum_groups(b, b.emit("matmul", transpose_last2(b, p), g), group)
+    if a.wants[0] or a.wants[1]:
+        dp = b.emit("matmul", g, transpose_last2(b, vr))
+        row = b.emit("reduce_sum", b.emit("mul", dp, p), axes=(-1,), keepdims=True)
+        ds = scale(b, b.emit("mul", p, b.emit("sub", dp, row)), s)
+        if a.wants[0]:
+            out[0] = _heads_first(b, b.emit("matmul", ds, kr))
+        if a.wants[1]:
+            out[1] = _sum_groups(b, b.emit("matmul", transpose_last2(b, ds), _heads_first(b, q)), group)
+    if len(a.operands) > 3 and a.wants[3]:
+        raise a.refuse(3, "the key mask is boolean")
+    return out
+
+
+@vjp("rope", constants=(1, 2))
+def _rope(a: VjpArgs) -> list[Var | None]:
+    """out = x c + R(x) s on the first r channels, R the rotation (R^T = -R), so
+    dx = g c - R(g s) = g c + rope(g s; cos=0, sin=-1) there, and g on the rest."""
+    b, x = a.b, a.x
+    cos, sin = a.operands[1], a.operands[2]
+    assert cos is not None and sin is not None
+    if a.wants[1] or a.wants[2]:
+        raise a.refuse(1 if a.wants[1] else 2, "rotary tables are constants of the program (no gradient)")
+    s_len, r = cos.shape
+    g = a.g
+    work = cos.dtype  # the reference rotates in the tables' precision (fp32)
+    gr = g if r == x.shape[3] else b.emit("slice", g, axis=3, start=0, stop=r)
+    if gr.dtype != work:
+        gr = b.emit("cast", gr, dtype=work.value)
+    c = b.emit("reshape", cos, shape=(s_len, 1, r))
+    sn = b.emit("reshape", sin, shape=(s_len, 1, r))
+    turned = b.emit(
+        "rope", b.emit("mul", gr, sn), const(b, 0.0, work, (s_len, r)), const(b, -1.0, work, (s_len, r)),
+        mode=a.attrs["mode"],
+    )  # fmt: skip
+    dx = b.emit("add", b.emit("mul", gr, c), turned)
+    if dx.dtype != x.dtype:
+        dx = b.emit("cast", dx, dtype=x.dtype.value)
+    if r != x.shape[3]:
+        dx = b.emit("concat", dx, b.emit("slice", g, axis=3, start=r, stop=x.shape[3]), axis=3)
+    return [dx, None, None]
