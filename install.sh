@@ -21,6 +21,7 @@ DISTRIBUTIONS=(
   dif-backend-opencl
   dif-frontend-flux2
   dif-frontend-krea2
+  dif-frontend-sdturbo
   dif-frontend-h3
   dif-tools
 )
@@ -46,7 +47,7 @@ TEST_DEPS=(
   ruff
   mypy
 )
-MODULES="dif dif_backend_cpu dif_backend_cuda dif_backend_opencl dif_frontend_flux2 dif_frontend_krea2 dif_frontend_h3 dif_tools"
+MODULES="dif dif_backend_cpu dif_backend_cuda dif_backend_opencl dif_frontend_flux2 dif_frontend_krea2 dif_frontend_sdturbo dif_frontend_h3 dif_tools"
 VENV=.venv
 
 die() { echo "install.sh: $*" >&2; exit 1; }
