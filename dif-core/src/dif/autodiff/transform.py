@@ -13,6 +13,7 @@ from __future__ import annotations
 import fnmatch
 import json
 from collections.abc import Sequence
+from typing import Any
 
 from attrs import evolve, frozen
 
@@ -22,7 +23,8 @@ from dif.autodiff.registry import NoVjpError, _bare
 from dif.errors import DifError
 from dif.ir.builder import ProgramBuilder, Var
 from dif.ir.program import Program, Provenance
-from dif.plan.plan import Decision
+from dif.plan.plan import Decision, Plan
+from dif.target import RuntimeBudget, TargetProfile
 
 TRANSFORM = "autodiff"
 RECOMPUTE = "autodiff.recompute"
@@ -41,6 +43,13 @@ class GradProgram:
     gradients: dict[str, str]
     cotangents: dict[str, str]
     decisions: tuple[Decision, ...]
+
+    def plan(self, profile: TargetProfile, budget: RuntimeBudget, **options: Any) -> Plan:
+        """The program planned by the ordinary planner, the autodiff decisions (recomputes) recorded
+        first; `Plan.peak_bytes` is the step's activation + gradient peak."""
+        from dif.plan.planner import plan_program
+
+        return plan_program(self.program, profile, budget, decisions=self.decisions, **options)
 
 
 def _scope(b: ProgramBuilder, prov: Provenance | None):  # type: ignore[no-untyped-def]
