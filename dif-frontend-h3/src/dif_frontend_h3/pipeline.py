@@ -1,0 +1,283 @@
+"""MiniMax-H3 text-to-video+audio (t2va): prompt -> Qwen3-VL hidden_states[50] -> packed DiT loop over two
+schedules -> video VAE (chunked, tiled) and audio VAE -> frames + stereo 32 kHz -> MP4.
+
+Frontend stage, the whole product path. Programs (text encoder, DiT for the request's layout, the video
+decoder for its tile shape, the audio decoder) are built, bound and prepared on one backend under one
+memory budget (`ProgramCache`: the text encoder's stage ends before the DiT's, so the budget can release
+it). The loop is the reference's (modular_pipelines/minimax_h3/denoise.py), guidance-distilled, one
+forward per step:
+  per step i: t_v, t_a = video / audio timesteps[i]; rows tagged text and video take t_v, audio t_a
+              (conditioning rows max(t_v, 0.999)); (v_video, v_audio) = DiT(...)
+              each stream: x0 = x + (1 - t) v, x' = r x + (1 - r) x0 with r = sigma_{i+1} / sigma_i (fp32)
+Latents stay float32 the whole loop. Noise: video (1, C, T', H/16, W/16) first, then audio rows (2A, C),
+from one numpy PCG64(seed) stream (or the caller's arrays, for parity with another tool).
+Decoding is a separate stage (`decode_video`, `decode_audio`) that can be run on latents alone.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+from attrs import define, field, frozen
+
+from dif.dtypes import DType
+from dif.errors import CheckpointError, DifError, UsageError
+from dif.ir.program import Program
+from dif.kit.finite import require_finite
+from dif.program_cache import ProgramCache
+from dif.runtime import Runner
+from dif.text import TextTokenizer
+from dif.weights import bind_weights
+from dif_frontend_h3.config import FPS, H3Configs
+from dif_frontend_h3.layout import (
+    PackedLayout,
+    audio_rows_to_latents,
+    audio_samples,
+    layout_for,
+    patchify,
+    unpatchify,
+)
+from dif_frontend_h3.model import build_denoiser, rope_tables, time_proj
+from dif_frontend_h3.schedule import H3Schedule
+from dif_frontend_h3.text_encoder import build_text_encoder, prompt_ids, text_inputs
+from dif_frontend_h3.weights import H3Checkpoint, bind_denoiser, bind_text_encoder
+
+StepCallback = Callable[[int, int, np.ndarray, np.ndarray], None]  # (step, steps, video rows, audio rows)
+TileCallback = Callable[[int, int], None]  # (tiles done, tiles in all)
+
+
+@frozen
+class VideoRequest:
+    """One t2va job: prompt, frames (17n + 5), size (multiples of 32), grid points `steps` (steps - 1 model
+    evaluations, as the reference counts), seed; `video_noise` (1, C, T', H/16, W/16) / `audio_noise`
+    (2A, C) float32 replace the seeded draws."""
+
+    prompt: str
+    frames: int
+    width: int
+    height: int
+    steps: int
+    seed: int = 0
+    video_noise: np.ndarray | None = field(default=None, eq=False)
+    audio_noise: np.ndarray | None = field(default=None, eq=False)
+
+
+@frozen(eq=False)
+class VideoResult:
+    """What a run produced: latents always; frames (F, H, W, 3) uint8 and audio (2, N) float32 when decoded."""
+
+    video_latents: np.ndarray
+    audio_latents: np.ndarray
+    frames: np.ndarray | None
+    audio: np.ndarray | None
+    timings: dict[str, float]
+    settings: dict[str, Any]
+
+
+@define
+class H3Pipeline:
+    """Runs one checkpoint at one dtype on one backend; programs are cached per shape."""
+
+    checkpoint: H3Checkpoint
+    dtype: DType = DType.F32
+    backend: str | None = None  # a dif backend name, None for the default, "interp" for the reference interpreter
+    on_step: StepCallback | None = None
+    on_tile: TileCallback | None = None
+    on_stage: Callable[[str, float], None] | None = None
+    vram_budget: int | None = None
+    _programs: ProgramCache = field(init=False)
+    _tokenizer: TextTokenizer | None = field(init=False, default=None)
+
+    def __attrs_post_init__(self) -> None:
+        self._programs = ProgramCache(self.backend, vram_budget=self.vram_budget)
+
+    @property
+    def configs(self) -> H3Configs:
+        return self.checkpoint.configs
+
+    @property
+    def tokenizer(self) -> TextTokenizer:
+        if self._tokenizer is None:
+            self._tokenizer = TextTokenizer.from_folder(self.checkpoint.tokenizer_dir)
+        return self._tokenizer
+
+    # -- checks, before anything runs ----------------------------------------------------------
+    def check(self, req: VideoRequest, *, decode: bool = True) -> PackedLayout:
+        """The request's layout; `UsageError` for frames not 17n + 5, a size not a multiple of 32, steps < 2,
+        an empty prompt; `CheckpointError` when decoding needs a VAE the checkpoint lacks."""
+        if decode:
+            self.require_decoders()
+        if req.steps < 2:
+            raise UsageError(f"--steps {req.steps}: MiniMax-H3 needs at least 2 grid points (1 model evaluation)")
+        ids = prompt_ids(self.tokenizer, req.prompt)
+        layout = layout_for(self.configs, ids.shape[1], req.frames, req.width, req.height)
+        self._check_noise(req, layout)
+        return layout
+
+    def require_decoders(self) -> None:
+        ck = self.checkpoint
+        for part, source, config in (("vae", ck.vae, self.configs.vae_config),
+                                     ("audio_vae", ck.audio_vae, self.configs.audio_vae_config)):  # fmt: skip
+            if source is None or config is None:
+                what = "video VAE" if part == "vae" else "audio VAE"
+                raise CheckpointError(
+                    f"{ck.root}: no {part}/ folder: the {what} is needed to decode the "
+                    f"{'frames' if part == 'vae' else 'soundtrack'}",
+                    hint="use a complete MiniMax-H3 folder, or --latents-only to stop after sampling",
+                )
+
+    def _check_noise(self, req: VideoRequest, layout: PackedLayout) -> None:
+        c, ca = self.configs.transformer.in_channels, self.configs.transformer.audio_in_channels
+        want = {"video": (1, c, layout.num_latent_frames, layout.latent_height, layout.latent_width),
+                "audio": (layout.audio_rows, ca)}  # fmt: skip
+        for name, arr in (("video", req.video_noise), ("audio", req.audio_noise)):
+            if arr is not None and tuple(np.shape(arr)) != want[name]:
+                raise UsageError(f"{name} noise has shape {tuple(np.shape(arr))}, this request needs {want[name]}")
+
+    # -- programs ------------------------------------------------------------------------------
+    def _text_runner(self, seq_len: int) -> Runner:
+        cfg, tap = self.configs.text_encoder, self.configs.text_encoder_layer
+
+        def build() -> tuple[Program, Mapping[str, np.ndarray]]:
+            prog = build_text_encoder(cfg, seq_len=seq_len, tap=tap, dtype=self.dtype)
+            return prog, bind_text_encoder(prog, self.checkpoint.text_encoder, self.checkpoint.text_prefix)
+
+        return self._programs.get(("text_encoder", seq_len), build, "encode")
+
+    def _denoiser_runner(self, layout: PackedLayout) -> Runner:
+        key = ("denoiser", layout.text_len, layout.condition_rows, layout.audio_rows, layout.num_latent_frames,
+               layout.latent_height, layout.latent_width)  # fmt: skip
+
+        def build() -> tuple[Program, Mapping[str, np.ndarray]]:
+            prog = build_denoiser(self.configs.transformer, layout, dtype=self.dtype)
+            return prog, bind_denoiser(prog, self.checkpoint.transformer)
+
+        return self._programs.get(key, build, "denoise")
+
+    # -- stages --------------------------------------------------------------------------------
+    def encode(self, prompt: str) -> np.ndarray:
+        """Text features (1, L, text_dim) in the run dtype: hidden_states[tap] of the prompt verbatim."""
+        ids = prompt_ids(self.tokenizer, prompt)
+        run = self._text_runner(ids.shape[1])
+        out = run(text_inputs(self.configs.text_encoder, ids, dtype=self.dtype))
+        return require_finite("text features", next(iter(out.values())))
+
+    def initial_noise(self, req: VideoRequest, layout: PackedLayout) -> tuple[np.ndarray, np.ndarray]:
+        """(video latents (1, C, T', h, w), audio rows (2A, C)) float32: the request's, or drawn from
+        PCG64(seed) in the reference's order (video first, then audio)."""
+        c, ca = self.configs.transformer.in_channels, self.configs.transformer.audio_in_channels
+        rng = np.random.Generator(np.random.PCG64(req.seed))
+        shape = (1, c, layout.num_latent_frames, layout.latent_height, layout.latent_width)
+        video = rng.standard_normal(shape, dtype=np.float32) if req.video_noise is None else req.video_noise
+        audio = (
+            rng.standard_normal((layout.audio_rows, ca), dtype=np.float32)
+            if req.audio_noise is None
+            else req.audio_noise
+        )
+        return np.asarray(video, np.float32), np.asarray(audio, np.float32)
+
+    def sample(
+        self, text: np.ndarray, layout: PackedLayout, video: np.ndarray, audio_rows: np.ndarray, steps: int
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """The denoising loop from noise: video latents (1, C, T', h, w) and audio rows (2A, C), float32 out."""
+        cfg = self.configs.transformer
+        vs = H3Schedule.make(steps, self.configs.scheduler.shift)
+        aus = H3Schedule.make(steps, self.configs.audio_scheduler.shift)
+        n = min(len(vs), len(aus))  # the reference zips the two timestep lists
+        p = cfg.patch_size[2]
+        v_rows = patchify(video, p)[None]
+        a_rows = np.asarray(audio_rows, np.float32)[None]
+        run = self._denoiser_runner(layout)
+        cos, sin = rope_tables(cfg, layout.position_ids, dtype=self.dtype)
+        fixed = {"text_embeds": text.astype(self.dtype.np), "rope_cos": cos, "rope_sin": sin}
+        for i in range(n):
+            t_v, t_a = float(vs.timesteps[i]), float(aus.timesteps[i])
+            inputs = {**fixed, "video_latents": v_rows, "audio_latents": a_rows,
+                      "time_proj": time_proj(layout.row_timesteps(t_v, t_a), cfg.freq_dim)}  # fmt: skip
+            out = run(inputs)
+            vel_v, vel_a = list(out.values())  # the program's outputs in order: video, audio
+            c = layout.condition_rows  # only generated rows are stepped; conditioning rows ride unchanged
+            v_rows = v_rows.copy()
+            v_rows[:, c:] = vs.step(i, vel_v[:, c:], v_rows[:, c:])
+            a_rows = aus.step(i, vel_a, a_rows)
+            require_finite(f"latents after step {i + 1}", v_rows)
+            if self.on_step is not None:
+                self.on_step(i + 1, n, v_rows, a_rows)
+        c = layout.condition_rows
+        latents = unpatchify(v_rows[0, c:], cfg.in_channels, layout.num_latent_frames, layout.latent_height,
+                             layout.latent_width, p)  # fmt: skip
+        return latents, a_rows[0]
+
+    def decode_video(self, latents: np.ndarray) -> np.ndarray:
+        """Video latents (1, C, T', h, w) -> frames (F, H, W, 3) uint8 through the video VAE (chunked, tiled)."""
+        from dif_frontend_h3.vae_config import VideoVaeConfig
+        from dif_frontend_h3.video_vae import build_video_decoder
+        from dif_frontend_h3.video_vae_tiling import decode_tile_shape, decode_video
+
+        self.require_decoders()
+        assert self.configs.vae_config is not None and self.checkpoint.vae is not None
+        vcfg = VideoVaeConfig.from_dict(self.configs.vae_config)
+        frames, height, width = decode_tile_shape(vcfg, latents.shape)
+        source = self.checkpoint.vae
+
+        def build() -> tuple[Program, Mapping[str, np.ndarray]]:
+            prog = build_video_decoder(vcfg, frames=frames, height=height, width=width, dtype=self.dtype)
+            return prog, bind_weights(prog, source, ignore=lambda n: not n.startswith(("decoder.", "post_quant_conv.")))
+
+        run = self._programs.get(("video_decoder", frames, height, width), build, "decode")
+        rgb = decode_video(vcfg, latents, lambda inputs: next(iter(run(inputs).values())), progress=self.on_tile)
+        rgb = require_finite("decoded frames", rgb)[0]  # (3, F, H, W) in [0, 1]
+        return np.ascontiguousarray((np.round(rgb * 255.0)).clip(0, 255).astype(np.uint8).transpose(1, 2, 3, 0))
+
+    def decode_audio(self, audio_rows: np.ndarray, num_audio_latents: int) -> np.ndarray:
+        """Channel-major audio rows (2A, C) -> stereo waveform (2, N) float32 in [-1, 1] at the VAE's rate."""
+        self.require_decoders()
+        try:
+            from dif_frontend_h3 import audio_vae
+        except ImportError as exc:
+            raise DifError("this build of dif-frontend-h3 has no audio VAE decoder (audio_vae.py)") from exc
+        decode = getattr(audio_vae, "decode_audio", None)
+        if decode is None:
+            raise DifError(
+                "dif_frontend_h3.audio_vae has no decode_audio(pipeline, latents): the audio decoder is not wired yet"
+            )
+        latents = audio_rows_to_latents(audio_rows, num_audio_latents)  # (2, C, A)
+        wave = np.asarray(decode(self, latents), np.float32)
+        return require_finite("decoded audio", wave.reshape(wave.shape[0], -1))
+
+    # -- the whole path ------------------------------------------------------------------------
+    def generate(self, req: VideoRequest, *, decode: bool = True) -> VideoResult:
+        """Everything from the prompt; `decode=False` stops after sampling (latents only)."""
+        layout = self.check(req, decode=decode)
+        timings: dict[str, float] = {}
+
+        def stage(name: str, start: float) -> None:
+            timings[name] = time.perf_counter() - start
+            if self.on_stage is not None:
+                self.on_stage(name, timings[name])
+
+        t0 = time.perf_counter()
+        text = self.encode(req.prompt)
+        stage("encode", t0)
+        t0 = time.perf_counter()
+        video, audio_rows = self.initial_noise(req, layout)
+        latents, audio_rows = self.sample(text, layout, video, audio_rows, req.steps)
+        stage("denoise", t0)
+        frames = wave = None
+        if decode:
+            t0 = time.perf_counter()
+            frames = self.decode_video(latents)
+            wave = self.decode_audio(audio_rows, layout.num_audio_latents)
+            n = audio_samples(req.frames, self.configs.audio_vae.sampling_rate)
+            if wave.shape[1] < n:
+                raise DifError(f"audio decoder gave {wave.shape[1]} samples per channel, the video needs {n}")
+            wave = wave[:, :n]
+            stage("decode", t0)
+        settings = {"prompt": req.prompt, "frames": req.frames, "fps": FPS, "width": req.width, "height": req.height,
+                    "steps": req.steps, "seed": req.seed, "dtype": self.dtype.value, "model": self.checkpoint.name,
+                    "text_tokens": layout.text_len, "sequence_rows": layout.seq_len}  # fmt: skip
+        return VideoResult(latents, audio_rows_to_latents(audio_rows, layout.num_audio_latents), frames, wave,
+                           timings, settings)  # fmt: skip
