@@ -47,6 +47,7 @@ MODEL_INDEX: dict[str, Any] = {
     "_diffusers_version": VERSION,
     "_blocks_class_name": "MiniMaxH3Blocks",
     "text_encoder_layer": TAP,
+    "dif_defaults": {"frames": 22, "width": 128, "height": 96, "steps": 6},  # a CPU-sized canvas for the toy
     "text_encoder": _component("transformers", "Qwen3VLForConditionalGeneration"),
     "tokenizer": _component("transformers", "Qwen2TokenizerFast"),
     "transformer": _component("diffusers", "MiniMaxH3Transformer3DModel"),

@@ -108,13 +108,13 @@ class H3Pipeline:
     def check(self, req: VideoRequest, *, decode: bool = True) -> PackedLayout:
         """The request's layout; `UsageError` for frames not 17n + 5, a size not a multiple of 32, steps < 2,
         an empty prompt; `CheckpointError` when decoding needs a VAE the checkpoint lacks."""
-        if decode:
-            self.require_decoders()
         if req.steps < 2:
             raise UsageError(f"--steps {req.steps}: MiniMax-H3 needs at least 2 grid points (1 model evaluation)")
         ids = prompt_ids(self.tokenizer, req.prompt)
         layout = layout_for(self.configs, ids.shape[1], req.frames, req.width, req.height)
         self._check_noise(req, layout)
+        if decode:
+            self.require_decoders()
         return layout
 
     def require_decoders(self) -> None:
