@@ -269,7 +269,8 @@ def info_text(data: Mapping[str, Any], *, kind: str, tool: str, as_json: bool, t
         return telemetry_text(kind, tool, data)
     parts = [
         component_line(part, data[part]) if "tensors" in data[part] else _architecture_line(part, data[part])
-        for part in ("transformer", "text_encoder", "vae")
+        for part in ("transformer", "unet", "text_encoder", "vae")
+        if part in data  # a UNet model (SD-Turbo) has "unet" where a DiT has "transformer"
     ]
     tokenizer = data["tokenizer"] or "missing"
     return "\n".join([title, f"  path {data['path']}", *parts, f"  defaults: {defaults}", f"  tokenizer: {tokenizer}"])

@@ -89,10 +89,15 @@ class ClipTokenizer:
         folder = Path(folder)
         if not folder.is_dir():
             raise CheckpointError(f"{folder}: tokenizer folder does not exist")
+        from tokenizers import AddedToken
+
         tok = _backend(folder)
         ids = {}
-        for key, default in (("bos_token", BOS), ("eos_token", EOS), ("pad_token", EOS)):
+        for key, default in (("bos_token", BOS), ("eos_token", EOS), ("pad_token", EOS), ("unk_token", EOS)):
             text = _special(folder, key, default)
+            # transformers registers the special tokens as added tokens: each occurrence in a prompt is
+            # that token (SD 2.x's pad "!": "!!" is two id-0 tokens, not BPE's "!" + "!</w>")
+            tok.add_special_tokens([AddedToken(text, special=True, normalized=False)])
             found = tok.token_to_id(text)
             if found is None:
                 raise CheckpointError(f"{folder}: {key} {text!r} is not in the vocabulary")
