@@ -14,7 +14,6 @@ when those modules are present.
 
 from __future__ import annotations
 
-import importlib
 import json
 from pathlib import Path
 from typing import Any
@@ -115,19 +114,45 @@ def tensor_for(name: str, shape: tuple[int, ...]) -> np.ndarray:
     return arr.astype(np.float32).astype(BF16 if text else np.float32)
 
 
+TINY_VIDEO_VAE: dict[str, Any] = {  # the published geometry (16x, 4x, 17-frame clips) at toy widths
+    "block_out_channels": [8, 8, 8, 8, 8, 8],
+    "norm_num_groups": 4,
+    "layers_per_block": 1,
+    "decoder_num_layers": 1,
+    "decoder_num_attention_heads": 2,
+    "decoder_attention_head_dim": 16,
+    "decoder_ffn_mult": 2,
+}
+
+
+def _video_vae() -> tuple[dict[str, Any], dict[str, tuple[int, ...]]] | None:
+    """vae/: the published config at toy widths, decoder tensors from the package's `build_video_decoder`
+    (the encoder, used only for keyframes, is not written)."""
+    try:
+        from dif_frontend_h3.vae_config import VideoVaeConfig
+        from dif_frontend_h3.video_vae import build_video_decoder
+    except ImportError:
+        return None
+    config = json.loads((PUBLISHED / "vae" / "config.json").read_text())
+    config.update(TINY_VIDEO_VAE, _diffusers_version=VERSION)
+    cfg = VideoVaeConfig.from_dict(config)
+    return config, param_shapes(build_video_decoder(cfg, frames=1, height=1, width=1))
+
+
+def _audio_vae() -> tuple[dict[str, Any], dict[str, tuple[int, ...]]] | None:
+    """audio_vae/: from the package's audio VAE module when it provides its tiny checkpoint shapes
+    (`default_checkpoint_component() -> (config, {name: shape})`, weight-norm factors as stored)."""
+    try:
+        from dif_frontend_h3 import audio_vae
+    except ImportError:
+        return None
+    make = getattr(audio_vae, "default_checkpoint_component", None)
+    return None if make is None else make()
+
+
 def _vae_components() -> dict[str, tuple[dict[str, Any], dict[str, tuple[int, ...]]]]:
-    """The VAEs from the package's VAE builders, when present (their tiny configs come with them)."""
-    out: dict[str, tuple[dict[str, Any], dict[str, tuple[int, ...]]]] = {}
-    for component, module, builder in (("vae", "video_vae", "default_checkpoint_component"),
-                                       ("audio_vae", "audio_vae", "default_checkpoint_component")):  # fmt: skip
-        try:
-            mod = importlib.import_module(f"dif_frontend_h3.{module}")
-        except ImportError:
-            continue
-        make = getattr(mod, builder, None)
-        if make is not None:
-            out[component] = make()  # (config dict, {tensor name: shape})
-    return out
+    found = {"vae": _video_vae(), "audio_vae": _audio_vae()}
+    return {k: v for k, v in found.items() if v is not None}
 
 
 def make(out: Path, tokenizer: Path) -> None:

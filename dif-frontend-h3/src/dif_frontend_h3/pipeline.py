@@ -117,10 +117,12 @@ class H3Pipeline:
             self.require_decoders()
         return layout
 
-    def require_decoders(self) -> None:
+    def require_decoders(self, *, video: bool = True, audio: bool = True) -> None:
+        """`CheckpointError` naming the folder when a VAE needed to decode is missing."""
         ck = self.checkpoint
-        for part, source, config in (("vae", ck.vae, self.configs.vae_config),
-                                     ("audio_vae", ck.audio_vae, self.configs.audio_vae_config)):  # fmt: skip
+        parts = [("vae", ck.vae, self.configs.vae_config)] if video else []
+        parts += [("audio_vae", ck.audio_vae, self.configs.audio_vae_config)] if audio else []
+        for part, source, config in parts:
             if source is None or config is None:
                 what = "video VAE" if part == "vae" else "audio VAE"
                 raise CheckpointError(
@@ -217,7 +219,7 @@ class H3Pipeline:
         from dif_frontend_h3.video_vae import build_video_decoder
         from dif_frontend_h3.video_vae_tiling import decode_tile_shape, decode_video
 
-        self.require_decoders()
+        self.require_decoders(audio=False)
         assert self.configs.vae_config is not None and self.checkpoint.vae is not None
         vcfg = VideoVaeConfig.from_dict(self.configs.vae_config)
         frames, height, width = decode_tile_shape(vcfg, latents.shape)
@@ -234,7 +236,7 @@ class H3Pipeline:
 
     def decode_audio(self, audio_rows: np.ndarray, num_audio_latents: int) -> np.ndarray:
         """Channel-major audio rows (2A, C) -> stereo waveform (2, N) float32 in [-1, 1] at the VAE's rate."""
-        self.require_decoders()
+        self.require_decoders(video=False)
         try:
             from dif_frontend_h3 import audio_vae
         except ImportError as exc:

@@ -54,7 +54,7 @@ INFO = FrontendInfo(
             "frames",
             None,
             "Frames at 24 fps, of the form 17n + 5",
-            minimum=5,
+            minimum=1,
             kind=int,
             default_doc="124, or the checkpoint's own",
         ),
