@@ -1,6 +1,7 @@
-"""Ulysses sequence parallelism (dif.parallel): the tiny FLUX.2 klein denoiser split for 2 and 4 ranks, the
-rank programs run on the CPU backend with the in-process all-to-all, their gathered output equal to the
-single-device program's exactly in fp32 (odd text and image lengths: padding on the last ranks).
+"""Ulysses sequence parallelism (dif.parallel): the tiny FLUX.2 klein and MiniMax-H3 denoisers split for 2 and
+4 ranks, the rank programs run on the CPU backend with the in-process all-to-all, their gathered outputs
+equal to the single-device program's exactly in fp32 (odd lengths: padding on the last ranks; H3's packed
+text | conditions | audio | video sequence with a keyframe block the program slices apart).
 
 Exact equality needs a GEMM whose result for a row does not depend on how many rows it is given: a rank
 multiplies S/P rows where one device multiplies S. numpy's BLAS sgemm is not (its kernels differ with M;
@@ -134,3 +135,62 @@ def test_all_to_all_and_gather() -> None:
     full = np.arange(8.0)
     pieces = [np.array([0, 1, 3, 4, 5.0]), np.array([2, -1, 6, 7, -1.0])]
     np.testing.assert_array_equal(gather(pieces, s), full)
+
+
+# -- MiniMax-H3: the packed video+audio sequence ------------------------------------------------------
+
+TINY_H3 = dict(  # a tiny MiniMaxH3Transformer3DModel config (4 heads: 4 ranks)
+    num_attention_heads=4, attention_head_dim=32, hidden_size=48, num_layers=2, num_refiner_layers=1, ffn_dim=64,
+    in_channels=4, audio_in_channels=8, patch_size=(1, 2, 2), text_dim=16, freq_dim=32, time_embed_hidden_dim=40,
+    time_embed_dim=24, rope_freq_dim=4, rope_theta=10000.0,
+)  # fmt: skip
+H3_INPUTS = {"video_latents": 1, "audio_latents": 1, "text_embeds": 1}
+
+
+def h3_case(anchors: tuple[str, ...]) -> tuple:  # type: ignore[type-arg]
+    h3 = pytest.importorskip("dif_frontend_h3.model", reason="the H3 split needs dif-frontend-h3")
+    from dif_frontend_h3.config import H3TransformerConfig
+    from dif_frontend_h3.layout import build_layout
+
+    cfg = H3TransformerConfig.from_dict(TINY_H3)
+    layout = build_layout(np.ones(5, int), 2, 6, 6, 3, anchors=anchors)  # 5 text rows, 9 per frame, 6 audio
+    program = h3.build_denoiser(cfg, layout)
+    rng = np.random.default_rng(1)
+    weights = {p.name: (rng.standard_normal(p.type.shape) * 0.2).astype(np.float32) for p in program.params}
+    feeds = {v.name: rng.standard_normal(v.type.shape).astype(np.float32) for v in program.inputs}
+    cos, sin = h3.rope_tables(cfg, layout.position_ids)
+    slots = np.linspace(0.3, 1.0, layout.num_slots)
+    feeds |= {"rope_cos": cos, "rope_sin": sin, "time_proj": h3.time_proj(slots, cfg.freq_dim)}
+    return program, weights, feeds, layout
+
+
+@pytest.mark.parametrize("ranks", [2, 4])
+@pytest.mark.parametrize("anchors", [(), ("first",)], ids=["t2va", "keyframe"])
+def test_h3_split_equals_single_device_exactly(
+    ranks: int, anchors: tuple[str, ...], row_invariant_linear: None
+) -> None:
+    program, weights, feeds, layout = h3_case(anchors)
+    exe, _ = prepare_segment(program, weights, get_backend("cpu"), [])
+    want = exe.run(feeds)
+    plan = ulysses(program, ranks, H3_INPUTS)
+    assert plan.input_shardings["text_embeds"].padding(ranks) > 0  # 5 text rows: padding on the last ranks
+    got, _ = run_ranks(plan, weights, feeds)
+    for name in program.outputs:  # video and audio velocities
+        assert got[name].shape == want[name].shape
+        assert np.array_equal(got[name], want[name]), (name, np.abs(got[name] - want[name]).max())
+    cut = [d.reason for d in plan.decisions if "cut at row" in d.reason]
+    if anchors:  # the keyframe rows are modulated apart from the target rows: the video input is cut there
+        c = layout.condition_rows
+        assert cut == [f"input video_latents cut at row {c}: node 26 (slice) takes its rows apart there"]
+        assert [b.length for b in plan.input_shardings["video_latents"].blocks] == [c, 18]
+    else:
+        assert not cut
+
+
+def test_explicit_blocks_need_no_cut() -> None:
+    program, _, _, layout = h3_case(("first",))
+    c = layout.condition_rows
+    video = Sharding(1, (Block(0, c), Block(c, 18)))
+    plan = ulysses(program, 2, {**H3_INPUTS, "video_latents": video})
+    assert not [d for d in plan.decisions if "cut at row" in d.reason]
+    assert plan.input_shardings["video_latents"] == video

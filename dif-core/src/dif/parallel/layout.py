@@ -9,15 +9,18 @@ attention stay whole blocks that a later slice can take apart again.
 
 from __future__ import annotations
 
-from attrs import frozen
+from attrs import field, frozen
 
 
 @frozen
 class Block:
-    """Global rows [start, start + length) of the axis, split evenly over the ranks."""
+    """Global rows [start, start + length) of the axis, split evenly over the ranks. `origin`: the program
+    input and row this block's first row comes from (the transform cuts an input's block where the program
+    slices it; not part of equality: two values split alike are alike whatever they came from)."""
 
     start: int
     length: int
+    origin: tuple[str, int] | None = field(default=None, eq=False)
 
     def chunk(self, ranks: int) -> int:
         """Rows of this block on every rank (padding included)."""
@@ -37,7 +40,11 @@ class Block:
         return self.chunk(ranks) * ranks - self.length
 
     def shifted(self, by: int) -> Block:
-        return Block(self.start + by, self.length)
+        return Block(self.start + by, self.length, self.origin)
+
+    def source_row(self, row: int) -> tuple[str, int] | None:
+        """(input, input row) of global row `row` of this block, when the block comes from an input."""
+        return None if self.origin is None else (self.origin[0], self.origin[1] + row - self.start)
 
 
 @frozen
@@ -73,6 +80,18 @@ class Sharding:
         return f"axis {self.axis}: {parts}; {self.local_length(ranks)} rows per rank, {self.padding(ranks)} padding"
 
 
-def single(axis: int, length: int) -> Sharding:
-    """One block: the whole axis split evenly."""
-    return Sharding(axis, (Block(0, length),))
+def single(axis: int, length: int, origin: str | None = None) -> Sharding:
+    """One block: the whole axis split evenly (`origin`: the input it is)."""
+    return Sharding(axis, (Block(0, length, None if origin is None else (origin, 0)),))
+
+
+def cut_at(sharding: Sharding, row: int) -> Sharding:
+    """`sharding` with the block holding `row` (not at its start) cut in two there."""
+    blocks = []
+    for b in sharding.blocks:
+        if b.start < row < b.start + b.length:
+            o = b.origin
+            blocks += [Block(b.start, row - b.start, o), Block(row, b.start + b.length - row, b.source_row(row))]
+        else:
+            blocks.append(b)
+    return Sharding(sharding.axis, tuple(blocks))

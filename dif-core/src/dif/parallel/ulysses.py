@@ -24,7 +24,7 @@ from dif.errors import DifError
 from dif.ir.builder import ProgramBuilder, Var
 from dif.ir.program import Node, Program
 from dif.parallel.collectives import parallel_table
-from dif.parallel.layout import Sharding, single
+from dif.parallel.layout import Block, Sharding, cut_at, single
 from dif.passes.context import PassContext, PassDecision
 from dif.verify import verify_program
 
@@ -38,6 +38,14 @@ BROADCAST_OPS = {"modulate", "gated_residual"}
 
 class ParallelError(DifError):
     """A program the sequence-parallel transform cannot split (the message names the node)."""
+
+
+class _NeedCut(Exception):
+    """The program slices input `name` at `row` inside one block: cut the block there and split again."""
+
+    def __init__(self, name: str, row: int, node: Node) -> None:
+        super().__init__(name, row)
+        self.name, self.row, self.node = name, row, node
 
 
 @frozen
@@ -199,6 +207,11 @@ class _Splitter:
     def _select(self, s: Sharding, start: int, stop: int) -> tuple[int, int, Sharding]:
         """The whole blocks covering global rows [start, stop): (local start, local stop, their sharding)."""
         offsets = self.offsets(s)
+        for edge in (start, stop):  # an edge inside a block that comes from an input: cut that input there
+            for b in s.blocks:
+                src = b.source_row(edge)
+                if b.start < edge < b.start + b.length and src is not None and self.current is not None:
+                    raise _NeedCut(src[0], src[1], self.current)
         picked = [i for i, b in enumerate(s.blocks) if start <= b.start and b.start + b.length <= stop]
         if sum(s.blocks[i].length for i in picked) != stop - start or picked != list(
             range(picked[0] if picked else 0, (picked[-1] + 1) if picked else 0)
@@ -303,8 +316,8 @@ def _input_sharding(program: Program, name: str, spec: int | Sharding) -> Shardi
     if name not in types or name not in {v.name for v in program.inputs}:
         raise ParallelError(f"ulysses: '{name}' is not an input of program '{program.name}'")
     if isinstance(spec, Sharding):
-        return spec
-    return single(spec % types[name].rank, types[name].shape[spec])
+        return Sharding(spec.axis, tuple(Block(b.start, b.length, (name, b.start)) for b in spec.blocks))
+    return single(spec % types[name].rank, types[name].shape[spec], origin=name)
 
 
 def ulysses(program: Program, ranks: int, seq_inputs: Mapping[str, int | Sharding]) -> ParallelPlan:
@@ -313,14 +326,30 @@ def ulysses(program: Program, ranks: int, seq_inputs: Mapping[str, int | Shardin
     `seq_inputs`: input name -> its sequence axis (split evenly, one block) or a `Sharding` (several blocks).
     Every other input is whole on every rank; the rank programs take the same inputs as `program` (each
     slices its rows out) and return their rows of each sequence output (`ParallelPlan.output_shardings`;
-    `dif.parallel.local.gather` joins them). `ParallelError` names the first node it cannot split."""
+    `dif.parallel.local.gather` joins them). Where the program slices an input's rows apart (H3's
+    conditioning and target video rows), that input's block is cut there, so each part is split on its own.
+    `ParallelError` names the first node it cannot split."""
     if ranks < 1:
         raise ParallelError(f"ulysses: ranks must be >= 1, got {ranks}")
     shardings = {n: _input_sharding(program, n, s) for n, s in seq_inputs.items()}
+    cuts: list[str] = []
+    for _ in range(1 + sum(program.types[n].shape[s.axis] for n, s in shardings.items())):
+        try:
+            return _split(program, ranks, shardings, cuts)
+        except _NeedCut as need:
+            shardings[need.name] = cut_at(shardings[need.name], need.row)
+            node = f"node {need.node.id} ({need.node.op})"
+            cuts.append(f"input {need.name} cut at row {need.row}: {node} takes its rows apart there")
+    raise AssertionError("unreachable: every cut splits a block")
+
+
+def _split(program: Program, ranks: int, shardings: dict[str, Sharding], cuts: Sequence[str]) -> ParallelPlan:
     ctx = PassContext(PASS_NAME)
     ctx.applied(f"sequence parallel over {ranks} ranks (Ulysses: all_to_all over heads around each sdpa)")
     for name, s in shardings.items():
         ctx.applied(f"input {name} split on {s.describe(ranks)}", value=name)
+    for why in cuts:
+        ctx.applied(why)
     programs, outputs = [], {}
     for rank in range(ranks):
         sp = _Splitter(program, ranks, rank, ctx if rank == 0 else None)
