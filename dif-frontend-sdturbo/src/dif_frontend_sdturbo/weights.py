@@ -211,6 +211,10 @@ def open_taesd(path: str | Path, ck: SdCheckpoint) -> Taesd:
         if MARKERS["taesd"] not in source:
             original = "1.weight" in source  # madebyollin's own decoder file
             source = _original_taesd(source, str(p)) if original else open_single_file(p, "taesd")
+        # the published config is madebyollin/taesd's (64 wide): a file of another width says its own
+        width = source.info("decoder.layers.0.weight").shape[0] if "decoder.layers.0.weight" in source else None
+        if width is not None:
+            data = {**data, "decoder_block_out_channels": [width] * len(data["decoder_block_out_channels"])}
     cfg = TaesdConfig.from_dict(data, str(config_file))
     sdxl = _sdxl_named(*names)
     if sdxl is not None:
