@@ -98,6 +98,10 @@ class H3Pipeline:
     def configs(self) -> H3Configs:
         return self.checkpoint.configs
 
+    def memory_report(self) -> dict[str, Any]:
+        """What the programs hold on the device and the pipeline's residency decision (`ProgramCache`)."""
+        return self._programs.memory_report()
+
     @property
     def tokenizer(self) -> TextTokenizer:
         if self._tokenizer is None:
@@ -213,26 +217,43 @@ class H3Pipeline:
                              layout.latent_width, p)  # fmt: skip
         return latents, a_rows[0]
 
-    def decode_video(self, latents: np.ndarray) -> np.ndarray:
-        """Video latents (1, C, T', h, w) -> frames (F, H, W, 3) uint8 through the video VAE (chunked, tiled)."""
+    def _video_decoder(self, latent_shape: tuple[int, ...]) -> tuple[Any, Runner]:
+        """(VideoVaeConfig, the decoder runner for the tile shape a decode of `latent_shape` needs)."""
         from dif_frontend_h3.vae_config import VideoVaeConfig
         from dif_frontend_h3.video_vae import build_video_decoder
-        from dif_frontend_h3.video_vae_tiling import decode_tile_shape, decode_video
+        from dif_frontend_h3.video_vae_tiling import decode_tile_shape
 
         self.require_decoders(audio=False)
         assert self.configs.vae_config is not None and self.checkpoint.vae is not None
         vcfg = VideoVaeConfig.from_dict(self.configs.vae_config)
-        frames, height, width = decode_tile_shape(vcfg, latents.shape)
+        frames, height, width = decode_tile_shape(vcfg, latent_shape)
         source = self.checkpoint.vae
 
         def build() -> tuple[Program, Mapping[str, np.ndarray]]:
             prog = build_video_decoder(vcfg, frames=frames, height=height, width=width, dtype=self.dtype)
             return prog, bind_weights(prog, source, ignore=lambda n: not n.startswith(("decoder.", "post_quant_conv.")))
 
-        run = self._programs.get(("video_decoder", frames, height, width), build, "decode")
+        return vcfg, self._programs.get(("video_decoder", frames, height, width), build, "decode")
+
+    def decode_video(self, latents: np.ndarray) -> np.ndarray:
+        """Video latents (1, C, T', h, w) -> frames (F, H, W, 3) uint8 through the video VAE (chunked, tiled)."""
+        from dif_frontend_h3.video_vae_tiling import decode_video
+
+        vcfg, run = self._video_decoder(latents.shape)
         rgb = decode_video(vcfg, latents, lambda inputs: next(iter(run(inputs).values())), progress=self.on_tile)
         rgb = require_finite("decoded frames", rgb)[0]  # (3, F, H, W) in [0, 1]
         return np.ascontiguousarray((np.round(rgb * 255.0)).clip(0, 255).astype(np.uint8).transpose(1, 2, 3, 0))
+
+    def prepare_all(self, layout: PackedLayout, *, decode: bool) -> None:
+        """Register every program of one run under the pipeline's one budget (`ProgramCache.planning`): the
+        memory decision then says which stay resident across stages (the text encoder is released before
+        the DiT when they do not fit together)."""
+        with self._programs.planning():
+            self._text_runner(layout.text_len)
+            self._denoiser_runner(layout)
+            if decode:
+                c = self.configs.transformer.in_channels
+                self._video_decoder((1, c, layout.num_latent_frames, layout.latent_height, layout.latent_width))
 
     def decode_audio(self, audio_rows: np.ndarray, num_audio_latents: int) -> np.ndarray:
         """Channel-major audio rows (2A, C) -> stereo waveform (2, N) float32 in [-1, 1] at the VAE's rate."""
@@ -262,15 +283,21 @@ class H3Pipeline:
                 self.on_stage(name, timings[name])
 
         t0 = time.perf_counter()
+        self.prepare_all(layout, decode=decode)
+        stage("load", t0)
+        t0 = time.perf_counter()
+        self._programs.enter("encode")
         text = self.encode(req.prompt)
         stage("encode", t0)
         t0 = time.perf_counter()
+        self._programs.enter("denoise")
         video, audio_rows = self.initial_noise(req, layout)
         latents, audio_rows = self.sample(text, layout, video, audio_rows, req.steps)
         stage("denoise", t0)
         frames = wave = None
         if decode:
             t0 = time.perf_counter()
+            self._programs.enter("decode")
             frames = self.decode_video(latents)
             wave = self.decode_audio(audio_rows, layout.num_audio_latents)
             n = audio_samples(req.frames, self.configs.audio_vae.sampling_rate)
