@@ -255,6 +255,10 @@ class TextToImagePipeline:
         (`ProgramCache.memory_report`)."""
         return self._programs.memory_report()
 
+    def optimized_programs(self) -> dict[str, tuple[str, Any, tuple[Any, ...]]]:
+        """By program name: (stage, optimized program, optimizer decisions) (`ProgramCache.optimized`)."""
+        return self._programs.optimized()
+
     def resolve(self, req: Any, /) -> tuple[int, float, bool, list[str]]:
         """(steps, guidance, use_cfg, warnings) of the frontend's `ImageRequest` `req` under the
         checkpoint's defaults and rules."""

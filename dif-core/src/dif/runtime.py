@@ -268,4 +268,6 @@ def prepare(
         precision=precision,
         decisions=decisions,
     )
-    return backend.prepare(optimized, plan, weights), plan
+    from dif.weights.quantized import with_quantized_weights  # format passes derive weights at load
+
+    return backend.prepare(optimized, plan, with_quantized_weights(optimized, weights)), plan

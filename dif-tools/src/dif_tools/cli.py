@@ -24,6 +24,7 @@ BUILTINS: dict[str, tuple[str, str, str]] = {
         "formats_table",
         "Physical formats: legality and usage per backend.",
     ),
+    "opt": ("dif_tools.commands.opt", "opt", "Optimizer searches: physical formats measured through the gate."),
     "inspect": ("dif_tools.commands.inspect", "inspect", "Summarise a .difir program: ops, types, params, provenance."),
     "plugins": ("dif_tools.commands.plugins", "plugins", "List plugins, their hooks, registrations and errors."),
     "probe": ("dif_tools.commands.probe", "probe", "TargetProfile and RuntimeBudget of every backend."),

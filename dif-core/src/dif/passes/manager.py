@@ -23,6 +23,7 @@ from dif.ir.program import Program
 from dif.passes.context import APPLIED, PassContext, PassDecision, log
 from dif.passes.distribute import rope_before_concat
 from dif.passes.fusions import fuse_gated_residual, fuse_norm_modulate, fuse_norm_rope
+from dif.passes.quantize import FORMAT_PASSES, quantize_fp8, quantize_int4, quantize_int8
 from dif.plan.plan import Decision
 from dif.target import TargetProfile
 from dif.verify import verify_program
@@ -34,8 +35,12 @@ CORE_PASSES: dict[str, PassFn] = {
     "fuse_norm_rope": fuse_norm_rope,
     "fuse_norm_modulate": fuse_norm_modulate,
     "fuse_gated_residual": fuse_gated_residual,
+    # format passes (dif.passes.quantize): chosen by the format search or by name, never by default
+    "quantize_fp8": quantize_fp8,
+    "quantize_int8": quantize_int8,
+    "quantize_int4": quantize_int4,
 }
-DEFAULT_PASSES: tuple[str, ...] = tuple(CORE_PASSES)
+DEFAULT_PASSES: tuple[str, ...] = tuple(n for n in CORE_PASSES if n not in FORMAT_PASSES.values())
 """The core pipeline, in `CORE_PASSES` order: `rope_before_concat` makes norm/rope pairs for `fuse_norm_rope`;
 the fusions touch disjoint op pairs, so their order only fixes the log."""
 

@@ -1,0 +1,322 @@
+"""The optimizer's format search (`dif opt --formats`): which requested physical format a pipeline's linears
+run in, measured, with every format's verdict recorded.
+
+Each requested format is a candidate (its format pass, `dif.passes.quantize`, over every eligible linear of
+the programs) judged in this order, the first failing stage rejecting it:
+
+    capability -> verify -> execute -> numerical gate -> memory -> time
+
+- capability: the target's facts (`dif.formats.assess`: legal, implemented, what it lacks). A format the target
+  cannot run is excluded saying why ("no fp8 matrix units on this target ..."); with `emulate`, a format whose
+  only lack is the matrix units runs on a backend that emulates it (the CPU reference), and is then judged on
+  the gate and memory only (its time says nothing about the format).
+- verify: the candidate's programs are rewritten and verified (the pass manager verifies every pass result);
+  a format that converts no linear is rejected.
+- execute: the whole schedule runs (`RunCandidate`), recording the gate's measurements.
+- numerical gate: `dif.quality.format_gate.judge` against the baseline run (`GateConfig`); `no_gate` skips it
+  with a warning (a forced format).
+- memory: the denoiser's weights + arena with the format against the budget (and the baseline).
+- time: the median denoiser forward against the baseline's; not judged when emulated, or when the baseline
+  does not fit the budget and the format does (then it is memory that pays).
+
+The chosen format is the first accepted one in the requested order (so a rejected format falls back to the
+next); none accepted leaves the baseline. `FormatSearch.decisions()` is what the plan records.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import warnings
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from attrs import define, evolve, field, frozen
+
+from dif.env import DIF_PASSES
+from dif.errors import DifError, DifWarning, UsageError
+from dif.formats import FORMATS, assess, legal_on
+from dif.passes.quantize import FORMAT_PASSES
+from dif.plan.plan import Decision
+from dif.quality.format_gate import GateConfig, GateReport, RunRecord, judge
+from dif.target import TargetProfile
+
+STAGES = ("capability", "verify", "execute", "gate", "memory", "time")
+ACCEPTED, REJECTED, EXCLUDED = "accepted", "rejected", "excluded"
+
+MATRIX_UNITS = {"fp8-e4m3": "fp8", "int8": "int8"}
+DEFAULT_GATE = GateConfig()
+
+
+@frozen
+class CandidateRun:
+    """What a candidate's (or the baseline's) whole run gave: the gate's record, the programs it ran
+    (stage -> (optimized program, optimizer decisions)), and the denoiser's memory (weights + arena)."""
+
+    record: RunRecord
+    programs: dict[str, tuple[Any, tuple[Decision, ...]]]
+    denoiser_bytes: int
+
+
+RunCandidate = Callable[[tuple[str, ...], RunRecord | None], CandidateRun]
+"""(extra passes after the default pipeline, the baseline's record or None for the baseline) -> its run."""
+
+
+@define
+class FormatCandidate:
+    """One requested format: the target's facts, each stage's (stage, verdict, detail), the final verdict."""
+
+    format: str
+    facts: dict[str, Any]
+    stages: list[tuple[str, str, str]] = field(factory=list)
+    verdict: str = ""
+    reason: str = ""
+    emulated: bool = False
+    gate: GateReport | None = None
+    numbers: dict[str, Any] = field(factory=dict)
+
+    def stage(self, name: str, ok: bool | None, detail: str) -> bool:
+        """Record `name`'s outcome (None: not judged); False when it rejects the candidate."""
+        self.stages.append((name, "pass" if ok else ("not judged" if ok is None else "fail"), detail))
+        if ok is False:
+            self.verdict = EXCLUDED if name == "capability" else REJECTED
+            self.reason = f"{name}: {detail}"
+        return ok is not False
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "format": self.format,
+            "verdict": self.verdict,
+            "reason": self.reason,
+            "emulated": self.emulated,
+            "facts": self.facts,
+            "stages": [{"stage": s, "verdict": v, "detail": d} for s, v, d in self.stages],
+            "gate": None if self.gate is None else self.gate.to_dict(),
+            "numbers": self.numbers,
+        }
+
+
+@define
+class FormatSearch:
+    """The search's record: baseline numbers, every candidate, the chosen format (None: the baseline)."""
+
+    target: str
+    gate: GateConfig
+    baseline: dict[str, Any]
+    candidates: list[FormatCandidate]
+    chosen: str | None
+
+    def decisions(self) -> list[Decision]:
+        """One plan decision per requested format (verdict, reason), then the choice."""
+        out = [Decision(f"format {c.format}: {c.verdict}", c.reason) for c in self.candidates]
+        if self.chosen is None:
+            why = "no requested format was accepted; linears stay in the baseline precision"
+            out.append(Decision("formats: baseline", why))
+        else:
+            order = ", ".join(c.format for c in self.candidates)
+            out.append(Decision(f"formats: {self.chosen}", f"the first accepted of the requested order ({order})"))
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "target": self.target,
+            "gate": self.gate.to_dict(),
+            "baseline": self.baseline,
+            "candidates": [c.to_dict() for c in self.candidates],
+            "chosen": self.chosen,
+            "decisions": [{"what": d.what, "why": d.why} for d in self.decisions()],
+        }
+
+
+@contextmanager
+def passes_appended(extra: Sequence[str]) -> Iterator[None]:
+    """`DIF_PASSES` set to the default pipeline followed by `extra` while the block runs (programs are
+    optimized when a pipeline first registers them), restored after."""
+    old = os.environ.get(DIF_PASSES.name)
+    if extra:
+        os.environ[DIF_PASSES.name] = ",".join(("default", *extra))
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop(DIF_PASSES.name, None)
+        else:
+            os.environ[DIF_PASSES.name] = old
+
+
+def capability_facts(fmt: str, profile: TargetProfile) -> dict[str, Any]:
+    verdict = assess(fmt, profile)
+    f = FORMATS.get(fmt)
+    return {
+        "legal": verdict.legal,
+        "legal_reason": verdict.reason,
+        "usage": verdict.usage.value,
+        "usage_reason": verdict.usage_reason,
+        "executes": verdict.executes,
+        "implemented_by": f.implemented_by,
+        "requires_dtypes": list(f.requires_dtypes),
+        "requires_tensor_core": list(f.requires_tensor_core),
+        "target_tensor_core_formats": list(profile.tensor_core_formats),
+        "bits": f.bits,
+    }
+
+
+def _capability(c: FormatCandidate, fmt: str, profile: TargetProfile, emulate: bool) -> bool:
+    f = FORMATS.get(fmt)
+    if fmt not in FORMAT_PASSES:
+        return c.stage(
+            "capability", False, f"dif has no format pass for {fmt} (formats with one: {', '.join(FORMAT_PASSES)})"
+        )
+    if f.implemented_by and f.implemented_by not in profile.capabilities:
+        return c.stage(
+            "capability", False, f"backend '{profile.backend}' does not implement it (no '{f.implemented_by}')"
+        )
+    legal, reason = legal_on(f, profile)
+    if legal:
+        return c.stage("capability", True, reason)
+    units = [u for u in f.requires_tensor_core if u not in profile.tensor_core_formats]
+    lacks_only_units = bool(units) and legal_on(evolve(f, requires_tensor_core=()), profile)[0]
+    if lacks_only_units and emulate:
+        c.emulated = True
+        return c.stage("capability", True, f"emulated by backend '{profile.backend}' ({reason})")
+    if lacks_only_units:
+        unit = MATRIX_UNITS.get(fmt, fmt)
+        listed = ", ".join(profile.tensor_core_formats) or "none"
+        return c.stage(
+            "capability",
+            False,
+            f"no {unit} matrix units on this target (tensor-core formats listed: {listed}); --emulate runs it anyway",
+        )
+    return c.stage("capability", False, reason)
+
+
+def _format_decisions(run: CandidateRun, pass_name: str) -> tuple[int, int, list[str]]:
+    """(linears converted, linears left, the pass's decision lines) over every program of the run."""
+    applied = left = 0
+    lines: list[str] = []
+    for _program, decisions in run.programs.values():
+        for d in decisions:
+            if d.what.startswith(f"{pass_name}: "):
+                count = d.what.split(": ", 1)[1].split(" ")
+                n = int(count[1]) if len(count) > 1 and count[1].isdigit() else 0
+                applied += n if count[0] == "applied" else 0
+                left += n if count[0] == "skipped" else 0
+                lines.append(f"{d.what}: {d.why}")
+    return applied, left, lines
+
+
+def _median(xs: Sequence[float]) -> float:
+    return float(statistics.median(xs)) if xs else 0.0
+
+
+def search_formats(
+    formats: Sequence[str],
+    *,
+    profile: TargetProfile,
+    run: RunCandidate,
+    gate: GateConfig = DEFAULT_GATE,
+    emulate: bool = False,
+    no_gate: bool = False,
+    budget_bytes: int | None = None,
+) -> FormatSearch:
+    """Judge every format of `formats` (names of `dif.formats`, in preference order) on `profile`'s backend,
+    each through the stages of the module doc; `run` executes the baseline and each candidate."""
+    for fmt in formats:
+        FORMATS.get(fmt)  # an unknown name is a UsageError naming the known ones
+    if not formats:
+        raise UsageError(
+            "the format search needs at least one format", hint=f"e.g. --formats {','.join(FORMAT_PASSES)}"
+        )
+    base = run((), None)
+    base_forward = _median(base.record.forward_seconds)
+    base_fits = budget_bytes is None or base.denoiser_bytes <= budget_bytes
+    baseline = {
+        "median_forward_s": base_forward,
+        "denoise_s": base.record.denoise_seconds,
+        "denoiser_bytes": base.denoiser_bytes,
+        "fits_budget": base_fits,
+        "budget_bytes": budget_bytes,
+    }
+    candidates: list[FormatCandidate] = []
+    for fmt in formats:
+        c = FormatCandidate(fmt, capability_facts(fmt, profile))
+        candidates.append(c)
+        if not _capability(c, fmt, profile, emulate):
+            continue
+        pass_name = FORMAT_PASSES[fmt]
+        try:
+            got = run((pass_name,), base.record)
+        except DifError as exc:  # a program that does not verify, lower or run
+            c.stage(
+                "verify" if "verif" in type(exc).__name__.lower() else "execute", False, f"{type(exc).__name__}: {exc}"
+            )
+            continue
+        applied, left, lines = _format_decisions(got, pass_name)
+        c.numbers["pass_decisions"] = lines
+        c.numbers.update(linears_converted=applied, linears_left=left)
+        if not c.stage("verify", applied > 0, f"{applied} linears converted, {left} left (programs verified)"
+                       if applied else f"{pass_name} converted no linear"):  # fmt: skip
+            continue
+        c.stage("execute", True, f"{len(got.record.step_outputs)} steps ran, image decoded")
+        if no_gate:
+            warnings.warn(f"format {fmt} forced without the numerical gate", DifWarning, stacklevel=2)
+            c.stage("gate", None, "skipped (--no-gate): the format is forced")
+        else:
+            c.gate = judge(
+                base.record.step_outputs,
+                got.record.forced_outputs,
+                gate,
+                reference_image=base.record.image,
+                candidate_image=got.record.image,
+            )
+            if not c.stage("gate", c.gate.passed, c.gate.reason):
+                continue
+        fits = budget_bytes is None or got.denoiser_bytes <= budget_bytes
+        c.numbers.update(denoiser_bytes=got.denoiser_bytes, median_forward_s=_median(got.record.forward_seconds))
+        saved = base.denoiser_bytes - got.denoiser_bytes
+        where = "no budget given" if budget_bytes is None else f"budget {budget_bytes} B"
+        if not c.stage("memory", fits, f"denoiser {got.denoiser_bytes} B ({saved:+d} B saved vs baseline; {where})"):
+            continue
+        t = c.numbers["median_forward_s"]
+        speed = f"median forward {t * 1e3:.2f} ms vs baseline {base_forward * 1e3:.2f} ms"
+        if c.emulated:
+            c.stage("time", None, f"emulated: {speed} says nothing about the format")
+        elif not base_fits:
+            c.stage("time", None, f"the baseline does not fit the budget and this format does ({speed})")
+        elif not c.stage("time", t < base_forward, speed):
+            continue
+        c.verdict, c.reason = (
+            ACCEPTED,
+            "; ".join(f"{s}: {d}" for s, v, d in c.stages if s in ("gate", "memory", "time")),
+        )
+    chosen = next((c.format for c in candidates if c.verdict == ACCEPTED), None)
+    return FormatSearch(profile.backend, gate, baseline, candidates, chosen)
+
+
+def pipeline_candidates(
+    load: Callable[[], Any], prompt: str, *, width: int, height: int, steps: int, seed: int
+) -> RunCandidate:
+    """A `RunCandidate` over a `TextToImagePipeline`: each call loads a fresh pipeline (`load()`) with the
+    extra passes appended to the default pipeline, runs `record_run` and reads back the programs it ran
+    and the denoiser's memory (weights + arena, all resident); the pipeline is dropped after."""
+    import gc
+
+    from dif.quality.format_gate import record_run
+
+    def run_one(extra: tuple[str, ...], teacher: RunRecord | None) -> CandidateRun:
+        with passes_appended(extra):
+            pipe = load()
+            try:
+                record = record_run(pipe, prompt, width=width, height=height, steps=steps, seed=seed, teacher=teacher)
+                programs = {
+                    name: (program, decisions) for name, (_s, program, decisions) in pipe.optimized_programs().items()
+                }
+                report = pipe.memory_report()["programs"]
+                denoiser = sum(int(r["all_resident_bytes"]) for r in report.values() if r["stage"] == "denoise")
+            finally:
+                del pipe
+                gc.collect()
+        return CandidateRun(record, programs, denoiser)
+
+    return run_one

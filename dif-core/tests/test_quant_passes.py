@@ -1,0 +1,169 @@
+"""The format passes (dif.passes.quantize) and the load-time weight transform (dif.weights.quantized): which
+linears are rewritten and why the others are not, derived parameter names, and results on the CPU backend
+against the quantized arithmetic computed here by hand."""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from dif.errors import WeightError
+from dif.ir.builder import ProgramBuilder
+from dif.ir.program import Program
+from dif.passes import DEFAULT_PASSES, optimize
+from dif.target import TargetProfile
+from dif.weights.quantized import QuantizedWeights, derived_name, parse_derived, with_quantized_weights
+
+ALL = TargetProfile(
+    backend="ref", device="unit", capabilities=("op:*", "format:fp8-e4m3", "format:int8", "format:int4-group")
+)
+NO_FORMATS = TargetProfile(backend="bare", device="unit", capabilities=("op:*",))
+D, F = 64, 128
+
+
+def block(dtype: str = "f32") -> Program:
+    """x -> layer_norm -> modulate -> (q, k linears) ; gelu(k) -> out linear (input not from a norm)."""
+    b = ProgramBuilder("blk")
+    x = b.input("x", (2, 6, D), dtype)
+    scale, shift = b.input("scale", (2, 1, D), dtype), b.input("shift", (2, 1, D), dtype)
+    wq, wk, wo = b.param("wq", (F, D), dtype), b.param("wk", (F, D), dtype), b.param("wo", (D, F), dtype)
+    bias = b.param("bq", (F,), dtype)
+    n = b.emit("modulate", b.emit("layer_norm", x, eps=1e-6), scale, shift)
+    q = b.emit("linear", n, wq, bias)
+    k = b.emit("linear", n, wk)
+    o = b.emit("linear", b.emit("gelu", k), wo)
+    b.output(q, o)
+    return b.build()
+
+
+def weights_for(program: Program, seed: int = 0) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return {p.name: (rng.standard_normal(p.type.shape) * 0.2).astype(p.type.dtype.np) for p in program.params}
+
+
+def inputs_for(program: Program, seed: int = 1) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return {v.name: rng.standard_normal(v.type.shape).astype(v.type.dtype.np) for v in program.inputs}
+
+
+def run_cpu(program: Program, passes: tuple[str, ...], weights: dict, inputs: dict) -> tuple[dict, list]:
+    from dif.runtime import prepare
+
+    exe, plan = prepare(program, weights, "cpu", passes=passes)
+    return exe.run(inputs), list(plan.decisions)
+
+
+def test_format_passes_are_not_in_the_default_pipeline() -> None:
+    assert not {"quantize_fp8", "quantize_int8", "quantize_int4"} & set(DEFAULT_PASSES)
+
+
+@pytest.mark.parametrize("fmt, pass_name", [("fp8-e4m3", "quantize_fp8"), ("int8", "quantize_int8")])
+def test_w8a8_rewrites_the_linears_a_norm_modulate_feeds(fmt: str, pass_name: str) -> None:
+    program, decisions = optimize(block(), target=ALL, passes=("fuse_norm_modulate", pass_name))
+    ops = program.op_histogram()
+    assert ops.get("norm_modulate_quant") == 1 and ops.get("scaled_linear") == 2 and ops.get("linear") == 1
+    names = {p.name for p in program.params}
+    assert {derived_name("wq", fmt, "q"), derived_name("wq", fmt, "scale"), "wo", "bq"} <= names
+    assert "wq" not in names and "wk" not in names  # retired: read by no node any more
+    mine = [d for d in decisions if d.pass_name == pass_name]
+    assert sum(d.verdict == "applied" for d in mine) == 2
+    (skip,) = [d for d in mine if d.verdict == "skipped"]
+    assert "gelu" in skip.reason and "separate quantization pass" in skip.reason
+
+
+def test_w8a8_leaves_a_norm_read_unquantized_elsewhere() -> None:
+    b = ProgramBuilder("two")
+    x = b.input("x", (3, D), "f32")
+    s, t = b.input("s", (D,), "f32"), b.input("t", (D,), "f32")
+    n = b.emit("modulate", b.emit("layer_norm", x, eps=1e-6), s, t)
+    y = b.emit("linear", n, b.param("w", (F, D), "f32"))
+    b.output(y, b.emit("gelu", n))
+    program, decisions = optimize(b.build(), target=ALL, passes=("fuse_norm_modulate", "quantize_int8"))
+    assert "scaled_linear" not in program.op_histogram()
+    (d,) = [d for d in decisions if d.pass_name == "quantize_int8"]
+    assert d.verdict == "skipped" and "gelu" in d.reason and "unquantized" in d.reason
+
+
+def test_a_target_without_the_format_keeps_the_program() -> None:
+    fused, _ = optimize(block(), target=NO_FORMATS, passes=("fuse_norm_modulate",))
+    for pass_name, fmt in (("quantize_fp8", "fp8-e4m3"), ("quantize_int4", "int4-group")):
+        program, decisions = optimize(fused, target=NO_FORMATS, passes=(pass_name,))
+        assert program is fused
+        (d,) = decisions
+        assert d.verdict == "skipped" and f"format:{fmt}" in d.reason
+
+
+def test_int4_groups_of_128_else_64_else_left() -> None:
+    b = ProgramBuilder("i4")
+    x = b.input("x", (2, 256), "bf16")
+    h = b.emit("linear", x, b.param("w1", (64, 256), "bf16"))  # 256 inputs: groups of 128
+    h = b.emit("linear", h, b.param("w2", (96, 64), "bf16"))  # 64: groups of 64
+    h = b.emit("linear", h, b.param("w3", (8, 96), "bf16"))  # 96: neither
+    b.output(h)
+    program, decisions = optimize(b.build(), target=ALL, passes=("quantize_int4",))
+    groups = [n.attrs["group_size"] for n in program.nodes if n.op == "int4_linear"]
+    assert groups == [128, 64]
+    assert {derived_name("w1", "int4-group", "q", 128), derived_name("w2", "int4-group", "scale", 64), "w3"} <= {
+        p.name for p in program.params
+    }
+    skipped = [d for d in decisions if d.verdict == "skipped"]
+    assert len(skipped) == 1 and "96 input features" in skipped[0].reason
+
+
+def test_derived_names_round_trip_and_others_are_not_derived() -> None:
+    assert parse_derived(derived_name("a.b@c.weight", "int8", "q")) == ("a.b@c.weight", "int8", 0, "q")
+    assert parse_derived(derived_name("w", "int4-group", "scale", 64)) == ("w", "int4-group", 64, "scale")
+    for name in ("w", "w@int8", "w@int9.q", "@int8.q", "w@int4-group.q", "w@fp8-e4m3.values"):
+        assert parse_derived(name) is None, name
+
+
+def test_quantized_weights_derive_once_and_name_a_missing_source() -> None:
+    program, _ = optimize(block(), target=ALL, passes=("fuse_norm_modulate", "quantize_int8"))
+    base = weights_for(block())
+    view = with_quantized_weights(program, base)
+    assert isinstance(view, QuantizedWeights)
+    q = view[derived_name("wq", "int8", "q")]
+    assert q.dtype == np.int8 and q is view[derived_name("wq", "int8", "q")]  # computed once, kept
+    scale = view[derived_name("wq", "int8", "scale")]
+    np.testing.assert_allclose(scale, np.max(np.abs(base["wq"]), axis=1) / 127, rtol=1e-6)
+    assert with_quantized_weights(block(), base) is base  # nothing derived: unchanged
+    with pytest.raises(WeightError, match="derived from 'wq'"):
+        QuantizedWeights(program, {k: v for k, v in base.items() if k != "wq"})[derived_name("wq", "int8", "q")]
+
+
+def _by_hand_int8(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None) -> np.ndarray:
+    """int8 W8A8 of x [R, K] and w [N, K], from first principles (float64)."""
+    xs = np.max(np.abs(x), axis=1, keepdims=True) / 127
+    xq = np.clip(np.rint(x / xs), -127, 127)
+    ws = np.max(np.abs(w), axis=1) / 127
+    wq = np.clip(np.rint(w / ws[:, None]), -127, 127)
+    y = (xq @ wq.T) * xs * ws
+    return y + bias if bias is not None else y
+
+
+def test_int8_block_on_cpu_matches_the_arithmetic_by_hand() -> None:
+    program = block()
+    weights, inputs = weights_for(program), inputs_for(program)
+    out, decisions = run_cpu(program, ("fuse_norm_modulate", "quantize_int8"), weights, inputs)
+    x = inputs["x"].astype(np.float64)
+    n = (x - x.mean(-1, keepdims=True)) / np.sqrt(x.var(-1, keepdims=True) + 1e-6)
+    n = (n * (1 + inputs["scale"]) + inputs["shift"]).astype(np.float32).astype(np.float64).reshape(-1, D)
+    want = _by_hand_int8(n, weights["wq"].astype(np.float64), weights["bq"].astype(np.float64))
+    got = out[program.outputs[0]].reshape(-1, F)
+    np.testing.assert_allclose(got, want, rtol=2e-4, atol=2e-4)
+    assert any("quantize_int8: applied 2" in d.what for d in decisions)
+
+
+def test_fp8_and_int4_blocks_on_cpu_stay_close_to_f32() -> None:
+    program = block("bf16")
+    weights, inputs = weights_for(program), inputs_for(program)
+    ref, _ = run_cpu(program, ("fuse_norm_modulate",), weights, inputs)
+    for passes, tol in ((("fuse_norm_modulate", "quantize_fp8"), 0.06), (("quantize_int4",), 0.2)):
+        out, _ = run_cpu(program, passes, weights, inputs)
+        for name in program.outputs:
+            a = out[name].astype(np.float64)
+            r = ref[name].astype(np.float64)
+            assert np.linalg.norm(a - r) / np.linalg.norm(r) < tol, (passes, name)
+            assert not np.array_equal(a, r)  # the format really changed the arithmetic
+    assert out[program.outputs[0]].dtype == ml_dtypes.bfloat16

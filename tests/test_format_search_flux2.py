@@ -1,0 +1,89 @@
+"""The whole format search on the CPU backend over the embedded tiny FLUX.2 [klein] pipeline (bf16 baseline,
+fp8 / int8 emulated by the references, int4-group executed): `dif opt --formats` records every format's stages
+and verdict, a format the gate fails is rejected with the gate's numbers and the run falls back to the next."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from dif.plugins import isolated_plugins
+from dif.telemetry import validate_document
+from dif_tools.cli import build_cli
+
+BASE = ("--backend", "cpu", "--steps", "2", "--width", "64", "--height", "64", "--seed", "3")
+
+
+def opt(*args: str) -> tuple[int, dict | None, str]:
+    with isolated_plugins(None):
+        result = CliRunner().invoke(build_cli(), ["opt", *BASE, *args, "--json"], catch_exceptions=False)
+    if result.exit_code != 0:
+        return result.exit_code, None, result.output
+    doc = json.loads(result.stdout)
+    validate_document(doc)
+    return 0, doc, result.stderr
+
+
+@pytest.fixture(scope="module")
+def searched() -> dict:
+    code, doc, err = opt("--formats", "fp8-e4m3,int8,int4-group,nvfp4", "--emulate")
+    assert code == 0 and doc is not None, err
+    return doc["data"]
+
+
+def test_every_requested_format_has_facts_stages_and_a_verdict(searched: dict) -> None:
+    by = {c["format"]: c for c in searched["candidates"]}
+    assert list(by) == ["fp8-e4m3", "int8", "int4-group", "nvfp4"]
+    for c in by.values():
+        assert c["verdict"] in ("accepted", "rejected", "excluded") and c["reason"]
+        assert c["facts"]["usage"] and "legal" in c["facts"]
+    assert by["nvfp4"]["verdict"] == "excluded" and "no format pass" in by["nvfp4"]["reason"]
+    fp8 = by["fp8-e4m3"]
+    assert fp8["emulated"] and fp8["facts"]["legal"] is False  # the cpu lists no fp8 matrix units
+    assert [s["stage"] for s in fp8["stages"]] == ["capability", "verify", "execute", "gate", "memory", "time"]
+    assert fp8["numbers"]["linears_converted"] > 0 and fp8["numbers"]["linears_left"] > 0  # inputs not from norms stay
+
+
+def test_the_gate_numbers_over_the_whole_schedule(searched: dict) -> None:
+    by = {c["format"]: c for c in searched["candidates"]}
+    for name in ("fp8-e4m3", "int8"):
+        gate = by[name]["gate"]
+        assert gate["passed"] and len(gate["steps"]) == 2
+        assert gate["worst_cosine"] >= 0.995 and gate["worst_rel_l2"] <= 5e-2
+        assert gate["psnr_db"] is not None and gate["psnr_db"] > 25 and 0.9 < gate["ssim"] <= 1.0
+    assert by["int8"]["gate"]["worst_rel_l2"] < by["fp8-e4m3"]["gate"]["worst_rel_l2"]  # 7 more bits than e4m3
+    assert by["fp8-e4m3"]["verdict"] == "accepted" and searched["chosen"] == "fp8-e4m3"
+    # int4 weight-only at random weights, groups of 64: the gate rejects it, saying by how much
+    int4 = by["int4-group"]
+    assert int4["verdict"] == "rejected" and int4["reason"].startswith("gate: failed")
+    assert int4["gate"]["worst_cosine"] < 0.995
+    whats = [d["what"] for d in searched["decisions"]]
+    assert whats[-1] == "formats: fp8-e4m3" and "format int4-group: rejected" in whats
+
+
+def test_a_forced_tolerance_rejects_fp8_and_the_run_falls_back_to_int8() -> None:
+    code, doc, err = opt("--formats", "fp8-e4m3,int8", "--emulate", "--rel-l2-max", "0.02")
+    assert code == 0 and doc is not None, err
+    fp8, int8 = doc["data"]["candidates"]
+    assert fp8["verdict"] == "rejected" and "rel-L2" in fp8["reason"] and "> 0.02" in fp8["reason"]
+    assert int8["verdict"] == "accepted" and doc["data"]["chosen"] == "int8"
+
+
+def test_without_emulation_the_cpu_excludes_fp8_and_int8_saying_why() -> None:
+    code, doc, err = opt("--formats", "fp8-e4m3,int8")
+    assert code == 0 and doc is not None, err
+    fp8, int8 = doc["data"]["candidates"]
+    assert fp8["verdict"] == "excluded" and "no fp8 matrix units on this target" in fp8["reason"]
+    assert int8["verdict"] == "excluded" and "no int8 matrix units" in int8["reason"]
+    assert doc["data"]["chosen"] is None and doc["data"]["decisions"][-1]["what"] == "formats: baseline"
+
+
+def test_a_forced_format_warns_and_an_unknown_one_fails_cleanly() -> None:
+    code, doc, err = opt("--formats", "int8", "--emulate", "--no-gate")
+    assert code == 0 and doc is not None
+    assert "warning: format int8 forced without the numerical gate" in err
+    assert doc["data"]["candidates"][0]["gate"] is None
+    code, _, out = opt("--formats", "fp9")
+    assert code != 0 and "unknown physical format 'fp9'" in out and "Traceback" not in out
