@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import fnmatch
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from attrs import evolve, frozen
+from attrs import evolve, field, frozen
 
 from dif.autodiff.backprop import Step, active_keys, backprop
 from dif.autodiff.emit import const
@@ -25,6 +25,8 @@ from dif.ir.builder import ProgramBuilder, Var
 from dif.ir.program import Program, Provenance
 from dif.plan.plan import Decision, Plan
 from dif.target import RuntimeBudget, TargetProfile
+
+Extend = Callable[[ProgramBuilder, Mapping[str, Var], Mapping[str, Var]], Mapping[str, Var]]
 
 TRANSFORM = "autodiff"
 RECOMPUTE = "autodiff.recompute"
@@ -43,6 +45,7 @@ class GradProgram:
     gradients: dict[str, str]
     cotangents: dict[str, str]
     decisions: tuple[Decision, ...]
+    extra: dict[str, str] = field(factory=dict)
 
     def plan(self, profile: TargetProfile, budget: RuntimeBudget, **options: Any) -> Plan:
         """The program planned by the ordinary planner, the autodiff decisions (recomputes) recorded
@@ -65,13 +68,16 @@ def grad_program(
     checkpoint: Sequence[str] = (),
     keep_outputs: bool = True,
     name: str | None = None,
+    extend: Extend | None = None,
 ) -> GradProgram:
     """Differentiate `forward` with respect to `wrt` (names of its inputs or parameters, float).
 
     loss: a forward value with one element (usually the program's output) seeded with 1; without it,
     every float output takes a cotangent input `cotangent.<i>` (a vector-Jacobian product program).
     checkpoint: fnmatch patterns of provenance block names to recompute in the backward.
-    Outputs: the loss (or the forward outputs, when keep_outputs) then one gradient per `wrt` name.
+    Outputs: the loss (or the forward outputs, when keep_outputs) then one gradient per `wrt` name;
+    with `extend(b, env, grads)` (forward values and gradients by name, as builder values), what it
+    returns (label -> value) takes the gradients' place: an optimizer step is emitted in the same program.
     Raises `NoVjpError` naming the op and node when a needed op has no VJP rule."""
     types = forward.types
     declared = {v.name for v in (*forward.inputs, *forward.params)}
@@ -148,17 +154,23 @@ def grad_program(
     outputs: list[Var] = (
         [env[loss]] if loss is not None else ([env[o] for o in forward.outputs] if keep_outputs else [])
     )
-    gradients: dict[str, str] = {}
-    used = {v.name for v in outputs}
+    grads: dict[str, Var] = {}
     for w in wrt:
         g = ct.get(w)
         if g is None:  # requested but not connected to the loss: an honest zero
             g = const(b, 0.0, types[w].dtype, types[w].shape)
+        grads[w] = g
+    named = dict(grads) if extend is None else dict(extend(b, env, grads))
+    n_lead = len(outputs)
+    used = {v.name for v in outputs}
+    labels: dict[str, str] = {}
+    for label, g in named.items():
         if g.name in used or not g.name.startswith("%"):
             g = b.emit("scalar_affine", g, scale=1.0, bias=0.0)  # an output of its own
         used.add(g.name)
-        gradients[w] = g.name
+        labels[label] = g.name
         outputs.append(g)
+    gradients = {w: labels[w] if extend is None else grads[w].name for w in wrt}
     b.output(*outputs)
     b.meta["gradients"] = json.dumps(gradients, sort_keys=True)
     if loss is not None:
@@ -173,8 +185,8 @@ def grad_program(
         )
     )
     return GradProgram(
-        program, loss, tuple(v.name for v in outputs[: len(outputs) - len(wrt)]), gradients, cotangents,
-        tuple(decisions),
+        program, loss, tuple(v.name for v in outputs[:n_lead]), gradients, cotangents, tuple(decisions),
+        {} if extend is None else labels,
     )  # fmt: skip
 
 

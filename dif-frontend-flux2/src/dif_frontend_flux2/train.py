@@ -1,0 +1,159 @@
+"""LoRA training of a FLUX.2 [klein] transformer through dif's own programs (`dif train lora`).
+
+Frontend stage: klein's facts only — which linears a LoRA may target, the denoiser program at a
+bucket's token grid with the adapters as differentiable inputs, how a sample becomes the denoiser's
+inputs (packed VAE latents, the Qwen3 text features of its caption, the flow-matching target with the
+scheduler's training sigmas) and the diffusers key layout of the result. The step programs, the
+optimizer, checkpoints and the loop are `dif.train`'s.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Hashable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from attrs import define, field
+
+from dif.dtypes import DType
+from dif.lora.slots import lora_slots, slot_inputs
+from dif.train.data import DataOrder, Encoded, FeatureCache, Sample, assign_bucket, bucket_sizes
+from dif.train.flow import flow_batch, sample_sigmas
+from dif.train.schedule import AdamW
+from dif.train.step import TARGET, StepPrograms, build_step_programs, model_fingerprint
+from dif.weights import bind_weights
+from dif_frontend_flux2.model import build_transformer, flux2_rope_tables, flux2_timestep_proj
+from dif_frontend_flux2.tokenize import MAX_LENGTH
+
+ATTENTION_TARGETS = ("to_q", "to_k", "to_v", "to_out.0", "add_q_proj", "add_k_proj", "add_v_proj", "to_add_out",
+                     "to_qkv_mlp_proj", "attn.to_out")  # fmt: skip
+"""The default LoRA targets: every attention projection of the double and single blocks."""
+
+
+def linear_shapes(pipeline: Any) -> dict[str, tuple[int, int]]:
+    """Transformer linear module -> weight (out, in), read off a program at the smallest grid."""
+    cfg = pipeline.checkpoint.configs.transformer
+    prog = build_transformer(cfg, batch=1, n_img=1, n_txt=1)
+    return {
+        p.name[: -len(".weight")]: p.type.shape for p in prog.params if p.type.rank == 2 and p.name.endswith(".weight")
+    }
+
+
+def training_sigma_shift(root: Path) -> float:
+    """The shift of the scheduler's training sigmas: its `shift` unless it shifts dynamically at
+    inference (then the training table is unshifted, as FlowMatchEulerDiscreteScheduler builds it)."""
+    path = Path(root) / "scheduler" / "scheduler_config.json"
+    if not path.is_file():
+        return 1.0
+    cfg = json.loads(path.read_text())
+    return 1.0 if cfg.get("use_dynamic_shifting", False) else float(cfg.get("shift", 1.0))
+
+
+@define
+class KleinLoraTask:
+    """`dif.train.loop.Task` for a klein LoRA: programs per bucket token grid, samples from the cache."""
+
+    pipeline: Any  # Flux2Pipeline: its text encoder and VAE encoder make the cached features
+    samples: Sequence[Sample]
+    modules: Sequence[str]
+    rank: int
+    alpha: float
+    opt: AdamW
+    resolution: int = 512
+    accumulate: int = 1
+    max_grad_norm: float | None = 1.0
+    checkpoint_blocks: Sequence[str] = ()
+    dtype: DType = DType.F32
+    scheme: str = "uniform"
+    seed: int = 0
+    cache_dir: Path | None = None
+    model_key: str = field(init=False, default="")
+    _programs: dict[Hashable, StepPrograms] = field(init=False, factory=dict)
+    _encoded: dict[int, Encoded] = field(init=False, factory=dict)
+    _buckets: list[tuple[int, int]] = field(init=False, factory=list)
+    _order: DataOrder = field(init=False)
+    _shift: float = field(init=False, default=1.0)
+    _tables: dict[Hashable, tuple[np.ndarray, np.ndarray]] = field(init=False, factory=dict)
+
+    def __attrs_post_init__(self) -> None:
+        ppt = self.pipeline.pixels_per_token
+        self._buckets = bucket_sizes(self.resolution, ppt)
+        self._order = DataOrder(self.seed, len(self.samples))
+        self._shift = training_sigma_shift(self.pipeline.checkpoint.root)
+        probe = self._forward((1, 1))
+        self.model_key = model_fingerprint(probe, self.trainable) + f":r{self.rank}:a{self.alpha}"
+
+    @property
+    def trainable(self) -> list[str]:
+        return [n for m in self.modules for n in slot_inputs(m)]
+
+    @property
+    def ranks(self) -> dict[str, int]:
+        return {f"{m}.weight": self.rank for m in self.modules}
+
+    def _forward(self, grid: tuple[int, int]):  # type: ignore[no-untyped-def]
+        cfg = self.pipeline.checkpoint.configs.transformer
+        with lora_slots(self.ranks):
+            return build_transformer(cfg, batch=1, n_img=grid[0] * grid[1], n_txt=MAX_LENGTH, dtype=self.dtype)
+
+    def programs(self, key: Hashable) -> StepPrograms:
+        if key not in self._programs:
+            scales = {slot_inputs(m)[1]: self.alpha / self.rank for m in self.modules}
+            self._programs[key] = build_step_programs(
+                self._forward(key), self.trainable, opt=self.opt, max_grad_norm=self.max_grad_norm,  # type: ignore[arg-type]
+                accumulate_steps=self.accumulate, checkpoint=self.checkpoint_blocks, scales=scales,
+            )  # fmt: skip
+        return self._programs[key]
+
+    def frozen_weights(self) -> Any:
+        """The transformer's weights bound to the training programs' parameters (all of them frozen)."""
+        return bind_weights(self.programs((1, 1)).step, self.pipeline.checkpoint.transformer)
+
+    def encode_all(self, on_sample: Any = None) -> None:
+        """Latents and text features of every sample (cached on disk when `cache_dir` is set)."""
+        ck = self.pipeline.checkpoint
+        cache = FeatureCache(self.cache_dir, f"{ck.root}|{self.dtype.value}") if self.cache_dir else None
+        for i, sample in enumerate(self.samples):
+            size = assign_bucket(sample, self._buckets)
+            if cache is not None:
+                enc = cache.get(sample, size, self.pipeline.encode_image, self.pipeline.encode)
+            else:
+                from dif.train.data import bucket_pixels
+
+                enc = Encoded(
+                    self.pipeline.encode_image(bucket_pixels(sample, size)), self.pipeline.encode(sample.caption), size
+                )
+            self._encoded[i] = enc
+            if on_sample is not None:
+                on_sample(i, sample, size)
+
+    def micro_batch(self, rng: np.random.Generator, data: dict[str, Any]) -> tuple[Hashable, dict[str, np.ndarray]]:
+        idx, state = self._order.advance(data)
+        data.update(state)
+        if idx not in self._encoded:
+            self.encode_all()
+        enc = self._encoded[idx]
+        ppt = self.pipeline.pixels_per_token
+        grid = (enc.size[1] // ppt, enc.size[0] // ppt)
+        sigmas = sample_sigmas(rng, 1, scheme=self.scheme, shift=self._shift)
+        batch = flow_batch(enc.latents.astype(np.float32), rng, sigmas)
+        cfg = self.pipeline.checkpoint.configs.transformer
+        if grid not in self._tables:
+            self._tables[grid] = flux2_rope_tables(
+                MAX_LENGTH, *grid, axes_dims=cfg.axes_dims_rope, theta=cfg.rope_theta
+            )
+        cos, sin = self._tables[grid]
+        dt = self.dtype.np
+        inputs = {
+            "latents": batch.noisy.astype(dt),
+            "text_features": enc.text.astype(dt),
+            "timestep_proj": flux2_timestep_proj(
+                sigmas * 1000, dtype=self.dtype, channels=cfg.timestep_guidance_channels
+            ),
+            "rope_cos": cos,
+            "rope_sin": sin,
+            TARGET: batch.target,
+        }
+        return grid, inputs
