@@ -48,3 +48,52 @@ def test_loop_matches_modular_pipeline(torch, rel_l2_fn) -> None:  # type: ignor
     print(f"loop rel-L2 video {errors[0]:.2e} audio {errors[1]:.2e}")
     assert max(errors) <= 1e-5
     assert rel_l2_fn(got_v, video) > 0.05  # the loop moved the latents
+
+
+def test_fl2va_loop_matches_modular_pipeline(torch, rel_l2_fn) -> None:  # type: ignore[no-untyped-def]
+    """The fl2va core denoise step (first + last keyframe rows noised to t = 0.999, held through the loop) from
+    the same keyframe latents, conditioning noise (the request generator's first draws) and initial noise."""
+    diffusers = pytest.importorskip("diffusers")
+    from diffusers.modular_pipelines.minimax_h3.modular_blocks_minimax_h3 import MiniMaxH3FL2VACoreDenoiseStep
+
+    from dif_frontend_h3.layout import layout_for
+
+    pipe = H3Pipeline(open_checkpoint(DEFAULT_CHECKPOINT), backend="interp")
+    prompt, frames, width, height, steps = "a kite rises over the dunes", 124, 96, 64, 4
+    text = pipe.encode(prompt)
+    anchors = ("first", "last")
+    layout = layout_for(pipe.configs, text.shape[1], frames, width, height, anchors=anchors)
+    rng = np.random.default_rng(9)
+    keyframes = [rng.standard_normal((1, 24, 1, 4, 6), dtype=np.float32) for _ in anchors]
+    gen = torch.Generator().manual_seed(11)
+    cond_noise = [torch.randn(k.shape, generator=gen, dtype=torch.float32).numpy() for k in keyframes]
+    video = rng.standard_normal((1, 24, layout.num_latent_frames, 4, 6), dtype=np.float32)
+    audio = rng.standard_normal((2, 32, layout.num_audio_latents), dtype=np.float32)
+    rows = pipe.condition_rows(keyframes, cond_noise)
+    got_v, got_a = pipe.sample(text, layout, video, audio.transpose(0, 2, 1).reshape(-1, 32), steps, rows)
+
+    ref = MiniMaxH3FL2VACoreDenoiseStep().init_pipeline()
+    ref.update_components(
+        transformer=diffusers.MiniMaxH3Transformer3DModel.from_pretrained(DEFAULT_CHECKPOINT / "transformer").eval(),
+        scheduler=diffusers.MiniMaxH3Scheduler.from_pretrained(DEFAULT_CHECKPOINT / "scheduler"),
+        audio_scheduler=diffusers.MiniMaxH3Scheduler.from_pretrained(DEFAULT_CHECKPOINT / "audio_scheduler"),
+    )
+    out = ref(
+        prompt_embeds=torch.from_numpy(text), text_token_tags=torch.ones(text.shape[1], dtype=torch.long),
+        height=height, width=width, num_frames=frames, num_inference_steps=steps, keyframe_anchors=anchors,
+        condition_latents=[torch.from_numpy(k) for k in keyframes], generator=torch.Generator().manual_seed(11),
+        latents=torch.from_numpy(video), audio_latents=torch.from_numpy(audio), output=["latents", "audio_latents"],
+    )  # fmt: skip
+    errors = (
+        rel_l2_fn(got_v, out["latents"].numpy()),
+        rel_l2_fn(got_a.reshape(2, -1, 32).transpose(0, 2, 1), out["audio_latents"].numpy()),
+    )
+    print(f"fl2va loop rel-L2 video {errors[0]:.2e} audio {errors[1]:.2e}")
+    assert max(errors) <= 1e-5
+    t2va_v, _ = pipe.sample(text, pipe.check(_request(prompt, frames, width, height, steps), decode=False), video,
+                            audio.transpose(0, 2, 1).reshape(-1, 32), steps)  # fmt: skip
+    assert rel_l2_fn(got_v, t2va_v) > 1e-3  # the keyframes condition the result
+
+
+def _request(prompt: str, frames: int, width: int, height: int, steps: int) -> VideoRequest:
+    return VideoRequest(prompt, frames=frames, width=width, height=height, steps=steps)

@@ -45,6 +45,7 @@ from dif_frontend_h3.schedule import H3Schedule
 from dif_frontend_h3.text_encoder import build_text_encoder, prompt_ids, text_inputs
 from dif_frontend_h3.weights import H3Checkpoint, bind_denoiser, bind_text_encoder
 
+KEYFRAME_T = 0.999  # the t keyframe anchors are noised to and held at (modular_pipeline.py keyframe_noise_aug)
 StepCallback = Callable[[int, int, np.ndarray, np.ndarray], None]  # (step, steps, video rows, audio rows)
 TileCallback = Callable[[int, int], None]  # (tiles done, tiles in all)
 
@@ -186,15 +187,29 @@ class H3Pipeline:
         return np.asarray(video, np.float32), np.asarray(audio, np.float32)
 
     def sample(
-        self, text: np.ndarray, layout: PackedLayout, video: np.ndarray, audio_rows: np.ndarray, steps: int
+        self,
+        text: np.ndarray,
+        layout: PackedLayout,
+        video: np.ndarray,
+        audio_rows: np.ndarray,
+        steps: int,
+        condition_rows: np.ndarray | None = None,
     ) -> tuple[np.ndarray, np.ndarray]:
-        """The denoising loop from noise: video latents (1, C, T', h, w) and audio rows (2A, C), float32 out."""
+        """The denoising loop from noise: video latents (1, C, T', h, w) and audio rows (2A, C), float32 out.
+        `condition_rows` (layout.condition_rows, C p p): the keyframe rows of an fl2va layout (`condition_rows`),
+        held fixed in front of the generated rows."""
         cfg = self.configs.transformer
         vs = H3Schedule.make(steps, self.configs.scheduler.shift)
         aus = H3Schedule.make(steps, self.configs.audio_scheduler.shift)
         n = min(len(vs), len(aus))  # the reference zips the two timestep lists
         p = cfg.patch_size[2]
-        v_rows = patchify(video, p)[None]
+        v_rows = patchify(video, p)
+        have = 0 if condition_rows is None else len(condition_rows)
+        if have != layout.condition_rows:
+            raise UsageError(f"the layout holds {layout.condition_rows} conditioning rows, {have} were given")
+        if condition_rows is not None:
+            v_rows = np.concatenate([np.asarray(condition_rows, np.float32), v_rows])
+        v_rows = v_rows[None]
         a_rows = np.asarray(audio_rows, np.float32)[None]
         run = self._denoiser_runner(layout)
         cos, sin = rope_tables(cfg, layout.position_ids, dtype=self.dtype)
@@ -216,6 +231,15 @@ class H3Pipeline:
         latents = unpatchify(v_rows[0, c:], cfg.in_channels, layout.num_latent_frames, layout.latent_height,
                              layout.latent_width, p)  # fmt: skip
         return latents, a_rows[0]
+
+    @staticmethod
+    def condition_rows(latents: list[np.ndarray], noise: list[np.ndarray], patch: int = 2) -> np.ndarray:
+        """Keyframe conditioning rows: each normalized keyframe latent (1, C, 1, h, w) noised to the anchor level
+        t = 0.999 (`t z + (1 - t) eps`, fp32, as the scheduler's `scale_noise`), patchified, in packed order."""
+        t = np.float32(KEYFRAME_T)
+        rows = [patchify((t * np.asarray(z, np.float32) + (np.float32(1.0) - t) * np.asarray(e, np.float32)), patch)
+                for z, e in zip(latents, noise, strict=True)]  # fmt: skip
+        return np.concatenate(rows).astype(np.float32)
 
     def _video_decoder(self, latent_shape: tuple[int, ...]) -> tuple[Any, Runner]:
         """(VideoVaeConfig, the decoder runner for the tile shape a decode of `latent_shape` needs)."""
