@@ -8,7 +8,7 @@ on a machine without a GPU costs nothing and fails nothing.
 from __future__ import annotations
 
 import importlib.metadata
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -190,6 +190,7 @@ class CudaBackend:
     `tune` left as None come from DIF_CUDA_GEMM / DIF_CUDA_SDPA / DIF_CUDA_TUNE (docs/env.md)."""
 
     name = NAME
+    scans_weights_on_device = True  # `prepare(nonfinite_check=...)`: the pipeline skips its host scan
 
     def __init__(
         self,
@@ -269,10 +270,17 @@ class CudaBackend:
         }
         return Choices(library.split()[0], library, device, self.options["tune"], self.kernels.root / "choices")
 
-    def prepare(self, program: Program, plan: Plan, weights: Mapping[str, np.ndarray]) -> CudaExecutable:
+    def prepare(
+        self,
+        program: Program,
+        plan: Plan,
+        weights: Mapping[str, np.ndarray],
+        nonfinite_check: Callable[[set[str], set[str]], None] | None = None,
+    ) -> CudaExecutable:
         """Check the plan, upload `weights` (by parameter name) into one device allocation, lower every
-        node to kernels/library calls, run once, and capture the CUDA graph. Raises PlanError,
-        WeightError or NotImplementedOnBackend before anything runs."""
+        node to kernels/library calls, test the uploaded weights for NaN / inf (`nonfinite_check`), run
+        once, and capture the CUDA graph. Raises PlanError, WeightError or NotImplementedOnBackend before
+        anything runs."""
         from dif_backend_cuda.executor import CudaExecutable
 
-        return CudaExecutable.create(self, program, plan, weights)
+        return CudaExecutable.create(self, program, plan, weights, nonfinite_check)

@@ -11,8 +11,11 @@ into their slots, replays the graph (or the steps, with graph=False) and reads t
 
 from __future__ import annotations
 
+import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from concurrent.futures import Future, wait
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -23,10 +26,12 @@ from dif.errors import DeviceMemoryError
 from dif.ir.program import Program, Value
 from dif.ir.types import TensorType
 from dif.plan.plan import Plan, align_up
+from dif.weights.scan import has_nonfinite
 from dif_backend_cuda import trace as cuda_trace
 from dif_backend_cuda.lower import DevTensor, Launch, LowerCtx, arena_tensor, lower_node
 from dif_backend_cuda.streaming import StreamOp, StreamSchedule, WeightStreamer, fill_pinned, stream_schedule
 from dif_backend_cuda.upload import upload
+from dif_backend_cuda.weight_scan import nonfinite_tensors
 
 BACKEND = "cuda"
 H2D, D2H = 1, 2
@@ -41,6 +46,26 @@ def _pack(values: Iterable[Value]) -> tuple[dict[str, int], int]:
         offsets[v.name] = total
         total += align_up(v.type.nbytes)
     return offsets, total
+
+
+@contextmanager
+def _in_background(work: Callable[[], float]) -> Iterator[Future[float]]:
+    """`work()` on a thread of its own while the block runs; its result (or exception) from `.result()`.
+    Leaving the block waits for it whatever happens, so an error in the block never frees memory a copy is
+    still writing."""
+    future: Future[float] = Future()
+
+    def run() -> None:
+        try:
+            future.set_result(work())
+        except BaseException as exc:  # handed to whoever waits for it
+            future.set_exception(exc)
+
+    threading.Thread(target=run, name="dif-upload", daemon=True).start()
+    try:
+        yield future
+    finally:
+        wait([future])
 
 
 def _device_alloc(nbytes: int, what: str, program: str = "") -> Any:
@@ -76,9 +101,18 @@ class CudaExecutable:
     streamer: WeightStreamer | None = None  # owns the side stream and events the steps (and graph) use
 
     @classmethod
-    def create(cls, backend: Any, program: Program, plan: Plan, weights: Mapping[str, Any]) -> CudaExecutable:
-        import cupyx
-
+    def create(
+        cls,
+        backend: Any,
+        program: Program,
+        plan: Plan,
+        weights: Mapping[str, Any],
+        nonfinite_check: Callable[[set[str], set[str]], None] | None = None,
+    ) -> CudaExecutable:
+        """Prepare `program` (the module docstring says how). The resident weights upload on their lanes
+        while this thread lowers the nodes: their addresses are fixed by then, and nothing runs before
+        both are done. `nonfinite_check`: called before the first run with the parameters found holding
+        NaN / inf (the resident ones tested on the device, `weight_scan`) and those tested."""
         t0 = time.perf_counter()
         check_plan_binding(program, plan, BACKEND)
         # `upload` and `fill_pinned` below take the caller's objects, not the arrays this returns:
@@ -101,9 +135,37 @@ class CudaExecutable:
         for node in program.nodes:
             for r in node.results:
                 tensors[r.name] = arena_tensor(memory["arena"].ptr, plan.buffer_by_name[r.name], r.type)
-        timings: dict[str, float] = {
-            "upload_s": upload(memory["weights"].ptr, [(w_off[v.name], weights[v.name]) for v in resident], stream)
-        }
+        timings: dict[str, float] = {}
+        with _in_background(
+            lambda: upload(memory["weights"].ptr, [(w_off[v.name], weights[v.name]) for v in resident], stream)
+        ) as uploading:
+            exe, meta = cls._lower(backend, program, plan, weights, streams, memory, tensors, timings)
+            timings["upload_s"] = uploading.result()
+        exe._finish(meta, weights, streams, nonfinite_check)
+        timings.update(_residency_figures(streams, w_total))
+        exe._warm_and_capture()
+        timings["prepare_s"] = time.perf_counter() - t0
+        cuda_trace.prepared(exe)  # DIF_TRACE_FILE / DIF_NVTX
+        return exe
+
+    @classmethod
+    def _lower(
+        cls,
+        backend: Any,
+        program: Program,
+        plan: Plan,
+        weights: Mapping[str, Any],
+        streams: StreamSchedule,
+        memory: dict[str, Any],
+        tensors: dict[str, DevTensor],
+        timings: dict[str, float],
+    ) -> tuple[CudaExecutable, np.ndarray]:
+        """`create`'s work while the resident weights upload: the streamed weights pinned, the pinned
+        mirrors of inputs and outputs, every node lowered to steps; returns the executable and the
+        kernels' metadata (uploaded by `_finish`)."""
+        import cupyx
+
+        types = program.types
         streamer = None
         if streams.blocks:
             memory["staging"] = _device_alloc(streams.staging_bytes, "weight staging slots", program.name)
@@ -117,6 +179,7 @@ class CudaExecutable:
             timings["pin_s"] = time.perf_counter() - t1
             streamer = WeightStreamer(streams, memory["staging"].ptr, memory["pinned"].ctypes.data)
         # pinned host mirrors of the input slots and outputs: one H2D copy in, one D2H copy per output
+        in_off, in_total = _pack(program.inputs)
         in_pinned = cupyx.empty_pinned((max(in_total, 1),), dtype=np.uint8)
         in_host = {v.name: _typed(in_pinned, in_off[v.name], v.type) for v in program.inputs}
         out_values = program.output_values
@@ -125,6 +188,7 @@ class CudaExecutable:
         out_host = {v.name: _typed(out_pinned, out_off[v.name], v.type) for v in out_values}
         memory["in_pinned"], memory["out_pinned"] = in_pinned, out_pinned
 
+        t_lower = time.perf_counter()
         ctx = LowerCtx(backend, backend.table)
         steps: list[Any] = []
         step_nodes: list[int] = []
@@ -141,14 +205,8 @@ class CudaExecutable:
             )
             steps += lowered
             step_nodes += [node.id] * len(lowered)
+        timings["lower_s"] = time.perf_counter() - t_lower
         meta = np.concatenate(ctx.meta_chunks) if ctx.meta_chunks else np.zeros(1, np.int64)
-        memory["meta"] = _device_alloc(meta.nbytes, "kernel metadata", program.name)
-        upload(memory["meta"].ptr, [(0, meta)], stream)
-        for s in steps:
-            if isinstance(s, Launch):
-                s.resolve(memory["meta"].ptr)
-        timings["lower_s"] = time.perf_counter() - t0 - timings["upload_s"] - timings.get("pin_s", 0.0)
-        timings.update(_residency_figures(streams, w_total))
         exe = cls(
             program,
             plan,
@@ -163,10 +221,29 @@ class CudaExecutable:
             timings=timings,
             streamer=streamer,
         )
-        exe._warm_and_capture()
-        timings["prepare_s"] = time.perf_counter() - t0
-        cuda_trace.prepared(exe)  # DIF_TRACE_FILE / DIF_NVTX
-        return exe
+        return exe, meta
+
+    def _finish(
+        self,
+        meta: np.ndarray,
+        weights: Mapping[str, Any],
+        streams: StreamSchedule,
+        nonfinite_check: Callable[[set[str], set[str]], None] | None,
+    ) -> None:
+        """After the upload: the kernels' metadata uploaded and bound, and the weights tested for NaN / inf."""
+        stream = self.backend.stream
+        self.memory["meta"] = _device_alloc(meta.nbytes, "kernel metadata", self.program.name)
+        upload(self.memory["meta"].ptr, [(0, meta)], stream)
+        for s in self.steps:
+            if isinstance(s, Launch):
+                s.resolve(self.memory["meta"].ptr)
+        if nonfinite_check is not None:
+            t0 = time.perf_counter()
+            streamed = streams.placements()
+            flagged = nonfinite_tensors([(name, self.tensors[name]) for name in streams.resident], stream)
+            flagged |= {name for name in streamed if has_nonfinite(np.asarray(weights[name]))}
+            nonfinite_check(flagged, set(streams.resident) | set(streamed))
+            self.timings["scan_s"] = time.perf_counter() - t0
 
     def _warm_and_capture(self) -> None:
         """Run every step once (libraries finish their lazy setup outside capture), then capture."""

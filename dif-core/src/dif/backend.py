@@ -44,7 +44,13 @@ class Backend(Protocol):
     def budget(self) -> RuntimeBudget: ...
 
     def prepare(self, program: Program, plan: Plan, weights: Mapping[str, np.ndarray]) -> Executable:
-        """Bind `program` + `plan` to this device with `weights` by parameter name."""
+        """Bind `program` + `plan` to this device with `weights` by parameter name.
+
+        A backend whose class sets `scans_weights_on_device = True` also takes a keyword
+        `nonfinite_check(flagged, covered)`: it tests the parameters it uploaded (`covered`) for NaN /
+        infinite values and calls it with those that hold one (`flagged`) before the program first runs;
+        the callable raises `WeightError` naming the tensors (`dif.weights.bind.PendingScan.report`). The
+        pipeline then skips the host's own scan of those weights."""
         ...
 
 

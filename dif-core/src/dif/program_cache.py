@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from dif.ir.program import Program
     from dif.plan.pipeline import PipelineResidency
     from dif.plan.plan import Decision, Plan
+    from dif.weights.bind import PendingScan
 
 ALWAYS = "always"  # `dif.plan.pipeline.ALWAYS` (not imported: `import dif.program_cache` stays light)
 
@@ -52,6 +53,7 @@ class _Entry:
     group: str | None = None  # programs of one group run one at a time (`ProgramCache.get`)
     prepared: int = 0
     released: int = 0
+    scans: list[PendingScan] = field(factory=list)  # NaN / inf scans its backend runs on the upload
 
     @property
     def resident_bytes(self) -> int:
@@ -129,10 +131,13 @@ class ProgramCache:
             return self._interpreted(key, build)
         entry = self._entries.get(key)
         if entry is None:
+            from dif.weights.bind import deferred_scans
+
             start = time.perf_counter()
-            program, weights = build()
+            with deferred_scans() as scans:
+                program, weights = build()
             built = time.perf_counter()
-            entry = self._entries[key] = self._register(key, stage, program, weights)
+            entry = self._entries[key] = self._register(key, stage, program, weights, scans)
             entry.timings = {"build_s": built - start, **entry.timings}
             entry.group = group
             self.load_seconds += time.perf_counter() - start
@@ -170,15 +175,31 @@ class ProgramCache:
 
         runner = self._runners.get(key)
         if runner is None:
+            from dif.weights.bind import deferred_scans
+
             start = time.perf_counter()
-            program, weights = build()
+            with deferred_scans() as scans:
+                program, weights = build()
+            for scan in scans:
+                scan.on_host()
             resolved = dict(weights)
             runner = self._runners[key] = lambda inputs: interpret(program, inputs, resolved)
             self.load_seconds += time.perf_counter() - start
         return runner
 
-    def _register(self, key: Hashable, stage: str, program: Program, weights: Mapping[str, np.ndarray]) -> _Entry:
+    def _register(
+        self,
+        key: Hashable,
+        stage: str,
+        program: Program,
+        weights: Mapping[str, np.ndarray],
+        scans: list[PendingScan],
+    ) -> _Entry:
         backend = self._backend = get_backend(self.backend, program=program, create=self._instance)
+        if not getattr(backend, "scans_weights_on_device", False):
+            for scan in scans:  # checked now, before anything of the run is prepared
+                scan.on_host()
+            scans = []
         budget = self.budget = self._pipeline_budget(backend)
         start = time.perf_counter()
         optimized, decisions = optimize_for(program, backend, backend.profile())
@@ -189,7 +210,7 @@ class ProgramCache:
         from dif.weights.quantized import with_quantized_weights  # format passes derive weights at load
 
         weights = with_quantized_weights(optimized, weights)
-        entry = _Entry(key, stage, name, optimized, weights, backend, budget, decisions, alone, alone)
+        entry = _Entry(key, stage, name, optimized, weights, backend, budget, decisions, alone, alone, scans=scans)
         entry.timings = {"optimize_s": optimized_at - start, "plan_s": time.perf_counter() - optimized_at}
         entry.plans[self._available(budget)] = alone
         entry.runner = lambda inputs: self._execute(entry, inputs)
@@ -329,12 +350,28 @@ class ProgramCache:
         start = time.perf_counter()
         plan = self._with_decision(entry, decision)
         with loading(entry.name, plan.resident_bytes):
-            entry.executable = entry.backend.prepare(entry.program, plan, entry.weights)
+            if entry.scans:  # the backend tests what it uploaded, before the program first runs
+                entry.executable = entry.backend.prepare(
+                    entry.program, plan, entry.weights, nonfinite_check=self._scan_report(entry.scans)
+                )
+                entry.scans = []
+            else:
+                entry.executable = entry.backend.prepare(entry.program, plan, entry.weights)
         self.load_seconds += time.perf_counter() - start
         entry.prepared += 1
         self.plan_peak_bytes = max(self.plan_peak_bytes, int(plan.peak_bytes + plan.param_bytes))
         self._record(entry, plan)
         return entry.executable
+
+    @staticmethod
+    def _scan_report(scans: list[PendingScan]) -> Callable[[set[str], set[str]], None]:
+        """What a backend that scans its uploads calls with (flagged, covered) parameter names."""
+
+        def report(flagged: set[str], covered: set[str]) -> None:
+            for scan in scans:
+                scan.report(flagged, covered)
+
+        return report
 
     def _with_decision(self, entry: _Entry, decision: PipelineResidency | None) -> Plan:
         """`entry.plan` with the pipeline's decision appended to its recorded decisions."""

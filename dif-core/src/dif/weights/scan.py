@@ -25,7 +25,7 @@ from dif.weights.source import TensorSource
 CHUNK = 1 << 23  # elements per task: large enough to amortise the thread hand-off, small enough to spread
 
 # dtype name -> (unsigned view, mask, value with the mask set that means non-finite)
-_BITS: dict[str, tuple[type[np.unsignedinteger], int, int]] = {
+NONFINITE_BITS: dict[str, tuple[type[np.unsignedinteger], int, int]] = {
     "float64": (np.uint64, 0x7FF0000000000000, 0x7FF0000000000000),
     "float32": (np.uint32, 0x7F800000, 0x7F800000),
     "float16": (np.uint16, 0x7C00, 0x7C00),
@@ -89,7 +89,7 @@ def count_nonfinite(array: np.ndarray) -> int:
     chunk = np.ascontiguousarray(array).reshape(-1)
     if chunk.dtype.kind == "f":
         return int(chunk.size - np.count_nonzero(np.isfinite(chunk)))
-    bits = _BITS.get(chunk.dtype.name)
+    bits = NONFINITE_BITS.get(chunk.dtype.name)
     if bits is None:
         return 0 if chunk.dtype.kind in "iub" else int(chunk.size - np.count_nonzero(np.isfinite(chunk)))
     view, mask, value = bits
