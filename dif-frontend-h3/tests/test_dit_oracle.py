@@ -86,3 +86,44 @@ def test_forward_matches_diffusers(torch, tiny, transformer_dir, rel_l2_fn, anch
     swapped = interpret(prog, {**inputs, "time_proj": time_proj(slot_t[[1, 0, *range(2, len(slot_t))]], cfg.freq_dim)},
                         bind_denoiser(prog, open_component(transformer_dir)))  # fmt: skip
     assert rel_l2_fn(swapped[prog.outputs[0]], want_v.numpy()) > 1e-3
+
+
+def test_bf16_forward_close_to_diffusers_bf16(torch, tiny, transformer_dir) -> None:  # type: ignore[no-untyped-def]
+    """bf16 with the fp32 islands (diffusers' `_keep_in_fp32_modules`) on both sides: the roundings differ
+    in order only, so the outputs agree to bf16 accuracy (cosine), and the fp32 islands are fp32 in dif."""
+    import diffusers
+
+    from dif.dtypes import DType
+
+    ref = diffusers.MiniMaxH3Transformer3DModel.from_pretrained(transformer_dir, torch_dtype=torch.bfloat16).eval()
+    assert (
+        ref.proj_in.weight.dtype == torch.float32 and ref.transformer_blocks[0].attn.to_q.weight.dtype == torch.bfloat16
+    )
+    cfg = H3TransformerConfig.from_dict(dict(ref.config))
+    layout = build_layout(np.ones(6, np.int64), 2, 4, 6, 8)
+    rng = np.random.default_rng(2)
+    video = rng.standard_normal((1, layout.video_rows, cfg.video_patch_dim)).astype(np.float32)
+    audio = rng.standard_normal((1, layout.audio_rows, cfg.audio_in_channels)).astype(np.float32)
+    text = rng.standard_normal((1, 6, cfg.text_dim)).astype(np.float32).astype(DType.BF16.np)
+    slot_t = layout.row_timesteps(0.25, 0.5)
+    uniq, inverse = np.unique(slot_t[layout.slots], return_inverse=True)
+    want = ref(
+        hidden_states=torch.from_numpy(video), audio_hidden_states=torch.from_numpy(audio),
+        encoder_hidden_states=torch.from_numpy(text.astype(np.float32)).to(torch.bfloat16),
+        timestep=torch.from_numpy(uniq), timestep_indices=torch.from_numpy(inverse),
+        token_tags=torch.from_numpy(layout.tags), position_ids=torch.from_numpy(layout.position_ids),
+        video_indices=torch.from_numpy(layout.video_indices), audio_indices=torch.from_numpy(layout.audio_indices),
+        text_indices=torch.from_numpy(layout.text_indices), return_dict=False,
+    )  # fmt: skip
+    prog = build_denoiser(cfg, layout, dtype="bf16")
+    islands = {p.name for p in prog.params if p.type.dtype == DType.F32}
+    assert {"proj_in.weight", "audio_proj_in.weight", "time_embedder.linear_1.weight", "proj_out.weight",
+            "audio_proj_out.bias"} <= islands  # fmt: skip
+    assert not any(n.startswith("transformer_blocks.") for n in islands)
+    cos, sin = rope_tables(cfg, layout.position_ids, dtype="bf16")
+    inputs = {"video_latents": video, "audio_latents": audio, "text_embeds": text,
+              "time_proj": time_proj(slot_t, cfg.freq_dim), "rope_cos": cos, "rope_sin": sin}  # fmt: skip
+    out = interpret(prog, inputs, bind_denoiser(prog, open_component(transformer_dir)))
+    for got, exp in zip((out[o] for o in prog.outputs), want, strict=True):
+        g, e = np.asarray(got, np.float64).ravel(), exp.float().numpy().astype(np.float64).ravel()
+        assert float(g @ e / (np.linalg.norm(g) * np.linalg.norm(e))) >= 0.999
