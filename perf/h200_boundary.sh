@@ -63,6 +63,7 @@ import pstats, sys
 s = pstats.Stats(sys.argv[1])
 s.sort_stats("cumulative").print_stats(60)
 s.sort_stats("tottime").print_stats(40)
+s.sort_stats("cumulative").print_callees("_lower|_finish|lower_node|_lt_step|LtMatmul|_text_runner", 12)
 PY
   head -c 9000 "$OUT/prof.txt" | tail -c 7000
 fi

@@ -113,6 +113,8 @@ class CudaExecutable:
         while this thread lowers the nodes: their addresses are fixed by then, and nothing runs before
         both are done. `nonfinite_check`: called before the first run with the parameters found holding
         NaN / inf (the resident ones tested on the device, `weight_scan`) and those tested."""
+        import cupy
+
         t0 = time.perf_counter()
         check_plan_binding(program, plan, BACKEND)
         # `upload` and `fill_pinned` below take the caller's objects, not the arrays this returns:
@@ -136,9 +138,13 @@ class CudaExecutable:
             for r in node.results:
                 tensors[r.name] = arena_tensor(memory["arena"].ptr, plan.buffer_by_name[r.name], r.type)
         timings: dict[str, float] = {}
-        with _in_background(
-            lambda: upload(memory["weights"].ptr, [(w_off[v.name], weights[v.name]) for v in resident], stream)
-        ) as uploading:
+        device = cupy.cuda.Device()  # the calling thread's; a new thread would start on device 0
+
+        def upload_resident() -> float:
+            with device:
+                return upload(memory["weights"].ptr, [(w_off[v.name], weights[v.name]) for v in resident], stream)
+
+        with _in_background(upload_resident) as uploading:
             exe, meta = cls._lower(backend, program, plan, weights, streams, memory, tensors, timings)
             timings["upload_s"] = uploading.result()
         exe._finish(meta, weights, streams, nonfinite_check)
