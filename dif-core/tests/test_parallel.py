@@ -194,3 +194,41 @@ def test_explicit_blocks_need_no_cut() -> None:
     plan = ulysses(program, 2, {**H3_INPUTS, "video_latents": video})
     assert not [d for d in plan.decisions if "cut at row" in d.reason]
     assert plan.input_shardings["video_latents"] == video
+
+
+# -- Krea 2: grouped-query attention with a key mask (text padding) ----------------------------------
+
+TINY_KREA2 = dict(  # a tiny Krea2Transformer2DModel config: 4 query heads over 2 key/value heads
+    in_channels=16, num_layers=2, attention_head_dim=16, num_attention_heads=4, num_key_value_heads=2,
+    intermediate_size=96, timestep_embed_dim=32, text_hidden_dim=32, num_text_layers=3, text_num_attention_heads=2,
+    text_num_key_value_heads=1, text_intermediate_size=48, num_layerwise_text_blocks=2, num_refiner_text_blocks=1,
+    axes_dims_rope=(4, 6, 6), rope_theta=1000.0, norm_eps=1e-5,
+)  # fmt: skip
+
+
+@pytest.mark.usefixtures("row_invariant_linear")
+def test_krea2_masked_gqa_split_equals_single_device_exactly() -> None:
+    krea2 = pytest.importorskip("dif_frontend_krea2.model", reason="the masked split needs dif-frontend-krea2")
+    from dif_frontend_krea2.config import Krea2TransformerConfig
+
+    cfg = Krea2TransformerConfig.from_dict(TINY_KREA2)
+    text_len, gh, gw = 9, 3, 5
+    program = krea2.build_denoiser(cfg, image_len=gh * gw, text_len=text_len)
+    rng = np.random.default_rng(2)
+    weights = {p.name: (rng.standard_normal(p.type.shape) * 0.2).astype(np.float32) for p in program.params}
+    cos, sin = krea2.rope_tables(cfg, text_len, gh, gw)
+    text_mask = np.arange(text_len)[None, :] < 6  # 3 padded text keys, masked in every attention
+    feeds = {
+        "latents": rng.standard_normal((1, gh * gw, cfg.in_channels)).astype(np.float32),
+        "text_embeds": rng.standard_normal((1, text_len, cfg.hidden_size)).astype(np.float32),
+        "timestep_proj": krea2.timestep_proj([0.7], dim=cfg.timestep_embed_dim),
+        "rope_cos": cos,
+        "rope_sin": sin,
+        "attention_mask": krea2.attention_mask(text_mask, gh * gw),
+    }
+    exe, _ = prepare_segment(program, weights, get_backend("cpu"), [])
+    want = exe.run(feeds)[program.outputs[0]]
+    got, _ = run_ranks(ulysses(program, 2, {"latents": 1, "text_embeds": 1}), weights, feeds)
+    assert np.array_equal(got[program.outputs[0]], want)
+    with pytest.raises(ParallelError, match="k has 2 heads, not divisible by 4"):
+        ulysses(program, 4, {"latents": 1, "text_embeds": 1})

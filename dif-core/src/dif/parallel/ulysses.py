@@ -271,9 +271,12 @@ class _Splitter:
         self.bind(node, self.emit("concat", *(v for v, _ in args), axis=a), Sharding(a, tuple(blocks)))
 
     def rule_sdpa(self, node: Node, args: list[tuple[Var, Sharding | None]]) -> None:
-        if len(args) > 3:
-            raise self.refuse("sdpa with a key mask is not split yet")
-        (q, sq), (k, sk), (v, sv) = args
+        (q, sq), (k, sk), (v, sv) = args[:3]
+        mask = None
+        if len(args) > 3:  # key_mask [B, Skv] over the keys in global order: whole on every rank, used as is
+            mask, ms = args[3]
+            if ms is not None:
+                raise self.refuse("sdpa's key mask is split along the sequence; give it whole")
         if sq is None or sk is None or sv is None or sk != sv or sq.axis != SEQ_AXIS:
             raise self.refuse("sdpa needs q, k and v split along their sequence axis (k and v alike)")
         p = self.ranks
@@ -284,7 +287,7 @@ class _Splitter:
         for t, s in ((q, sq), (k, sk), (v, sv)):
             g = self.one("all_to_all", t, ranks=p, split_axis=HEAD_AXIS, concat_axis=SEQ_AXIS)
             whole.append(self.gather_pieces(g, SEQ_AXIS, self.global_order(s)))
-        o = self.one("sdpa", *whole, **node.attrs)
+        o = self.one("sdpa", *whole, mask, **node.attrs)
         padded = [piece for r in range(p) for piece in self.rank_pieces(sq, r)]
         o = self.gather_pieces(o, SEQ_AXIS, padded)
         o = self.one("all_to_all", o, ranks=p, split_axis=SEQ_AXIS, concat_axis=HEAD_AXIS)
