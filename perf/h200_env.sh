@@ -1,6 +1,7 @@
 # Sourced by the GPU-machine scripts of perf/: the environment every one of them needs, from a bare machine.
-#   - runs the commit in device-snapshot.tgz (`git archive --format=tar.gz -o device-snapshot.tgz HEAD`) when
-#     it is beside the script, so unfinished edits of the working tree cannot leak in;
+#   - runs HEAD, not the working tree, so unfinished edits cannot leak in: with device-overlay.tgz
+#     (perf/device_overlay.sh) a copy of the tree is turned back into HEAD, with device-snapshot.tgz (a
+#     `git archive` of HEAD) that is unpacked;
 #   - installs the carried wheels (.whl/) into /tmp/site, puts every distribution's src/ on PYTHONPATH and
 #     makes their `dif` entry points visible (nothing of dif is pip-installed there);
 #   - byte-compiles what a fresh `dif` process imports, as an installed machine has it: the snapshot, the
@@ -14,7 +15,10 @@ OUT=${OUT:-/tmp/h200_out}
 mkdir -p "$OUT"
 T0=$SECONDS
 stamp() { echo "== $((SECONDS - T0)) s: $*"; }
-if [ -f device-snapshot.tgz ]; then
+if [ -f device-overlay.tgz ]; then  # perf/device_overlay.sh: this copy of the working tree turned back into HEAD
+  rm -rf /tmp/snap && mkdir -p /tmp/snap && cp -a . /tmp/snap/ && cd /tmp/snap || exit 1
+  tar -xzf device-overlay.tgz && xargs -r -d '\n' rm -f < device-untracked.txt && rm -f device-overlay.tgz
+elif [ -f device-snapshot.tgz ]; then
   rm -rf /tmp/snap && mkdir -p /tmp/snap && tar -xzf device-snapshot.tgz -C /tmp/snap && cp -r .whl /tmp/snap/
   cd /tmp/snap || exit 1
 fi
