@@ -106,11 +106,10 @@ def _split_like(b: ProgramBuilder, x: Var, segments: Sequence[Segment]) -> list[
     return list(b.emit_multi("split", x, axis=1, sizes=tuple(s.rows for s in segments)))
 
 
-def _row(b: ProgramBuilder, table: Var, slot: int, start: int, width: int) -> Var:
-    """table (K, W) -> (1, 1, width): row `slot`, columns [start, start + width)."""
-    r = b.emit("slice", table, axis=0, start=slot, stop=slot + 1, step=1)
-    r = b.emit("slice", r, axis=1, start=start, stop=start + width, step=1)
-    return b.emit("reshape", r, shape=(1, 1, width))
+def _rows(b: ProgramBuilder, table: Var, row: int) -> tuple[Var, ...]:
+    """table (R, n, D) -> its row `row` as n tensors (1, 1, D) (one slice, one split)."""
+    r = b.emit("slice", table, axis=0, start=row, stop=row + 1, step=1)
+    return b.emit_multi("split", r, axis=1, sizes=(1,) * table.shape[1])
 
 
 def _refiner(b: ProgramBuilder, cfg: H3TransformerConfig, c: Var) -> Var:
@@ -140,14 +139,15 @@ def _block(
 ) -> list[Var]:
     """MiniMaxH3TransformerBlock on the per-segment residual stream `hs` (each (B, rows, D)). The AdaLN
     table M = adaln_proj.linear(silu(temb)) (K, 18D): segment (slot k, tag g) reads chunk j (shift, scale,
-    gate, shift, scale, gate) at columns (6g + j) D of row k."""
+    gate, shift, scale, gate) of row 3k + g of its `(3K, 6, D)` view."""
     d, eps = cfg.hidden_size, cfg.norm_eps
     with b.scope(block=name, section="adaln"):
         table = linear(b, act_temb, f"{name}.adaln_proj.linear", 6 * MODALITIES * d, bias=True)
+        table = b.emit("reshape", table, shape=(table.shape[0] * MODALITIES, 6, d))  # row slot * 3 + tag
         mods = {}
         for s in segments:
             if (s.slot, s.tag) not in mods:
-                mods[(s.slot, s.tag)] = [_row(b, table, s.slot, (6 * s.tag + j) * d, d) for j in range(6)]
+                mods[(s.slot, s.tag)] = _rows(b, table, s.slot * MODALITIES + s.tag)
     w1 = _norm_param(b, f"{name}.norm1", d, hs[0].dtype)
     w2 = _norm_param(b, f"{name}.norm2", d, hs[0].dtype)
     with b.scope(block=name, section="attn"):
@@ -229,11 +229,13 @@ def denoise(
             hs = _block(b, cfg, f"transformer_blocks.{i}", hs, segments, act, cos, sin)
         with b.scope(block="norm_out", section="out"):
             table = linear(b, act, "norm_out.linear", 2 * d, bias=True)  # shift | scale, per timestep slot
+            table = b.emit("reshape", table, shape=(table.shape[0], 2, d))
             wn = _norm_param(b, "norm_out.norm", d, dt)
+            out_rows = {slot: _rows(b, table, slot) for slot in sorted({s.slot for s in segments})}
             ys = []
             for h, s in zip(hs, segments, strict=True):
-                y = b.emit("modulate", _rms(b, h, wn, cfg.final_norm_eps), _row(b, table, s.slot, d, d),
-                           _row(b, table, s.slot, 0, d))  # fmt: skip
+                shift, scale = out_rows[s.slot]
+                y = b.emit("modulate", _rms(b, h, wn, cfg.final_norm_eps), scale, shift)
                 ys.append(y if dt == f32 else b.emit("cast", y, dtype=f32.value))
         with b.scope(block="proj_out", section="out"):
             v0 = L + C + A
