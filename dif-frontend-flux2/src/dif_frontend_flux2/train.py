@@ -19,10 +19,13 @@ from attrs import define, field
 
 from dif.dtypes import DType
 from dif.lora.slots import lora_slots, slot_inputs
-from dif.train.data import DataOrder, Encoded, FeatureCache, Sample, assign_bucket, bucket_sizes
+from dif.train.data import DataOrder, Encoded, FeatureCache, Sample, assign_bucket, bucket_sizes, scan_folder
 from dif.train.flow import flow_batch, sample_sigmas
-from dif.train.schedule import AdamW
+from dif.train.loop import Trainer
+from dif.train.lora import init_factors, match_targets, write_diffusers_lora
+from dif.train.schedule import AdamW, LrSchedule
 from dif.train.step import TARGET, StepPrograms, build_step_programs, model_fingerprint
+from dif.train.tasks import LoraSettings
 from dif.weights import bind_weights
 from dif_frontend_flux2.model import build_transformer, flux2_rope_tables, flux2_timestep_proj
 from dif_frontend_flux2.tokenize import MAX_LENGTH
@@ -157,3 +160,46 @@ class KleinLoraTask:
             TARGET: batch.target,
         }
         return grid, inputs
+
+
+@define
+class LoraSession:
+    """A klein LoRA run as `dif train lora` drives it (see `dif.train.tasks.register_lora_trainer`)."""
+
+    task: KleinLoraTask
+    trainer: Trainer
+    settings: LoraSettings
+
+    @property
+    def modules(self) -> Sequence[str]:
+        return self.task.modules
+
+    def encode_all(self, on_sample: Any = None) -> None:
+        self.task.encode_all(on_sample)
+
+    def export(self, path: Path) -> Path:
+        s = self.settings
+        return write_diffusers_lora(path, self.trainer.params, self.task.modules, rank=s.rank, alpha=s.alpha)
+
+
+def lora_session(model: Path, data: Path, settings: LoraSettings, *, backend: str | None = None) -> LoraSession:
+    """Open the klein checkpoint at `model`, scan `data`, and set up the LoRA run of `settings`."""
+    from dif_frontend_flux2.plugin import _pipeline
+
+    s = settings
+    pipeline = _pipeline(model, dtype=s.dtype, backend=backend)
+    shapes = linear_shapes(pipeline)
+    modules = match_targets(shapes, s.targets or ATTENTION_TARGETS)
+    opt = AdamW(lr=s.lr, weight_decay=s.weight_decay)
+    task = KleinLoraTask(
+        pipeline, scan_folder(data), modules, s.rank, s.alpha, opt, resolution=s.resolution, accumulate=s.accumulate,
+        max_grad_norm=s.max_grad_norm, checkpoint_blocks=s.checkpoint_blocks, dtype=DType(s.dtype),
+        scheme=s.timestep_sampling, seed=s.seed, cache_dir=s.cache_dir,
+    )  # fmt: skip
+    params = init_factors(np.random.default_rng(s.seed), {m: shapes[m] for m in modules}, s.rank)
+    schedule = LrSchedule(s.lr, s.steps, warmup=s.warmup, cosine=s.cosine)
+    trainer = Trainer(
+        task, task.frozen_weights(), params, opt, schedule, accumulate=s.accumulate, backend=backend, seed=s.seed,
+        settings={"family": "flux2", "model": str(model), "rank": s.rank, "alpha": s.alpha, "modules": list(modules)},
+    )  # fmt: skip
+    return LoraSession(task, trainer, s)

@@ -38,6 +38,7 @@ BUILTINS: dict[str, tuple[str, str, str]] = {
     "quality": ("dif_tools.commands.quality", "quality", "Image / audio / video sanity, metrics and verdict."),
     "regress": ("dif_tools.commands.regress", "regress", "Correctness and performance regression suites."),
     "tune": ("dif_tools.commands.tune", "tune", "A backend's candidates per GEMM / attention / conv problem."),
+    "train": ("dif_tools.commands.train", "train", "Train through dif's programs: LoRA adapters (dif train lora)."),
 }
 
 

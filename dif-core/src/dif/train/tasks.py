@@ -1,0 +1,67 @@
+"""Which frontend trains which model family: frontends register their LoRA session factory here
+(a "module:function" string, imported when `dif train` needs it), so dif-core names no model."""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from attrs import field, frozen
+
+from dif.errors import UsageError
+
+_LORA: dict[str, str] = {}
+
+
+@frozen
+class LoraSettings:
+    """What `dif train lora` asks of a frontend's session (defaults are the CLI's)."""
+
+    rank: int = 16
+    alpha: float = 16.0
+    targets: tuple[str, ...] = field(default=(), converter=tuple)  # empty: the frontend's attention projections
+    steps: int = 1000
+    lr: float = 1e-4
+    warmup: int = 0
+    cosine: bool = True
+    accumulate: int = 1
+    max_grad_norm: float | None = 1.0
+    weight_decay: float = 1e-2
+    resolution: int = 512
+    seed: int = 0
+    dtype: str = "f32"  # compute dtype; master weights and optimizer state are fp32
+    checkpoint_blocks: tuple[str, ...] = field(default=(), converter=tuple)
+    timestep_sampling: str = "uniform"
+    cache_dir: Path | None = None
+
+    def __attrs_post_init__(self) -> None:
+        if self.rank < 1 or self.alpha <= 0 or self.steps < 1 or self.accumulate < 1 or self.resolution < 16:
+            raise UsageError(
+                f"LoRA settings out of range: rank, alpha, steps, accumulate >= 1, resolution >= 16 ({self})"
+            )
+
+
+LoraFactory = Callable[..., Any]
+
+
+def register_lora_trainer(family: str, target: str) -> None:
+    """`target` = "module:function"; the function takes (model path, data folder, LoraSettings,
+    backend=...) and returns a session with `trainer`, `modules`, `encode_all(on_sample)` and
+    `export(path)`."""
+    _LORA[family] = target
+
+
+def lora_trainer(family: str) -> LoraFactory:
+    if family not in _LORA:
+        raise UsageError(
+            f"no LoRA trainer for model family '{family}' (trainers: {', '.join(sorted(_LORA)) or 'none'})",
+            hint="the frontend plugin registers one; check `dif plugins`",
+        )
+    module, _, name = _LORA[family].partition(":")
+    return getattr(importlib.import_module(module), name)  # type: ignore[no-any-return]
+
+
+def lora_families() -> list[str]:
+    return sorted(_LORA)

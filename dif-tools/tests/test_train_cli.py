@@ -1,0 +1,78 @@
+"""`dif train lora` on the embedded tiny klein: writes a LoRA dif itself then loads, a resumable
+`.diftrain`, the loss curve and a dif-telemetry/1 document; resuming continues the step count; bad
+data exits non-zero with one line naming the file and writes nothing."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+from click.testing import CliRunner
+from PIL import Image
+
+from dif.lora.file import read_lora
+from dif.telemetry import validate_document
+from dif_tools.cli import build_cli
+
+
+def _data(root: Path, n: int = 2) -> Path:
+    root.mkdir(parents=True)
+    for i in range(n):
+        a = np.zeros((64, 64, 3), np.uint8)
+        a[..., i % 3] = 210
+        a[16:48, 16:48] = 255
+        Image.fromarray(a).save(root / f"s{i}.png")
+        (root / f"s{i}.txt").write_text(f"a white square, picture {i}")
+    return root
+
+
+ARGS = ["--rank", "4", "--resolution", "64", "--lr", "1e-2", "--backend", "cpu"]
+
+
+def test_train_lora_writes_lora_checkpoint_curve_and_document(tmp_path: Path) -> None:
+    data, out = _data(tmp_path / "data"), tmp_path / "out"
+    r = CliRunner().invoke(
+        build_cli(), ["train", "lora", "--data", str(data), "--output", str(out), "--steps", "4", *ARGS, "--json"]
+    )
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    validate_document(doc)
+    d = doc["data"]
+    assert doc["kind"] == "train.lora" and d["family"] == "flux2" and d["steps"] == 4 and len(d["losses"]) == 4
+    assert "it/s" in r.stderr and "ETA" in r.stderr and "loss" in r.stderr
+    lora = read_lora(out / "lora.safetensors")
+    assert lora.dialect == "diffusers" and len(lora.adapters) == len(d["modules"]) == 10
+    assert (out / "last.diftrain").is_file() and (out / "loss.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert json.loads((out / "train.json").read_text())["steps"] == 4
+
+    r = CliRunner().invoke(build_cli(), ["train", "lora", "--data", str(data), "--output", str(out), "--steps", "6",
+                                         *ARGS, "--resume", str(out / "last.diftrain"), "--json"])  # fmt: skip
+    assert r.exit_code == 0, r.output
+    again = json.loads(r.stdout)["data"]
+    assert again["steps"] == 6 and again["losses"][:4] == d["losses"] and "resumed" in r.stderr
+
+
+def test_bad_data_exits_naming_the_file(tmp_path: Path) -> None:
+    data = _data(tmp_path / "data")
+    (data / "s1.txt").unlink()
+    out = tmp_path / "out"
+    r = CliRunner().invoke(
+        build_cli(), ["train", "lora", "--data", str(data), "--output", str(out), "--steps", "2", *ARGS]
+    )
+    assert r.exit_code != 0
+    assert "s1.png: image has no caption file s1.txt" in r.output
+    assert "Traceback" not in r.output
+    assert not (out / "lora.safetensors").exists()
+
+
+def test_resume_from_another_rank_is_refused(tmp_path: Path) -> None:
+    data, out = _data(tmp_path / "data"), tmp_path / "out"
+    r = CliRunner().invoke(
+        build_cli(), ["train", "lora", "--data", str(data), "--output", str(out), "--steps", "1", *ARGS]
+    )
+    assert r.exit_code == 0, r.output
+    args = ["train", "lora", "--data", str(data), "--output", str(tmp_path / "o2"), "--steps", "2", "--rank", "2",
+            "--resolution", "64", "--backend", "cpu", "--resume", str(out / "last.diftrain")]  # fmt: skip
+    r = CliRunner().invoke(build_cli(), args)
+    assert r.exit_code != 0 and "last.diftrain: written for another model or LoRA layout" in r.output
