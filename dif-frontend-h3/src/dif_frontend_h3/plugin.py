@@ -12,6 +12,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from attrs import evolve
+
 from dif.frontend import SEED, FrontendInfo, SettingSpec, frontend_hooks
 from dif_frontend_h3 import DEFAULT_CHECKPOINT, __version__
 
@@ -42,6 +44,8 @@ def _describe(path: Path | None, **options: Any) -> tuple[str, dict[str, Any]]:
 
     return describe(path, **options)
 
+
+H3_SEED = evolve(SEED, doc="Noise seed (numpy PCG64: the video noise, then the audio noise); -1 draws a fresh one")
 
 INFO = FrontendInfo(
     name="h3",
@@ -84,7 +88,7 @@ INFO = FrontendInfo(
             kind=int,
             default_doc="50, or the checkpoint's own",
         ),
-        SEED,
+        H3_SEED,
     ),  # fmt: skip
     pipeline=_pipeline,
     revision=__version__,
