@@ -13,7 +13,6 @@ from typing import Any
 
 from dif.frontend import SAMPLING, SEED, FrontendInfo, SettingSpec, frontend_hooks, size_settings
 from dif.train.tasks import register_lora_trainer
-from dif.train.tasks import register_lora_trainer
 from dif_frontend_flux2 import DEFAULT_CHECKPOINT, __version__
 
 
@@ -35,13 +34,11 @@ def _pipeline(
     config_variant: str | None = None,
     lora: tuple[Any, ...] = (),
     lora_allow_unmatched: bool = False,
-    lora_mode: str = "auto",
-    lora_swappable: bool = False,
+    lora_mode: str = "merged",
     **options: Any,
 ) -> Any:
     """A `Flux2Pipeline` for the checkpoint at `path` (dtype "auto": the transformer's storage dtype,
-    by its first float tensor; `lora`: `FILE[:SCALE]` specs for the transformer, merged or unmerged
-    by `lora_mode` ("auto": `dif.lora.mode` decides, unmerged when `lora_swappable`); options:
+    by its first float tensor; `lora`: `FILE[:SCALE]` specs merged into the transformer; options:
     backend, vram_budget, on_step, on_stage)."""
     from dif.checkpoint import storage_dtype
     from dif.dtypes import DType
@@ -59,7 +56,6 @@ def _pipeline(
         loras=tuple(lora or ()),
         lora_allow_unmatched=lora_allow_unmatched,
         lora_mode=lora_mode,
-        lora_swappable=lora_swappable,
     )
     run_dtype = storage_dtype(checkpoint.transformer, by="first") if dtype == "auto" else DType(dtype)
     return Flux2Pipeline(checkpoint, dtype=run_dtype, **options)
@@ -100,7 +96,5 @@ INFO = FrontendInfo(
 
 
 register_frontends, register_commands = frontend_hooks(INFO, "dif_frontend_flux2.cli:flux2")
-
-register_lora_trainer("flux2", "dif_frontend_flux2.train:lora_session")  # `dif train lora` for klein
 
 register_lora_trainer("flux2", "dif_frontend_flux2.train:lora_session")  # `dif train lora` for klein
