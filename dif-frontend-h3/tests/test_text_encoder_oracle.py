@@ -4,7 +4,6 @@ the prompt tokenized verbatim as the modular pipeline does (no template, no spec
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 from dif.interp import interpret

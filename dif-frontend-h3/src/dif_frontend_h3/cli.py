@@ -146,8 +146,8 @@ def generate(
     if as_json:
         click.echo(telemetry_text("h3.generate", click.get_current_context().command_path, summary, result.timings))
         return
-    for what, path in written.items():
-        click.echo(f"wrote {path}" + ("" if what == "latents" else f"  (seed {seed})"))
+    for what, where in written.items():
+        click.echo(f"wrote {where}" + ("" if what == "latents" else f"  (seed {seed})"))
     click.echo(f"  {run['model']}: {req.frames} frames {req.width}x{req.height} @ {FPS} fps, {req.steps} grid points, "
                f"{layout.seq_len} rows; " + ", ".join(f"{k} {v:.2f} s" for k, v in timings.items()))  # fmt: skip
 

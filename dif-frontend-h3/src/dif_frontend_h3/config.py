@@ -241,8 +241,11 @@ class AudioVaeGeometry:
 
 def _floats(what: str, data: Mapping[str, Any], name: str, n: int) -> tuple[float, ...]:
     values = data.get(name)
-    ok = isinstance(values, list) and len(values) == n
-    if not ok or not all(isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) for v in values):
+    if (
+        not isinstance(values, list)
+        or len(values) != n
+        or not all(isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) for v in values)
+    ):
         raise ConfigError(f"{what}: '{name}' must be a list of {n} finite numbers")
     return tuple(float(v) for v in values)
 

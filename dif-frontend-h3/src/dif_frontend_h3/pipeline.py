@@ -283,7 +283,7 @@ class H3Pipeline:
         """Channel-major audio rows (2A, C) -> stereo waveform (2, N) float32 in [-1, 1] at the VAE's rate."""
         self.require_decoders(video=False)
         try:
-            from dif_frontend_h3 import audio_vae
+            from dif_frontend_h3 import audio_vae  # type: ignore[attr-defined]  # the VAE side's module
         except ImportError as exc:
             raise DifError("this build of dif-frontend-h3 has no audio VAE decoder (audio_vae.py)") from exc
         decode = getattr(audio_vae, "decode_audio", None)
