@@ -176,7 +176,16 @@ __device__ __forceinline__ void layer_impl(const T* __restrict__ x, const TW* __
 }
 
 // x[N, C, S] (S = all spatial positions); one block per (n, group).
-template <class T, class TW>
+// SILU: group_norm_silu (dif.ops.norm_act): the normalized value rounded to T as the unfused program stores
+// it, then silu, one more rounding; the activation is written once instead of twice and read once less.
+template <bool SILU, class T>
+__device__ __forceinline__ T gn_out(float v) {
+  if (!SILU) return from_f<T>(v);
+  const float r = to_f(from_f<T>(v));
+  return from_f<T>(r * sigmoid_f(r));
+}
+
+template <class T, class TW, bool SILU = false>
 __device__ __forceinline__ void group_impl(const T* __restrict__ x, const TW* __restrict__ w,
                                            const TW* __restrict__ b, T* __restrict__ y, i64 c, i64 s, i64 groups,
                                            float eps) {
@@ -194,7 +203,7 @@ __device__ __forceinline__ void group_impl(const T* __restrict__ x, const TW* __
   for (i64 j = threadIdx.x; j < m; j += blockDim.x) {
     const i64 ch = g * cg + j / s;
     const float v = (to_f(x[base + j]) - mu) / denom;
-    y[base + j] = from_f<T>(v * to_f(w[ch]) + to_f(b[ch]));
+    y[base + j] = gn_out<SILU, T>(v * to_f(w[ch]) + to_f(b[ch]));
   }
 }
 
@@ -258,7 +267,7 @@ __device__ __forceinline__ void group_stats_impl(const T* __restrict__ x, float*
     part[2 * slice + 1] = q;
   }
 }
-template <class T, class TW>
+template <class T, class TW, bool SILU = false>
 __device__ __forceinline__ void group_apply_impl(const T* __restrict__ x, const TW* __restrict__ w,
                                                  const TW* __restrict__ b, const float* __restrict__ part,
                                                  T* __restrict__ y, i64 c, i64 s, i64 groups, i64 span, float eps) {
@@ -282,7 +291,7 @@ __device__ __forceinline__ void group_apply_impl(const T* __restrict__ x, const 
     const C16<T> v = xs[j];
     C16<T> o;
 #pragma unroll
-    for (int e = 0; e < P; ++e) o.v[e] = from_f<T>((to_f(v.v[e]) - mu) * scale + shift);
+    for (int e = 0; e < P; ++e) o.v[e] = gn_out<SILU, T>((to_f(v.v[e]) - mu) * scale + shift);
     ys[j] = o;
   }
 }
@@ -307,6 +316,16 @@ __device__ __forceinline__ void group_apply_impl(const T* __restrict__ x, const 
       const TN* __restrict__ x, const WN* __restrict__ w, const WN* __restrict__ b,                        \
       const float* __restrict__ part, TN* __restrict__ y, i64 c, i64 s, i64 groups, i64 span, float eps) { \
     group_apply_impl<TN, WN>(x, w, b, part, y, c, s, groups, span, eps);                                   \
+  }                                                                                                        \
+  KERNEL_ENTRY group_norm_silu_##TN##_##WN(const TN* __restrict__ x, const WN* __restrict__ w,             \
+                                           const WN* __restrict__ b, TN* __restrict__ y, i64 c, i64 s,     \
+                                           i64 groups, float eps) {                                        \
+    group_impl<TN, WN, true>(x, w, b, y, c, s, groups, eps);                                               \
+  }                                                                                                        \
+  KERNEL_ENTRY group_norm_silu_apply_##TN##_##WN(                                                          \
+      const TN* __restrict__ x, const WN* __restrict__ w, const WN* __restrict__ b,                        \
+      const float* __restrict__ part, TN* __restrict__ y, i64 c, i64 s, i64 groups, i64 span, float eps) { \
+    group_apply_impl<TN, WN, true>(x, w, b, part, y, c, s, groups, span, eps);                             \
   }
 #define NORMS_ALL(TN) NORMS(TN, f32) NORMS(TN, f16) NORMS(TN, bf16)
 NORMS_ALL(f32)

@@ -92,6 +92,12 @@ def _layer(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Ts, outs: Ts) -> Steps:
 
 @lowering("group_norm")
 def _group(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Ts, outs: Ts) -> Steps:
+    return group_norm_steps(ctx, node, attrs, ins, outs, "group_norm")
+
+
+def group_norm_steps(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Ts, outs: Ts, kernel: str) -> Steps:
+    """group_norm's launches with kernels `{kernel}_*` of norm.cu ("group_norm", or "group_norm_silu" for
+    `dif.ops.norm_act`: the same kernels with the SiLU applied on the way out)."""
     (x, w, b), (y,) = ins, outs
     dt = need(node, x.dtype, FLOATS)
     if w.dtype != b.dtype:
@@ -111,9 +117,9 @@ def _group(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Ts, outs: Ts) -> Steps:
         stats = ctx.kernel("norm", f"group_norm_stats_{dt}", grid, (THREADS,), [ptr(x), np.uint64(part.ptr), i64(span)])
         stats.scratch = part
         args = [ptr(x), ptr(w), ptr(b), np.uint64(part.ptr), ptr(y), i64(c), i64(spatial), i64(g), i64(span)]
-        return [stats, ctx.kernel("norm", f"group_norm_apply_{dt}_{wt}", grid, (THREADS,), [*args, f32(attrs["eps"])])]
+        return [stats, ctx.kernel("norm", f"{kernel}_apply_{dt}_{wt}", grid, (THREADS,), [*args, f32(attrs["eps"])])]
     args = [ptr(x), ptr(w), ptr(b), ptr(y), i64(c), i64(spatial), i64(g), f32(attrs["eps"])]
-    return [ctx.kernel("norm", f"group_norm_{dt}_{wt}", (n * g,), (row_threads(c // g * spatial),), args)]
+    return [ctx.kernel("norm", f"{kernel}_{dt}_{wt}", (n * g,), (row_threads(c // g * spatial),), args)]
 
 
 def _axis_rows(x: DevTensor, axis: int) -> tuple[int, int, int]:

@@ -23,6 +23,7 @@ from dif.ir.program import Program
 from dif.passes.context import APPLIED, PassContext, PassDecision, log
 from dif.passes.distribute import rope_before_concat
 from dif.passes.fusions import fuse_gated_residual, fuse_norm_modulate, fuse_norm_rope
+from dif.passes.norm_act import fuse_group_norm_silu
 from dif.passes.quantize import FORMAT_PASSES, quantize_fp8, quantize_int4, quantize_int8
 from dif.plan.plan import Decision
 from dif.target import TargetProfile
@@ -35,6 +36,7 @@ CORE_PASSES: dict[str, PassFn] = {
     "fuse_norm_rope": fuse_norm_rope,
     "fuse_norm_modulate": fuse_norm_modulate,
     "fuse_gated_residual": fuse_gated_residual,
+    "fuse_group_norm_silu": fuse_group_norm_silu,
     # format passes (dif.passes.quantize): chosen by the format search or by name, never by default
     "quantize_fp8": quantize_fp8,
     "quantize_int8": quantize_int8,
