@@ -22,6 +22,7 @@ from dif.plan.plan import ALIAS_CAPABILITY
 from dif.plan.views import CONCAT_CAPABILITY, SPLIT_CAPABILITY, view_capability
 from dif.target import RuntimeBudget, TargetProfile
 from dif_backend_cuda.lower import LOWERINGS, PITCHED_ROWS
+from dif_backend_cuda.lower.quant import FORMAT_CAPABILITIES
 
 if TYPE_CHECKING:
     import numpy as np
@@ -149,6 +150,7 @@ def probe_profile(device: int = 0) -> TargetProfile:
     caps = ["arena", "cuda-graphs", "nvrtc", f"smem-optin-{p['smem_optin']}", f"l2-{p['l2_bytes']}"]
     caps += [ALIAS_CAPABILITY, SPLIT_CAPABILITY, CONCAT_CAPABILITY, *LOWERINGS.op_capabilities()]
     caps += [view_capability(op, axes) for op, axes in PITCHED_ROWS.items()]
+    caps += list(FORMAT_CAPABILITIES)  # the quantized lowerings exist; legality is the dtypes / matrix units
     if "nvmath" in libs:
         caps.append("cublaslt")
     if "cudnn_frontend" in libs:

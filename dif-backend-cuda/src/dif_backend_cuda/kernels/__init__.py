@@ -32,8 +32,12 @@ from dif.diskcache import read_entry, write_entry
 from dif.errors import BackendError, DifWarning
 from dif.serialize.container import write_atomic
 
-MODULES = ("elementwise", "norm", "layout", "linalg", "conv", "attention", "fused")
-PRELUDES: dict[str, tuple[str, ...]] = {"linalg": ("gemm_tile.cuh",), "conv": ("gemm_tile.cuh",)}
+MODULES = ("elementwise", "norm", "layout", "linalg", "conv", "attention", "fused", "quant")
+PRELUDES: dict[str, tuple[str, ...]] = {
+    "linalg": ("gemm_tile.cuh",),
+    "conv": ("gemm_tile.cuh",),
+    "quant": ("gemm_tile.cuh",),
+}
 """Headers a module needs after `common.cuh` (the portable GEMM's tile loop serves linalg and conv)."""
 OPTIONS = ("-std=c++17", "-default-device")
 ONE_KERNEL = "-DONE_KERNEL_MODE"  # every kernel a template; only the named one is instantiated

@@ -1,0 +1,174 @@
+"""CUDA lowerings of `dif.ops.quant`, the ops the format passes make, onto `kernels/quant.cu` and cuBLASLt
+(`gemm_quant`). The path each node takes is recorded in `LowerCtx.choices`.
+
+- norm_modulate_quant: one kernel normalizes, modulates, rounds to x's dtype, takes the row's amax and writes
+  the quantized row and its scale: the W8A8 GEMM's input is never re-read to be quantized.
+- scaled_linear: fp8-e4m3 on cuBLASLt with the scales as outer-vector epilogue scales (one call, bf16 out);
+  int8 on cuBLASLt's int32 GEMM in blocks of rows plus the scaled epilogue kernel; either falls back to the
+  portable tile GEMM when cuBLASLt is absent or refuses (the reason recorded).
+- int4_linear: the portable tile GEMM whose weight loads unpack the nibbles and apply the group scales (the
+  weights are dequantized inside the GEMM, never in a pass of their own); a memory format, not a fast one.
+- quantize_rows: the op table's standalone form (a pass over the activations; the format passes never emit it).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from dif.dtypes import DType
+from dif.ir.program import Node
+from dif_backend_cuda.lower.base import (
+    DEFAULT_SHARED,
+    FLOATS,
+    TILE,
+    Attrs,
+    LowerCtx,
+    Steps,
+    Ts,
+    broadcast_strides,
+    f32,
+    i64,
+    lowering,
+    need,
+    ptr,
+    row_threads,
+    unsupported,
+)
+
+QUANT = (DType.F8E4M3, DType.I8)
+FORMAT_CAPABILITIES = ("format:fp8-e4m3", "format:int8", "format:int4-group")
+"""What the profile declares (dif.formats `implemented_by`): the lowerings below exist; whether a format is legal
+on the device (fp8 / int8 matrix units, the f8e4m3 dtype) is the profile's dtypes and tensor-core formats."""
+SCRATCH_ATTR = "_dif_int8_scratch"
+
+
+def _rows(t: Any) -> tuple[int, int]:
+    k = t.shape[-1]
+    return (t.numel // k if k else 0), k
+
+
+@lowering("quantize_rows")
+def _quantize_rows(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Ts, outs: Ts) -> Steps:
+    (x,), (q, s) = ins, outs
+    dt = need(node, x.dtype, FLOATS)
+    qt = need(node, q.dtype, QUANT)
+    rows, length = _rows(x)
+    args = [ptr(x), ptr(q), ptr(s), i64(length)]
+    return [ctx.kernel("quant", f"quantize_rows_{dt}_{qt}", (rows,), (row_threads(length),), args)]
+
+
+@lowering("norm_modulate_quant")
+def _norm_modulate_quant(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Ts, outs: Ts) -> Steps:
+    (x, sc, sh), (q, s) = ins, outs
+    dt = need(node, x.dtype, FLOATS)
+    qt = need(node, q.dtype, QUANT)
+    rows, length = _rows(x)
+    shared = 4 * length  # the row, staged once
+    limit = max(DEFAULT_SHARED, int(ctx.backend.props.get("smem_optin", 0)))
+    if shared > limit:
+        raise unsupported(node, f"a row of {length} needs {shared} B of shared memory (the device allows {limit})")
+    lead = list(x.shape[:-1])
+    ss, ts = broadcast_strides(sc.shape, x.shape), broadcast_strides(sh.shape, x.shape)
+    meta = ctx.meta([len(lead), *lead, *ss[:-1], *ts[:-1]])
+    args = [ptr(x), ptr(sc), ptr(sh), ptr(q), ptr(s), meta, i64(length), i64(ss[-1]), i64(ts[-1]),
+            f32(attrs["eps"]), np.int32(attrs["kind"] == "rms")]  # fmt: skip
+    block = min(1024, row_threads(length))
+    name = f"norm_modulate_quant_{dt}_{qt}"
+    return [ctx.kernel("quant", name, (rows,), (block,), args, shared)]
+
+
+def _lt(ctx: LowerCtx, node: Node) -> Any | None:
+    """The backend's cuBLASLt context, or None (the reason recorded) when the portable GEMM must run."""
+    if ctx.backend.options["gemm"] == "nvrtc":
+        ctx.choices[node.id] = "nvrtc scaled tile GEMM (gemm=nvrtc)"
+        return None
+    lt = ctx.backend.lt()
+    if lt is None:
+        if ctx.backend.options["gemm"] == "cublaslt":
+            raise unsupported(node, f"cuBLASLt requested but unavailable: {ctx.backend._lt_error}")
+        ctx.choices[node.id] = f"nvrtc scaled tile GEMM (cuBLASLt unavailable: {ctx.backend._lt_error})"
+    return lt
+
+
+def _scratch(ctx: LowerCtx) -> int:
+    """The backend's int32 scratch of the int8 GEMM blocks (`gemm_quant.INT8_SCRATCH_BYTES`, outside the plan's
+    arena, allocated once per backend)."""
+    import cupy
+
+    from dif_backend_cuda.gemm_quant import INT8_SCRATCH_BYTES
+
+    mem = getattr(ctx.backend, SCRATCH_ATTR, None)
+    if mem is None:
+        mem = cupy.cuda.Memory(INT8_SCRATCH_BYTES)
+        setattr(ctx.backend, SCRATCH_ATTR, mem)
+    return int(mem.ptr)
+
+
+def _int8_steps(ctx: LowerCtx, lt: Any, ot: str, xq: Any, xs: Any, wq: Any, ws: Any, bias: Any, y: Any) -> Steps:
+    from dif_backend_cuda.gemm_quant import Int8Block, int8_block_rows, int8_plans
+
+    rows, k = _rows(xq)
+    out = wq.shape[0]
+    scratch = _scratch(ctx)
+    block = int8_block_rows(rows, out)
+    worst = xq.at(block * k) if rows > block else xq.ptr  # the least aligned block start decides the algorithm
+    plans = int8_plans(lt, rows, k, out, (wq.ptr, worst, scratch))
+    steps: Steps = []
+    for start in range(0, rows, block):
+        n = min(block, rows - start)
+        steps.append(Int8Block(plans[n], wq.ptr, xq.at(start * k), scratch))
+        args = [np.uint64(scratch), np.uint64(xs.at(start)), ptr(ws), ptr(bias), np.uint64(y.at(start * out)),
+                i64(n), i64(out)]  # fmt: skip
+        steps.append(ctx.flat("quant", f"scaled_epilogue_i32_{ot}", n * out, args))
+    return steps
+
+
+@lowering("scaled_linear")
+def _scaled_linear(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Ts, outs: Ts) -> Steps:
+    xq, xs, wq, ws = ins[:4]
+    bias = ins[4] if len(ins) > 4 else None
+    (y,) = outs
+    qt = need(node, xq.dtype, QUANT)
+    ot = need(node, y.dtype, FLOATS)
+    rows, k = _rows(xq)
+    out = wq.shape[0]
+    if k == 0:
+        raise unsupported(node, "zero-length contraction")
+    lt = _lt(ctx, node)
+    if lt is not None:
+        try:
+            if xq.dtype == DType.F8E4M3:
+                from dif_backend_cuda.gemm_quant import Fp8ScaledMatmul
+
+                step = Fp8ScaledMatmul(
+                    lt, y.dtype, rows, k, out, xq.ptr, xs.ptr, wq.ptr, ws.ptr, ptr(bias).item(), y.ptr
+                )
+                ctx.choices[node.id] = "cublaslt fp8 (outer-vector scales and bias in the epilogue)"
+                return [step]
+            steps = _int8_steps(ctx, lt, ot, xq, xs, wq, ws, bias, y)
+            blocks = len(steps) // 2
+            ctx.choices[node.id] = f"cublaslt int8 -> int32, {blocks} row block(s) + scaled epilogue kernel"
+            return steps
+        except Exception as exc:
+            if ctx.backend.options["gemm"] == "cublaslt":
+                raise unsupported(node, f"cuBLASLt rejected the W8A8 GEMM: {exc}") from exc
+            ctx.choices[node.id] = f"nvrtc scaled tile GEMM (cuBLASLt: {type(exc).__name__}: {exc})"
+    grid = (-(-out // TILE), -(-rows // TILE))
+    args = [ptr(xq), ptr(xs), ptr(wq), ptr(ws), ptr(bias), ptr(y), i64(rows), i64(out), i64(k)]
+    return [ctx.kernel("quant", f"scaled_gemm_{qt}_{ot}", grid, (256,), args)]
+
+
+@lowering("int4_linear")
+def _int4_linear(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Ts, outs: Ts) -> Steps:
+    x, wq, ws = ins[:3]
+    bias = ins[3] if len(ins) > 3 else None
+    (y,) = outs
+    dt = need(node, x.dtype, FLOATS)
+    rows, k = _rows(x)
+    out = wq.shape[0]
+    grid = (-(-out // TILE), -(-rows // TILE))
+    args = [ptr(x), ptr(wq), ptr(ws), ptr(bias), ptr(y), i64(rows), i64(out), i64(k), i64(attrs["group_size"])]
+    ctx.choices[node.id] = f"nvrtc int4 tile GEMM (groups of {attrs['group_size']} dequantized in the tile loads)"
+    return [ctx.kernel("quant", f"int4_gemm_{dt}", grid, (256,), args)]

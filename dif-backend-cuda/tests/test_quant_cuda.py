@@ -1,0 +1,175 @@
+"""The quantized ops on the GPU (marker `cuda`) against the numpy references of dif.ops.quant, at the shapes of a
+DiT block: the fused norm + modulate + per-row quantization, fp8-e4m3 and int8 W8A8 GEMMs on cuBLASLt (and
+the portable tile GEMM), int8 in several row blocks, int4 groups dequantized in the GEMM, and a whole tiny
+FLUX.2 denoiser through the format passes against the CPU backend. Skips with the reason without a GPU; the
+profile's fp8 / int8 matrix units are required where the format needs them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from dif.dtypes import DType
+from dif.ir.builder import ProgramBuilder
+from dif.ops.quant import (
+    int4_linear,
+    norm_modulate_quant,
+    quantize_rows,
+    quantize_weight_groups,
+    quantize_weight_rows,
+    scaled_linear,
+)
+
+from .conftest import cuda_skip_reason
+
+pytestmark = pytest.mark.cuda
+
+_BACKENDS: dict[str, Any] = {}
+BF16 = ml_dtypes.bfloat16
+
+
+def backend(variant: str = "default") -> Any:
+    reason = cuda_skip_reason()
+    if reason is not None:
+        pytest.skip(f"no usable GPU: {reason}")
+    if variant not in _BACKENDS:
+        from dif_backend_cuda.device import CudaBackend
+
+        _BACKENDS[variant] = CudaBackend(**({"gemm": "nvrtc"} if variant == "portable" else {}))
+    return _BACKENDS[variant]
+
+
+def needs_units(be: Any, fmt: str) -> None:
+    if fmt not in be.profile().tensor_core_formats:
+        pytest.skip(f"this GPU has no {fmt} matrix units ({be.profile().arch})")
+
+
+def run_one(be: Any, op: str, operands: list[np.ndarray], **attrs: Any) -> tuple[list[np.ndarray], dict[int, str]]:
+    """One-node program over `operands` as inputs, prepared and run on `be`: (results, the lowering's choices)."""
+    from dif.dtypes import dtype_of
+    from dif.plan.planner import plan_program
+
+    b = ProgramBuilder(op)
+    ins = [b.input(f"x{i}", a.shape, dtype_of(a)) for i, a in enumerate(operands)]
+    outs = b.emit_multi(op, *ins, **attrs)
+    b.output(*outs)
+    program = b.build()
+    exe = be.prepare(program, plan_program(program, be.profile(), be.budget()), {})
+    got = exe.run({f"x{i}": a for i, a in enumerate(operands)})
+    return [got[o.name] for o in outs], dict(getattr(exe, "choices", {}))
+
+
+def rel(a: np.ndarray, b: np.ndarray) -> float:
+    a64, b64 = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    return float(np.linalg.norm(a64 - b64) / max(np.linalg.norm(b64), 1e-30))
+
+
+RNG = np.random.default_rng(11)
+
+
+@pytest.mark.parametrize("q", ["f8e4m3", "i8"])
+@pytest.mark.parametrize("kind", ["layer", "rms"])
+def test_norm_modulate_quant_bf16_at_a_dit_row(q: str, kind: str) -> None:
+    be = backend()
+    if q == "f8e4m3":
+        needs_units(be, "fp8-e4m3")
+    x = RNG.standard_normal((1, 600, 3072)).astype(BF16)
+    s, t = (
+        (RNG.standard_normal((1, 1, 3072)) * 0.3).astype(BF16),
+        (RNG.standard_normal((1, 1, 3072)) * 0.3).astype(BF16),
+    )
+    (gq, gs), _ = run_one(be, "norm_modulate_quant", [x, s, t], kind=kind, eps=1e-6, dtype=q)
+    wq, ws = norm_modulate_quant(x, s, t, kind=kind, eps=1e-6, dtype=q)
+    np.testing.assert_allclose(gs, ws, rtol=1e-2)  # the amax of bf16 values: at most one bf16 ulp apart
+    deq_got, deq_want = gq.astype(np.float32) * gs, wq.astype(np.float32) * ws
+    assert rel(deq_got, deq_want) < (2e-3 if q == "i8" else 2e-2)
+    same = np.mean(gq.astype(np.float32) == wq.astype(np.float32))
+    assert same > 0.99, f"only {same:.4f} of the quantized values equal the reference"
+
+
+@pytest.mark.parametrize("variant", ["default", "portable"])
+@pytest.mark.parametrize("q, fmt", [("f8e4m3", "fp8-e4m3"), ("i8", "int8")])
+def test_scaled_linear_bf16_out(variant: str, q: str, fmt: str) -> None:
+    be = backend(variant)
+    needs_units(be, fmt)
+    rows, k, out = 640, 1024, 1536
+    x = RNG.standard_normal((1, rows, k)).astype(np.float32)
+    w = (RNG.standard_normal((out, k)) / 32).astype(np.float32)
+    bias = (RNG.standard_normal(out) * 0.1).astype(BF16)
+    xq, xs = quantize_rows(x, dtype=q)
+    wq, ws = quantize_weight_rows(w, q)
+    (got,), choices = run_one(be, "scaled_linear", [xq, xs, wq, ws, bias], out_dtype="bf16")
+    want = scaled_linear(xq, xs, wq, ws, bias, out_dtype="bf16").astype(BF16)
+    assert got.dtype == BF16
+    assert rel(got, want) < 8e-3, choices
+    if variant == "default" and "nvmath" in be.profile().libraries:
+        assert any(c.startswith("cublaslt") for c in choices.values()), choices
+
+
+def test_int8_in_several_row_blocks() -> None:
+    """4608 rows x 4096 outputs of int32 need more than the 64 MiB scratch: two blocks, one epilogue each."""
+    be = backend()
+    needs_units(be, "int8")
+    rows, k, out = 4608, 512, 4096
+    x = RNG.standard_normal((rows, k)).astype(np.float32)
+    w = (RNG.standard_normal((out, k)) / 16).astype(np.float32)
+    xq, xs = quantize_rows(x, dtype="i8")
+    wq, ws = quantize_weight_rows(w, "i8")
+    (got,), choices = run_one(be, "scaled_linear", [xq, xs, wq, ws], out_dtype="bf16")
+    want = scaled_linear(xq, xs, wq, ws, out_dtype="bf16")
+    assert rel(got, want) < 8e-3, choices
+    if "nvmath" in be.profile().libraries:
+        assert any("2 row block(s)" in c for c in choices.values()), choices
+    np.testing.assert_allclose(got[-1].astype(np.float32), want[-1], rtol=3e-2, atol=3e-2)  # the last block too
+
+
+@pytest.mark.parametrize("group", [64, 128])
+def test_int4_linear_bf16(group: int) -> None:
+    be = backend()
+    rows, k, out = 300, 1024, 768
+    x = RNG.standard_normal((1, rows, k)).astype(BF16)
+    w = (RNG.standard_normal((out, k)) / 32).astype(np.float32)
+    wq, ws = quantize_weight_groups(w, group)
+    bias = (RNG.standard_normal(out) * 0.1).astype(BF16)
+    (got,), choices = run_one(be, "int4_linear", [x, wq, ws, bias], group_size=group)
+    want = int4_linear(x, wq, ws, bias, group_size=group).astype(BF16)
+    assert rel(got, want) < 8e-3, choices
+
+
+def test_quantize_rows_exact_int8() -> None:
+    be = backend()
+    x = RNG.standard_normal((257, 3072)).astype(BF16)
+    (q, s), _ = run_one(be, "quantize_rows", [x], dtype="i8")
+    wq, ws = quantize_rows(x, dtype="i8")
+    np.testing.assert_array_equal(q, wq)
+    np.testing.assert_array_equal(s, ws)
+
+
+@pytest.mark.parametrize("pass_name, fmt", [("quantize_fp8", "fp8-e4m3"), ("quantize_int8", "int8"),
+                                            ("quantize_int4", "int4-group")])  # fmt: skip
+def test_tiny_flux2_denoiser_through_a_format_pass_matches_the_cpu(pass_name: str, fmt: str) -> None:
+    be = backend()
+    if fmt != "int4-group":
+        needs_units(be, fmt)
+    from dif.runtime import prepare
+    from dif.testing.random_checkpoint import name_rng, random_weight
+    from dif_frontend_flux2 import DEFAULT_CHECKPOINT
+    from dif_frontend_flux2.config import load_configs
+    from dif_frontend_flux2.model import build_transformer
+
+    cfg = load_configs(DEFAULT_CHECKPOINT).transformer
+    program = build_transformer(cfg, batch=1, n_img=64, n_txt=16, dtype=DType.BF16)
+    weights = {p.name: random_weight(name_rng(p.name), p.name, p.type.shape).astype(p.type.dtype.np)
+               for p in program.params}  # fmt: skip
+    rng = np.random.default_rng(5)
+    inputs = {v.name: rng.standard_normal(v.type.shape).astype(v.type.dtype.np) for v in program.inputs}
+    passes = ("rope_before_concat", "fuse_norm_rope", "fuse_norm_modulate", "fuse_gated_residual", pass_name)
+    cpu, _ = prepare(program, weights, "cpu", passes=passes)
+    gpu, plan = prepare(program, weights, be, passes=passes)
+    assert any(d.what.startswith(f"{pass_name}: applied") for d in plan.decisions)
+    want = next(iter(cpu.run(inputs).values()))
+    got = next(iter(gpu.run(inputs).values()))
+    assert rel(got, want) < 2e-2
