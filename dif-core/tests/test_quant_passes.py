@@ -167,3 +167,19 @@ def test_fp8_and_int4_blocks_on_cpu_stay_close_to_f32() -> None:
             assert np.linalg.norm(a - r) / np.linalg.norm(r) < tol, (passes, name)
             assert not np.array_equal(a, r)  # the format really changed the arithmetic
     assert out[program.outputs[0]].dtype == ml_dtypes.bfloat16
+
+
+def test_large_weights_derive_in_chunks_exactly_as_in_one_piece(monkeypatch: pytest.MonkeyPatch) -> None:
+    from dif.ops.quant import quantize_weight_groups, quantize_weight_rows
+    from dif.weights import quantized
+
+    w = (np.random.default_rng(3).standard_normal((37, 256)) * 0.3).astype(ml_dtypes.bfloat16)
+    monkeypatch.setattr(quantized, "CHUNK_ELEMENTS", 256 * 5)  # 5 rows a chunk: 8 chunks, the last of 2 rows
+    for fmt, group, whole in (
+        ("int8", 0, quantize_weight_rows(w, "i8")),
+        ("fp8-e4m3", 0, quantize_weight_rows(w, "f8e4m3")),
+        ("int4-group", 128, quantize_weight_groups(w, 128)),
+    ):
+        got = quantized.derive(w, fmt, group)
+        np.testing.assert_array_equal(got["q"].view(np.uint8), whole[0].view(np.uint8))
+        np.testing.assert_array_equal(got["scale"], whole[1])

@@ -11,8 +11,10 @@ as it would be anyway and nothing quantizes the weights again at run time.
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -48,15 +50,37 @@ def parse_derived(name: str) -> tuple[str, str, int, str] | None:
     return None
 
 
+CHUNK_ELEMENTS = 1 << 22
+"""Rows are quantized in chunks of about this many elements, one chunk per thread (numpy releases the GIL in
+most of the arithmetic): a 9B checkpoint is transformed at several times one core's rate. Rows and groups are
+independent, so the result is the same as in one piece."""
+_POOL: ThreadPoolExecutor | None = None
+
+
+def _pool() -> ThreadPoolExecutor:
+    global _POOL
+    if _POOL is None:
+        _POOL = ThreadPoolExecutor(max_workers=os.cpu_count() or 4, thread_name_prefix="dif-quantize")
+    return _POOL
+
+
 def derive(source: np.ndarray, fmt: str, group_size: int) -> dict[str, np.ndarray]:
     """{"q": ..., "scale": ...} of weight `source` [out, in] in format `fmt`."""
     from dif.ops.quant import quantize_weight_groups, quantize_weight_rows
 
     w = np.asarray(source)
-    if fmt == GROUP_FORMAT:
-        q, scale = quantize_weight_groups(w, group_size)
+
+    def one(part: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        if fmt == GROUP_FORMAT:
+            return quantize_weight_groups(part, group_size)
+        return quantize_weight_rows(part, ROW_FORMATS[fmt])
+
+    rows = max(1, CHUNK_ELEMENTS // max(1, w.shape[1]))
+    if w.shape[0] <= rows:
+        q, scale = one(w)
     else:
-        q, scale = quantize_weight_rows(w, ROW_FORMATS[fmt])
+        parts = list(_pool().map(one, [w[i : i + rows] for i in range(0, w.shape[0], rows)]))
+        q, scale = np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
     return {"q": q, "scale": scale}
 
 
