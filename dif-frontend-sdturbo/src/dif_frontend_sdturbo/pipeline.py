@@ -107,10 +107,8 @@ class SdPipeline(TextToImagePipeline):
 
     @property
     def vae_dtype(self) -> DType:
-        """The KL decoder's dtype: float32 for an f16 run when the VAE config asks for `force_upcast`
-        (diffusers upcasts SD 2.x's VAE, whose f16 activations overflow)."""
-        if self.dtype == DType.F16 and self.configs.vae.force_upcast:
-            return DType.F32
+        """The KL decoder's dtype: the run dtype. StableDiffusionPipeline decodes in the VAE's own dtype
+        (its `force_upcast` is read by the SDXL pipelines only), so dif does too."""
         return self.dtype
 
     # -- programs ------------------------------------------------------------------------------
