@@ -1,16 +1,18 @@
 """VJPs of `dif.ops.attention`: sdpa (GQA, masks) and rope.
 
-sdpa's backward recomputes the attention probabilities P with the forward op itself — `sdpa(q, k, I)`
-with the identity as values returns P under exactly the forward's scale, masks and all-masked-row rule —
-then applies the softmax backward with matmuls. P is [B, Hq, Sq, Skv] for the duration of one block's
-backward; a backend with a fused attention backward can replace the chain later.
+sdpa's backward recomputes the attention probabilities P with matmul + softmax under the forward's
+scale and masks (a fully masked row: zeros), then applies the softmax backward with matmuls. P is
+[B, Hq, Sq, Skv] for the duration of one block's backward; a backend with a fused attention backward
+(flash) can replace the chain later.
 """
 
 from __future__ import annotations
 
 import math
 
-from dif.autodiff.emit import const, eye, scale, transpose_last2
+import ml_dtypes
+
+from dif.autodiff.emit import const, iota, scale, transpose_last2
 from dif.autodiff.registry import VjpArgs, vjp
 from dif.ir.builder import ProgramBuilder, Var
 
@@ -38,23 +40,47 @@ def _sum_groups(b: ProgramBuilder, x: Var, group: int) -> Var:
     return _heads_first(b, x)
 
 
+def _probabilities(b: ProgramBuilder, q: Var, k: Var, mask: Var | None, s: float, causal: bool) -> Var:
+    """softmax(q k^T s) per head, [B, Hq, Sq, Skv] from q [B, Hq, Sq, D] and k [B, Hq, Skv, D], with the
+    forward's masks: disallowed logits are pushed to a large negative value and their probabilities set
+    to 0 afterwards, so a fully masked row gives zeros as sdpa does."""
+    logits = b.emit("matmul", scale(b, q, s), transpose_last2(b, k))
+    bsz, _, sq, skv = logits.shape
+    keep: list[Var] = []
+    if mask is not None:
+        keep.append(b.emit("reshape", mask, shape=(bsz, 1, 1, skv)))
+    if causal:  # query i sees keys j <= i + (Skv - Sq)
+        rows = b.emit("reshape", iota(b, sq), shape=(sq, 1))
+        cols = b.emit("reshape", iota(b, skv), shape=(1, skv))
+        keep.append(b.emit("less", cols, b.emit("scalar_affine", rows, scale=1.0, bias=skv - sq + 0.5)))
+    if not keep:
+        return b.emit("softmax", logits, axis=-1)
+    low = const(b, -0.5 * float(ml_dtypes.finfo(logits.dtype.np).max), logits.dtype)
+    zero = const(b, 0.0, logits.dtype)
+    for m in keep:
+        logits = b.emit("where", m, logits, low)
+    p = b.emit("softmax", logits, axis=-1)
+    for m in keep:
+        p = b.emit("where", m, p, zero)
+    return p
+
+
 @vjp("sdpa", constants=(3,))
 def _sdpa(a: VjpArgs) -> list[Var | None]:
+    """P recomputed with matmul + softmax (the same masks), then dV = P^T dO, dS = P (dP - rowsum(dP P)),
+    dQ = dS K s, dK = dS^T Q s, kv heads summed over their query-head groups."""
     b = a.b
     q, k, v = a.operands[:3]
     mask = a.operands[3] if len(a.operands) > 3 else None
     assert q is not None and k is not None and v is not None
-    bsz, _, hq, d = q.shape
-    skv, hkv = k.shape[1], k.shape[2]
+    d, hq, hkv = q.shape[3], q.shape[2], k.shape[2]
     group = hq // hkv
     s = float(a.attrs["scale"]) or 1.0 / math.sqrt(d)
-    ident = b.emit("reshape", eye(b, skv, q.dtype), shape=(1, skv, 1, skv))
-    probe = b.emit("broadcast_to", ident, shape=(bsz, skv, hkv, skv))
-    p = b.emit("sdpa", q, k, probe, mask, scale=a.attrs["scale"], causal=a.attrs["causal"])  # [B, Sq, Hq, Skv]
-    p = _heads_first(b, p)
-    g = _heads_first(b, a.g)  # [B, Hq, Sq, Dv]
+    qh = _heads_first(b, q)
     kr = _repeat_kv(b, _heads_first(b, k), group)
     vr = _repeat_kv(b, _heads_first(b, v), group)
+    p = _probabilities(b, qh, kr, mask, s, bool(a.attrs["causal"]))
+    g = _heads_first(b, a.g)  # [B, Hq, Sq, Dv]
     out: list[Var | None] = [None] * len(a.operands)
     if a.wants[2]:
         out[2] = _sum_groups(b, b.emit("matmul", transpose_last2(b, p), g), group)
@@ -65,7 +91,7 @@ def _sdpa(a: VjpArgs) -> list[Var | None]:
         if a.wants[0]:
             out[0] = _heads_first(b, b.emit("matmul", ds, kr))
         if a.wants[1]:
-            out[1] = _sum_groups(b, b.emit("matmul", transpose_last2(b, ds), _heads_first(b, q)), group)
+            out[1] = _sum_groups(b, b.emit("matmul", transpose_last2(b, ds), qh), group)
     if len(a.operands) > 3 and a.wants[3]:
         raise a.refuse(3, "the key mask is boolean")
     return out
