@@ -31,6 +31,7 @@ def test_exactly_the_damaged_tensors_are_flagged(dtype: type) -> None:
     import cupy
 
     from dif.dtypes import dtype_of
+    from dif_backend_cuda.kernels import KernelCache
     from dif_backend_cuda.lower import DevTensor
     from dif_backend_cuda.weight_scan import nonfinite_tensors
 
@@ -39,10 +40,13 @@ def test_exactly_the_damaged_tensors_are_flagged(dtype: type) -> None:
     arrays["nan"][-1] = np.nan
     arrays["inf"][1_234_567] = np.inf
     arrays["neg_inf"][0] = -np.inf
-    arrays["huge_but_finite"] = np.full(7, np.finfo(dtype).max, dtype)
+    arrays["huge_but_finite"] = np.full(7, ml_dtypes.finfo(dtype).max, dtype)
     on_device = {name: cupy.asarray(a) for name, a in arrays.items()}
     tensors = [(n, DevTensor(int(a.data.ptr), a.shape, dtype_of(arrays[n]))) for n, a in on_device.items()]
-    assert nonfinite_tensors(tensors, cupy.cuda.Stream(non_blocking=True)) == {"nan", "inf", "neg_inf"}
+    device = cupy.cuda.Device()
+    kernels = KernelCache(f"sm_{device.compute_capability}")
+    sms = int(device.attributes["MultiProcessorCount"])
+    assert nonfinite_tensors(tensors, kernels, sms, cupy.cuda.Stream(non_blocking=True)) == {"nan", "inf", "neg_inf"}
 
 
 def _program(name: str) -> object:

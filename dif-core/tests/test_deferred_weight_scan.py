@@ -74,7 +74,7 @@ def test_a_clean_report_marks_the_tensors_known_finite(scanned: list[list[str]])
     with deferred_scans() as pending:
         bind_weights(_program(), source)  # type: ignore[arg-type]
     pending[0].report(flagged=set(), covered={"w"})
-    assert scanned == [[]]  # the device's word taken: nothing read on the host
+    assert scanned == []  # the device's word taken: nothing read on the host
     with deferred_scans() as again:
         bind_weights(_program("toy_at_another_size"), source)  # type: ignore[arg-type]
     assert again == []  # known clean for the process: no second scan anywhere
@@ -147,7 +147,7 @@ def test_a_scanning_backend_gets_the_scan_and_refuses_before_the_first_run(
     runner = cache.get("good", lambda: (_program("good"), bind_weights(_program("good"), _source(False))))
     out = runner({"x": np.ones((1, 3), np.float32)})
     np.testing.assert_array_equal(next(iter(out.values())), [[3.0, 3.0]])
-    assert device.events[-2:] == ["prepare", "checked"] and scanned == [["w"], []]
+    assert device.events[-2:] == ["prepare", "checked"] and scanned == [["w"]]
 
 
 def test_a_backend_without_device_scans_keeps_the_host_scan_before_preparing() -> None:

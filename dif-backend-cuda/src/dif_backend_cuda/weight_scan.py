@@ -2,52 +2,49 @@
 `dif.backend.Backend.prepare`).
 
 The host's scan read every checkpoint byte a second time (klein 9B: 30 GB, 1.4 s of each load); here one
-reduction per tensor tests the uploaded bits where they already are (about 10 ms for the same 30 GB on
-an H200), with the bit patterns of `dif.weights.scan.NONFINITE_BITS`: a value is non-finite when its
-exponent field is all ones. The flags come back in one copy.
+grid-stride kernel per tensor (`any_masked_u{8,16,32,64}` of kernels/layout.cu) tests the uploaded bits
+where they already are, with the patterns of `dif.weights.scan.NONFINITE_BITS` (a value is non-finite when
+its exponent field is all ones), each setting its tensor's flag; the flags come back in one copy. (A CuPy
+ReductionKernel reduces a whole tensor in ONE block: 2-6 s per program for the same bytes.)
 """
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
 
 from dif.weights.scan import NONFINITE_BITS
+from dif_backend_cuda.kernels import PendingKernel
 from dif_backend_cuda.lower import DevTensor
 
+THREADS = 256
+PER_THREAD = 64  # elements each thread tests at least, so small tensors take few blocks
 
-@functools.cache
-def _any_masked() -> Any:
-    """`y = any((x & mask) == mask)` over a flat unsigned view, without a temporary (a CuPy reduction,
-    compiled once per element width and kept in CuPy's kernel cache on disk)."""
+
+def nonfinite_tensors(tensors: Iterable[tuple[str, DevTensor]], kernels: Any, sm_count: int, stream: Any) -> set[str]:
+    """Names of the device `tensors` holding a NaN or infinite value (integer tensors are skipped);
+    `kernels`: the backend's `KernelCache`."""
     import cupy
 
-    return cupy.ReductionKernel(
-        "T x, T mask", "int32 y", "((x & mask) == mask) ? 1 : 0", "a | b", "y = a", "0", "dif_any_nonfinite"
-    )
-
-
-def nonfinite_tensors(tensors: Iterable[tuple[str, DevTensor]], stream: Any) -> set[str]:
-    """Names of the device `tensors` holding a NaN or infinite value; integer tensors are skipped."""
-    import cupy
-
-    named: list[str] = []
-    flags: list[Any] = []
-    with stream:
-        for name, t in tensors:
-            bits = NONFINITE_BITS.get(np.dtype(t.dtype.np).name)
-            count = int(np.prod(t.shape, dtype=np.int64))
-            if bits is None or count == 0:
-                continue
-            view, mask, _value = bits
-            memory = cupy.cuda.UnownedMemory(t.ptr, count * np.dtype(view).itemsize, owner=None)
-            flat = cupy.ndarray((count,), dtype=view, memptr=cupy.cuda.MemoryPointer(memory, 0))
-            flags.append(_any_masked()(flat, view(mask)))
-            named.append(name)
-        if not flags:
-            return set()
-        found = cupy.stack(flags).get()
-    return {name for name, flag in zip(named, found, strict=True) if flag}
+    tested = []
+    for name, t in tensors:
+        bits = NONFINITE_BITS.get(np.dtype(t.dtype.np).name)
+        count = int(np.prod(t.shape, dtype=np.int64))
+        if bits is not None and count:
+            tested.append((name, t.ptr, count, bits))
+    if not tested:
+        return set()
+    flags = cupy.zeros(len(tested), dtype=np.int32)
+    for i, (_name, ptr, count, (view, mask, _value)) in enumerate(tested):
+        kernel = kernels.function("layout", f"any_masked_u{8 * np.dtype(view).itemsize}")
+        if isinstance(kernel, PendingKernel):  # compiled (or read from the cubin cache) on first use
+            kernel = kernel.get()
+        blocks = max(1, min(-(-count // (THREADS * PER_THREAD)), sm_count * 8))
+        args = (np.uint64(ptr), view(mask), np.int64(count), np.uint64(flags.data.ptr + 4 * i))
+        kernel((blocks,), (THREADS,), args, stream=stream)
+    found = np.empty(len(tested), np.int32)
+    cupy.cuda.runtime.memcpyAsync(found.ctypes.data, flags.data.ptr, found.nbytes, 2, stream.ptr)  # 2: D2H
+    stream.synchronize()
+    return {name for (name, *_), flag in zip(tested, found, strict=True) if flag}

@@ -1,5 +1,6 @@
 // Data movement, dtype-agnostic (elements moved as 1/2/4/8-byte words): strided copies (transpose,
-// slice, split, concat, broadcast, upsample), fills, reflect padding, gathers (take / embedding).
+// slice, split, concat, broadcast, upsample), fills, reflect padding, gathers (take / embedding), and the
+// bit test of uploaded weights (executor: NaN / inf).
 
 // meta = [rank, shape[rank], src_strides[rank], dst_strides[rank]] (elements); the host widens the element
 // (up to 16 bytes) when the innermost run is contiguous and aligned on both sides.
@@ -33,6 +34,12 @@ struct alignas(16) u128 {
   COPY(BITS, U)                                                                                            \
   KERNEL_ENTRY fill_u##BITS(U* __restrict__ dst, U value, i64 n) {                           \
     GRID_STRIDE(i, n) { dst[i] = value; }                                                                  \
+  }                                                                                                        \
+  /* *flag |= 1 when an element has every bit of `mask` set (a float's exponent all ones: NaN / inf) */    \
+  KERNEL_ENTRY any_masked_u##BITS(const U* __restrict__ x, U mask, i64 n, int* __restrict__ flag) {        \
+    int found = 0;                                                                                         \
+    GRID_STRIDE(i, n) { found |= (x[i] & mask) == mask; }                                                  \
+    if (__syncthreads_or(found) && threadIdx.x == 0) atomicOr(flag, 1);                                    \
   }                                                                                                        \
   /* meta = [rank, out_shape, in_shape, before, in_strides]; single reflection (pad < size) */             \
   KERNEL_ENTRY pad_reflect_u##BITS(const U* __restrict__ src, U* __restrict__ dst,           \

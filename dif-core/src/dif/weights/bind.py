@@ -184,7 +184,8 @@ class PendingScan:
         scanned on the host here. Afterwards every tensor is known clean for the process."""
         covered = set(covered)
         again = {p for p in flagged if p in self.tensors} | {p for p in self.tensors if p not in covered}
-        check_finite_weights(self.program, self.source, [self.tensors[p] for p in sorted(again)])
+        if again:
+            check_finite_weights(self.program, self.source, [self.tensors[p] for p in sorted(again)])
         _clean_tensors(self.source).update(self.tensors.values())
 
 
