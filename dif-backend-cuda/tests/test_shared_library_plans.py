@@ -1,7 +1,8 @@
 """Library plans shared across nodes on the GPU (marker `cuda`): three identical blocks build one cuDNN
 SDPA graph and ask cuBLASLt's heuristic once per distinct GEMM problem, and each node still computes
 what the reference interpreter does (every node runs the shared graph with its own pointers). A second
-backend (a later process) deserializes the stored plan instead of building it, with the same output."""
+backend (a later process) deserializes the stored plan instead of building it and reads the heuristic's
+results instead of asking it, with the same output."""
 
 from __future__ import annotations
 
@@ -69,8 +70,14 @@ def test_identical_nodes_share_one_cudnn_graph_and_one_heuristic_query(
     cudnn_steps = [step for step in exe.steps if getattr(step, "kind", "") == "cudnn"]
     assert cudnn_steps and all(step.built.workspace is backend.cudnn()._workspace for step in cudnn_steps)
 
+    from dif_backend_cuda.gemm import LtMatmul
+
+    asked: list[object] = []
+    real = LtMatmul._heuristic
+    monkeypatch.setattr(LtMatmul, "_heuristic", lambda self: asked.append(self.key) or real(self))
     later = CudaBackend(sdpa="cudnn", gemm="cublaslt")  # a later process: a fresh cuDNN context, same store
     again = later.prepare(program, plan, weights)
+    assert asked == [] and later.lt().heuristics.keys() == backend.lt().heuristics.keys()  # read, not asked
     first = [again.choices[n.id] for n in program.nodes if n.op == "sdpa"][0]
     assert "from the plan cache" in first, first
     np.testing.assert_array_equal(again.run(inputs)[program.outputs[0]], exe.run(inputs)[program.outputs[0]])
