@@ -105,7 +105,9 @@ def tensor_for(name: str, shape: tuple[int, ...]) -> np.ndarray:
     """A reproducible random tensor whose scale suits its role: the DiT (and VAEs) fp32, the text encoder bf16."""
     rng = name_rng(name)
     text = name.startswith("model.")
-    if name.endswith(".weight") and ("norm" in name or name.rsplit(".", 2)[-2].startswith("norm")) and len(shape) == 1:
+    if name.endswith(".weight_g"):  # weight-norm magnitudes: rows of norm ~1 keep the signal's scale
+        arr = 1.0 + 0.1 * rng.standard_normal(shape)
+    elif name.endswith(".weight") and ("norm" in name or name.rsplit(".", 2)[-2].startswith("norm")) and len(shape) == 1:
         arr = 1.0 + 0.1 * rng.standard_normal(shape)
     elif name.endswith(".bias") or len(shape) == 1:
         arr = 0.1 * rng.standard_normal(shape)
@@ -139,15 +141,36 @@ def _video_vae() -> tuple[dict[str, Any], dict[str, tuple[int, ...]]] | None:
     return config, param_shapes(build_video_decoder(cfg, frames=1, height=1, width=1))
 
 
+TINY_AUDIO_VAE: dict[str, Any] = {  # the published rates (hop 800 = 40 latents/s at 32 kHz) at toy widths
+    "latent_dim": 16,
+    "decoder_dim": 128,  # halves at each of the 7 upsampling stages
+    "resblock_kernel_sizes": [3, 7],
+    "resblock_dilation_sizes": [[1, 3], [1, 3]],
+    "encoder_dim": 4,
+}
+
+
 def _audio_vae() -> tuple[dict[str, Any], dict[str, tuple[int, ...]]] | None:
-    """audio_vae/: from the package's audio VAE module when it provides its tiny checkpoint shapes
-    (`default_checkpoint_component() -> (config, {name: shape})`, weight-norm factors as stored)."""
+    """audio_vae/: the published config at toy widths, decoder tensors from the package's
+    `build_audio_decoder`, every conv stored as the checkpoint does, a weight-norm pair `weight_g` [d0, 1, 1]
+    / `weight_v` (the encoder half, unused by t2va, is not written)."""
     try:
-        from dif_frontend_h3 import audio_vae
+        from dif_frontend_h3.audio_vae import build_audio_decoder
+        from dif_frontend_h3.vae_config import AudioVaeConfig
     except ImportError:
         return None
-    make = getattr(audio_vae, "default_checkpoint_component", None)
-    return None if make is None else make()
+    config = json.loads((PUBLISHED / "audio_vae" / "config.json").read_text())
+    config.update(TINY_AUDIO_VAE, _diffusers_version=VERSION)
+    cfg = AudioVaeConfig.from_dict(config)
+    shapes = {}
+    for name, shape in param_shapes(build_audio_decoder(cfg, num_latents=4)).items():
+        if name.endswith(".weight") and len(shape) == 3 and not name.endswith("filter"):
+            stem = name[: -len(".weight")]
+            shapes[f"{stem}.weight_g"] = (shape[0], 1, 1)
+            shapes[f"{stem}.weight_v"] = shape
+        else:
+            shapes[name] = shape
+    return config, shapes
 
 
 def _vae_components() -> dict[str, tuple[dict[str, Any], dict[str, tuple[int, ...]]]]:

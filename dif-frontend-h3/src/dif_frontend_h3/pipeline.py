@@ -30,8 +30,7 @@ from dif.kit.finite import require_finite
 from dif.program_cache import ProgramCache
 from dif.runtime import Runner
 from dif.text import TextTokenizer
-from dif.weights import bind_weights
-from dif_frontend_h3.config import FPS, H3Configs
+from dif_frontend_h3.config import AUDIO_CHANNELS, FPS, H3Configs
 from dif_frontend_h3.layout import (
     PackedLayout,
     audio_rows_to_latents,
@@ -244,6 +243,7 @@ class H3Pipeline:
     def _video_decoder(self, latent_shape: tuple[int, ...]) -> tuple[Any, Runner]:
         """(VideoVaeConfig, the decoder runner for the tile shape a decode of `latent_shape` needs)."""
         from dif_frontend_h3.vae_config import VideoVaeConfig
+        from dif_frontend_h3.vae_weights import bind_video_vae
         from dif_frontend_h3.video_vae import build_video_decoder
         from dif_frontend_h3.video_vae_tiling import decode_tile_shape
 
@@ -255,7 +255,7 @@ class H3Pipeline:
 
         def build() -> tuple[Program, Mapping[str, np.ndarray]]:
             prog = build_video_decoder(vcfg, frames=frames, height=height, width=width, dtype=self.dtype)
-            return prog, bind_weights(prog, source, ignore=lambda n: not n.startswith(("decoder.", "post_quant_conv.")))
+            return prog, bind_video_vae(prog, source)
 
         return vcfg, self._programs.get(("video_decoder", frames, height, width), build, "decode")
 
@@ -278,22 +278,34 @@ class H3Pipeline:
             if decode:
                 c = self.configs.transformer.in_channels
                 self._video_decoder((1, c, layout.num_latent_frames, layout.latent_height, layout.latent_width))
+                self._audio_decoder(layout.num_audio_latents)
+
+    def _audio_decoder(self, num_audio_latents: int) -> tuple[Any, Runner]:
+        """(AudioVaeConfig, the audio decoder runner for `num_audio_latents` per channel; fp32, as the
+        reference pins it)."""
+        from dif_frontend_h3.audio_vae import build_audio_decoder
+        from dif_frontend_h3.vae_config import AudioVaeConfig
+        from dif_frontend_h3.vae_weights import bind_audio_vae
+
+        self.require_decoders(video=False)
+        assert self.configs.audio_vae_config is not None and self.checkpoint.audio_vae is not None
+        acfg = AudioVaeConfig.from_dict(self.configs.audio_vae_config)
+        source = self.checkpoint.audio_vae
+
+        def build() -> tuple[Program, Mapping[str, np.ndarray]]:
+            prog = build_audio_decoder(acfg, num_latents=num_audio_latents, batch=AUDIO_CHANNELS, dtype="f32")
+            return prog, bind_audio_vae(prog, source)
+
+        return acfg, self._programs.get(("audio_decoder", num_audio_latents), build, "decode")
 
     def decode_audio(self, audio_rows: np.ndarray, num_audio_latents: int) -> np.ndarray:
-        """Channel-major audio rows (2A, C) -> stereo waveform (2, N) float32 in [-1, 1] at the VAE's rate."""
-        self.require_decoders(video=False)
-        try:
-            from dif_frontend_h3 import audio_vae  # type: ignore[attr-defined]  # the VAE side's module
-        except ImportError as exc:
-            raise DifError("this build of dif-frontend-h3 has no audio VAE decoder (audio_vae.py)") from exc
-        decode = getattr(audio_vae, "decode_audio", None)
-        if decode is None:
-            raise DifError(
-                "dif_frontend_h3.audio_vae has no decode_audio(pipeline, latents): the audio decoder is not wired yet"
-            )
+        """Channel-major audio rows (2A, C) -> stereo waveform (2, A hop) float32 in [-1, 1] at the VAE's rate."""
+        from dif_frontend_h3.audio_vae import decode_audio
+
+        acfg, run = self._audio_decoder(num_audio_latents)
         latents = audio_rows_to_latents(audio_rows, num_audio_latents)  # (2, C, A)
-        wave = np.asarray(decode(self, latents), np.float32)
-        return require_finite("decoded audio", wave.reshape(wave.shape[0], -1))
+        wave = decode_audio(acfg, latents, lambda inputs: next(iter(run(inputs).values())))
+        return require_finite("decoded audio", np.asarray(wave, np.float32))
 
     # -- the whole path ------------------------------------------------------------------------
     def generate(self, req: VideoRequest, *, decode: bool = True) -> VideoResult:
