@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from dif.frontend import SAMPLING, SEED, FrontendInfo, SettingSpec, frontend_hooks, size_settings
+from dif.train.tasks import register_lora_trainer
 from dif_frontend_krea2 import DEFAULT_CHECKPOINT, __version__
 
 
@@ -101,3 +102,5 @@ INFO = FrontendInfo(
 
 
 register_frontends, register_commands = frontend_hooks(INFO, "dif_frontend_krea2.cli:krea2")
+
+register_lora_trainer("krea2", "dif_frontend_krea2.train:lora_session")  # `dif train lora` for Krea 2

@@ -35,6 +35,7 @@ class LoraSettings:
     checkpoint_blocks: tuple[str, ...] = field(default=(), converter=tuple)
     timestep_sampling: str = "uniform"
     cache_dir: Path | None = None
+    max_text_tokens: int | None = None  # caption length the text features are padded to (None: the model's default)
 
     def __attrs_post_init__(self) -> None:
         if self.rank < 1 or self.alpha <= 0 or self.steps < 1 or self.accumulate < 1 or self.resolution < 16:

@@ -104,6 +104,12 @@ def _clock(seconds: float) -> str:
 @click.option(
     "--timestep-sampling", type=click.Choice(["uniform", "logit_normal"]), default="uniform", show_default=True
 )
+@click.option(
+    "--max-text-tokens",
+    type=click.IntRange(1),
+    default=None,
+    help="Pad / cut captions to this many tokens where the model allows it (Krea 2; klein uses 512).",
+)
 @click.option("--save-every", type=click.IntRange(0), default=0, help="Also write last.diftrain every N steps.")
 @click.option(
     "--resume",
@@ -120,8 +126,8 @@ def _clock(seconds: float) -> str:
 def lora(data: Path, output: Path, model: Path | None, rank: int, alpha: float | None, targets: tuple[str, ...],
          steps: int, lr: float, warmup: int, constant_lr: bool, weight_decay: float, accumulate: int,
          max_grad_norm: float, resolution: int, dtype: str, checkpoint_blocks: tuple[str, ...],
-         timestep_sampling: str, save_every: int, resume: Path | None, cache: bool, backend: str | None,
-         seed: int, as_json: bool) -> None:  # fmt: skip
+         timestep_sampling: str, max_text_tokens: int | None, save_every: int, resume: Path | None,
+         cache: bool, backend: str | None, seed: int, as_json: bool) -> None:  # fmt: skip
     from dif.cli_support import unwritable_reason
     from dif.errors import UsageError
     from dif.frontend import detect_frontend
@@ -145,7 +151,7 @@ def lora(data: Path, output: Path, model: Path | None, rank: int, alpha: float |
         cosine=not constant_lr, accumulate=accumulate, max_grad_norm=max_grad_norm or None,
         weight_decay=weight_decay, resolution=resolution, seed=seed, dtype=dtype,
         checkpoint_blocks=checkpoint_blocks, timestep_sampling=timestep_sampling,
-        cache_dir=output / "cache" if cache else None,
+        cache_dir=output / "cache" if cache else None, max_text_tokens=max_text_tokens,
     )  # fmt: skip
     quiet = False
     started = time.perf_counter()
