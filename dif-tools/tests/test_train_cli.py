@@ -45,6 +45,7 @@ def test_train_lora_writes_lora_checkpoint_curve_and_document(tmp_path: Path) ->
     assert lora.dialect == "diffusers" and len(lora.adapters) == len(d["modules"]) == 10
     assert (out / "last.diftrain").is_file() and (out / "loss.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert json.loads((out / "train.json").read_text())["steps"] == 4
+    assert d["plans"] and all(p["peak_bytes"] > 0 for p in d["plans"])  # the planner states the step's peak
 
     r = CliRunner().invoke(build_cli(), ["train", "lora", "--data", str(data), "--output", str(out), "--steps", "6",
                                          *ARGS, "--resume", str(out / "last.diftrain"), "--json"])  # fmt: skip

@@ -64,6 +64,7 @@ class Trainer:
     _executables: dict[tuple[Hashable, str], Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]]] = field(
         init=False, factory=dict
     )
+    plans: dict[tuple[Hashable, str], Any] = field(init=False, factory=dict)  # (shape key, program) -> Plan
 
     def __attrs_post_init__(self) -> None:
         self.rng = np.random.default_rng(self.seed)
@@ -91,6 +92,7 @@ class Trainer:
             backend = get_backend(self.backend, program=program)
             grad = progs.grad if which == "step" else None
             plan = plan_program(program, backend.profile(), backend.budget(), decisions=grad.decisions if grad else ())
+            self.plans[(key, which)] = plan
             run = backend.prepare(program, plan, weights).run
         self._executables[(key, which)] = run
         return run

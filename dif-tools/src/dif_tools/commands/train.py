@@ -194,6 +194,15 @@ def lora(data: Path, output: Path, model: Path | None, rank: int, alpha: float |
         "last_loss": trainer.losses[-1] if trainer.losses else None,
         "losses": trainer.losses,
         "seconds": round(time.perf_counter() - started, 3),
+        "plans": [
+            {
+                "shape": str(key),
+                "program": which,
+                "peak_bytes": plan.peak_bytes,
+                "min_memory_bytes": plan.binding.min_memory_bytes,
+            }
+            for (key, which), plan in trainer.plans.items()
+        ],
         "settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in _fields(settings).items()},
     }
     tmp = output / ".train.json.tmp"
@@ -202,7 +211,10 @@ def lora(data: Path, output: Path, model: Path | None, rank: int, alpha: float |
     if as_json:
         emit_document("train.lora", result)
     else:
+        peaks = ", ".join(f"{p['shape']} {p['program']} {p['peak_bytes'] / 2**20:.1f} MiB" for p in result["plans"])
         click.echo(f"wrote {lora_path} ({len(session.modules)} modules), {ckpt}, {curve}")
+        if peaks:
+            click.echo(f"planned activation + gradient peak per step program: {peaks}")
     sys.stdout.flush()
 
 
