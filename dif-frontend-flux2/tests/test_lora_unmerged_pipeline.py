@@ -1,6 +1,7 @@
 """`--lora-mode unmerged` through the product path: the embedded klein with LoRAs as side-GEMM inputs
 draws the image the merged LoRA draws, and `ImagePipeline.set_loras` swaps adapters and scales with no
-program built again (the same prepared denoiser), each swap matching a fresh merged load."""
+program built again (the same prepared denoiser), each swap matching a fresh merged load; "auto"
+(the default) merges a fixed set and keeps a swappable one unmerged, saying why in `--json`."""
 
 from __future__ import annotations
 
@@ -81,7 +82,19 @@ def test_set_loras_swaps_without_rebuilding(tmp_path: Path, monkeypatch: pytest.
         dif.load(family="flux2").set_loras([(a, 1.0)])
 
 
-def test_krea2_refuses_unmerged(tmp_path: Path) -> None:
-    out = tmp_path / "o.png"
-    result = CliRunner().invoke(cli, ["krea2", "generate", *COMMON, "--lora-mode", "unmerged", "-o", str(out)])
-    assert result.exit_code != 0 and not out.exists() and "unmerged mode is FLUX.2's" in result.output
+def test_auto_decides_and_records_why(tmp_path: Path) -> None:
+    import json
+
+    lora = make_lora(tmp_path / "a.safetensors", 1)
+    images, decided = {}, {}
+    for tag, extra in (("auto", []), ("swappable", ["--lora-swappable"])):
+        out = tmp_path / f"{tag}.png"
+        args = ["flux2", "generate", *COMMON, "--lora", f"{lora}:0.05", *extra, "-o", str(out), "--json"]
+        result = CliRunner().invoke(cli, args)
+        assert result.exit_code == 0, result.output
+        images[tag], decided[tag] = pixels(out), json.loads(result.output)["data"]["settings"]["lora"]
+    assert (decided["auto"]["mode"], decided["swappable"]["mode"]) == ("merged", "unmerged")
+    assert decided["auto"]["requested"] == decided["swappable"]["requested"] == "auto"
+    assert "fixed for the pipeline's life" in decided["auto"]["why"]
+    assert "swapping asked for" in decided["swappable"]["why"]
+    assert np.abs(images["auto"] - images["swappable"]).max() <= 1

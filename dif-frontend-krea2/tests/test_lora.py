@@ -16,8 +16,9 @@ from dif.errors import WeightError
 from dif.interp import interpret
 from dif.lora import LoraSpec
 from dif.serialize.diftensor import save_tensors
+from dif_frontend_krea2.lora import original_name
 from dif_frontend_krea2.model import build_transformer, position_ids, rope_tables, timestep_proj_from_timesteps
-from dif_frontend_krea2.weights import _original_name, bind_transformer, open_checkpoint
+from dif_frontend_krea2.weights import bind_transformer, open_checkpoint
 
 pytestmark = pytest.mark.oracle
 RANK = 3
@@ -39,7 +40,7 @@ def random_lora(model, seed: int = 0) -> dict[str, tuple[np.ndarray, np.ndarray]
 def write(lora, dialect: str, path: Path) -> Path:  # type: ignore[no-untyped-def]
     t: dict[str, np.ndarray] = {}
     for module, (a, b) in lora.items():
-        original = _original_name(module)
+        original = original_name(module)
         assert original is not None, module
         if dialect == "diffusers":
             t[f"transformer.{module}.lora_A.weight"], t[f"transformer.{module}.lora_B.weight"] = a, b

@@ -48,10 +48,11 @@ def load(
     checkpoint of `family` (default "flux2"). `backend` as the CLI's --backend (None: the best
     available), `dtype` "auto" | "f32" | "bf16" | "f16", `vram_budget` in bytes for the whole pipeline
     (text encoder + denoiser + VAE together; see `dif.program_cache.ProgramCache`). `lora`: adapters
-    merged into the denoiser, each "FILE", "FILE:SCALE" or (FILE, SCALE), as the CLI's --lora
-    (`dif.lora`); `lora_allow_unmatched` as --lora-allow-unmatched; `lora_mode="unmerged"` (an
-    option of FLUX.2, --lora-mode) keeps them as side GEMMs that `ImagePipeline.set_loras` swaps without
-    preparing again. `options` are the frontend's own
+    for the denoiser, each "FILE", "FILE:SCALE" or (FILE, SCALE), as the CLI's --lora (`dif.lora`);
+    `lora_allow_unmatched` as --lora-allow-unmatched; `lora_mode` (an option of FLUX.2 and Krea 2,
+    --lora-mode) "auto" (default: the planner decides, `dif.lora.mode`), "merged", or "unmerged": side
+    GEMMs that `ImagePipeline.set_loras` swaps without preparing again; `lora_swappable=True` (an
+    option, --lora-swappable) asks for swapping, so "auto" runs them unmerged. `options` are the frontend's own
     pipeline options, as its CLI flags (FLUX.2: `vae_tiling` "auto" | "on" | "off", --vae-tiling)."""
     from dif.frontend import detect_frontend
     from dif.plugins import frontends
@@ -100,14 +101,15 @@ class ImagePipeline:
         self, lora: Sequence[str | Path | tuple[str | Path, float]], *, allow_unmatched: bool = False
     ) -> None:
         """Swap the adapters (or their scales; empty: none) of a pipeline loaded with
-        `lora_mode="unmerged"`: new side-GEMM inputs for the programs already prepared, no rebuild."""
+        `lora_mode="unmerged"` or `lora_swappable=True`: new side-GEMM inputs for the programs already
+        prepared, no rebuild."""
         from dif.lora import LoraSpec
 
         unmerged = getattr(getattr(self.pipeline, "checkpoint", None), "unmerged", None)
         if unmerged is None:
             raise UsageError(
-                "set_loras needs a pipeline loaded with lora_mode='unmerged'",
-                hint="dif.load(path, lora=[...], lora_mode='unmerged'); merged LoRAs are part of the weights",
+                "set_loras needs a pipeline loaded with lora_mode='unmerged' (or lora_swappable=True)",
+                hint="dif.load(path, lora=[...], lora_swappable=True); merged LoRAs are part of the weights",
             )
         unmerged.set([LoraSpec.parse(s) for s in lora], allow_unmatched=allow_unmatched)
 

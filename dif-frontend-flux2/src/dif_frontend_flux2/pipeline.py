@@ -178,10 +178,11 @@ class Flux2Pipeline(TextToImagePipeline):
         stage: str,
         group: str | None = None,
     ) -> Runner:
-        lora = self.checkpoint.unmerged if source is self.checkpoint.transformer else None
+        lora = self.checkpoint.loras if source is self.checkpoint.transformer else None
 
         def build_and_bind() -> tuple[Program, Mapping[str, np.ndarray]]:
-            program = build() if lora is None else lora.build(key, build)  # unmerged LoRA: side-GEMM slots
+            # LoRA: side-GEMM slots when unmerged, the mode decision recorded in the program either way
+            program = build() if lora is None else lora.build(key, build)
             return program, bind_weights(program, source, ignore=ignore)
 
         run = self._programs.get(key, build_and_bind, stage, group)
@@ -545,6 +546,8 @@ class Flux2Pipeline(TextToImagePipeline):
     def run_keys(self) -> dict[str, Any]:
         ck = self.checkpoint
         keys: dict[str, Any] = {"model": ck.name, "distilled": ck.is_distilled, "layout": ck.layout}
+        if ck.loras is not None and ck.loras.mode is not None:
+            keys["lora"] = ck.loras.mode.to_dict()  # merged or unmerged, and why (`dif.lora.mode`)
         tiled = [layout for layout in self._tiles.values() if layout is not None]
         if tiled:
             keys["vae_decode"] = f"tiled, tiles of {tiled[0].tile} latent pixels blended over {tiled[0].blend} pixels"

@@ -34,11 +34,13 @@ def _pipeline(
     config_variant: str | None = None,
     lora: tuple[Any, ...] = (),
     lora_allow_unmatched: bool = False,
-    lora_mode: str = "merged",
+    lora_mode: str = "auto",
+    lora_swappable: bool = False,
     **options: Any,
 ) -> Any:
     """A `Flux2Pipeline` for the checkpoint at `path` (dtype "auto": the transformer's storage dtype,
-    by its first float tensor; `lora`: `FILE[:SCALE]` specs merged into the transformer; options:
+    by its first float tensor; `lora`: `FILE[:SCALE]` specs for the transformer, merged or unmerged
+    by `lora_mode` ("auto": `dif.lora.mode` decides, unmerged when `lora_swappable`); options:
     backend, vram_budget, on_step, on_stage)."""
     from dif.checkpoint import storage_dtype
     from dif.dtypes import DType
@@ -56,6 +58,7 @@ def _pipeline(
         loras=tuple(lora or ()),
         lora_allow_unmatched=lora_allow_unmatched,
         lora_mode=lora_mode,
+        lora_swappable=lora_swappable,
     )
     run_dtype = storage_dtype(checkpoint.transformer, by="first") if dtype == "auto" else DType(dtype)
     return Flux2Pipeline(checkpoint, dtype=run_dtype, **options)

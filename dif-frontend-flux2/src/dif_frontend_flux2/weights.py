@@ -27,8 +27,8 @@ from pathlib import Path
 import attrs
 from attrs import frozen
 
-from dif.errors import CheckpointError, UsageError
-from dif.lora import LoraSpec, Target, UnmergedLoras, merge_loras
+from dif.errors import CheckpointError
+from dif.lora import DEFAULT_SLOT_RANK, LoraApplication, LoraSpec, Target, UnmergedLoras, apply_loras, merge_loras
 from dif.weights import Chunk, DropUnitAxes, MappedSource, Rule, SwapHalves, TensorSource, open_component
 from dif.weights import open_safetensors as open_file
 from dif.weights.fp8 import scaled_fp8
@@ -59,6 +59,7 @@ class Flux2Checkpoint:
     text_encoder: TensorSource
     vae: TensorSource
     unmerged: UnmergedLoras | None = None  # LoRAs as side-GEMM inputs (`--lora-mode unmerged`)
+    loras: LoraApplication | None = None  # how the transformer's LoRAs run, and why (`dif.lora.mode`)
 
     @property
     def is_distilled(self) -> bool:
@@ -150,8 +151,9 @@ def open_checkpoint(
     config_variant: str | None = None,
     loras: Sequence[LoraSpec | str | Path] = (),
     lora_allow_unmatched: bool = False,
-    lora_mode: str = "merged",
-    lora_rank: int = 64,
+    lora_mode: str = "auto",
+    lora_swappable: bool = False,
+    lora_rank: int = DEFAULT_SLOT_RANK,
 ) -> Flux2Checkpoint:
     """Open a checkpoint. `path` is a diffusers folder or a transformer single file; `base` is the
     diffusers folder supplying the other components when `path` is a file (default: its folder);
@@ -159,9 +161,10 @@ def open_checkpoint(
     A transformer file with no diffusers folder (none beside it, no `base`) needs `vae_file` and
     `text_encoder_file`: configs then come from the files or the published `config_variant`
     (default: inferred, `dif_frontend_flux2.single_files`). `loras` (`--lora FILE[:SCALE]`) are merged
-    into the transformer's weights (`merge_transformer_loras`), or with `lora_mode="unmerged"` kept
-    as side-GEMM inputs of slots of `lora_rank` on every linear (`dif.lora.UnmergedLoras`; swap them
-    with `checkpoint.unmerged.set(...)`)."""
+    into the transformer's weights, or kept as side-GEMM inputs of slots of `lora_rank` on every
+    linear (`dif.lora.UnmergedLoras`; swap them with `checkpoint.unmerged.set(...)`): `lora_mode`
+    "merged" | "unmerged", or "auto" (`dif.lora.mode`: unmerged when `lora_swappable`, else merged
+    unless the merged weights do not fit the host), the decision in `checkpoint.loras.mode`."""
     from dif_frontend_flux2.single_files import open_single_files, open_text_encoder_file
 
     path = Path(path)
@@ -216,18 +219,14 @@ def open_checkpoint(
     else:
         name = root.resolve().name or "flux2"
     layout = "bfl" if isinstance(transformer, MappedSource) else "diffusers"
-    unmerged = None
-    if lora_mode not in ("merged", "unmerged"):
-        raise UsageError(f"--lora-mode {lora_mode!r}: choose merged or unmerged")
-    if lora_mode == "unmerged":
-        unmerged = UnmergedLoras(transformer, lora_table(transformer), "flux2", "FLUX.2 [klein]", rank=lora_rank)
-        unmerged.set(loras, allow_unmatched=lora_allow_unmatched)
-    elif loras:
-        transformer = merge_transformer_loras(transformer, loras, allow_unmatched=lora_allow_unmatched)
-    if loras:
-        mode = " (unmerged)" if unmerged is not None else ""
-        name += f" + LoRA{mode} " + ", ".join(LoraSpec.parse(s).describe() for s in loras)
-    return Flux2Checkpoint(root, name, layout, configs, tokenizer_dir, transformer, text_encoder, vae, unmerged)
+    applied = apply_loras(
+        transformer, loras, lora_table(transformer), family="flux2", model="FLUX.2 [klein]", mode=lora_mode,
+        swappable=lora_swappable, rank=lora_rank, allow_unmatched=lora_allow_unmatched,
+    )  # fmt: skip
+    name += applied.describe()
+    return Flux2Checkpoint(
+        root, name, layout, configs, tokenizer_dir, applied.source, text_encoder, vae, applied.unmerged, applied
+    )
 
 
 def open_single_file(path: str | Path, component: str) -> TensorSource:

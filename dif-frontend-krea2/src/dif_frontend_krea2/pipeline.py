@@ -16,7 +16,7 @@ its latents; `init_noise` supplies that noise, seeds use numpy's PCG64 (`dif.noi
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from typing import Any, ClassVar, Literal
 
 import numpy as np
@@ -168,25 +168,37 @@ class Krea2Pipeline(TextToImagePipeline):
 
         return self._programs.get(("text_encoder", seq_len, drop_prefix), build, "encode")
 
-    def _fusion_runner(self) -> Runner:
-        def build() -> tuple[Program, Mapping[str, np.ndarray]]:
-            prog = build_text_fusion(self.configs.transformer, text_len=self.max_sequence_length, dtype=self.dtype)
-            return prog, bind_text_fusion(prog, self.checkpoint.transformer)
+    def _transformer_runner(
+        self, key: Hashable, build: Callable[[], Program], bind: Callable[[Program, Any], Any], stage: str
+    ) -> Runner:
+        """A program on the transformer's weights: with the checkpoint's LoRAs (side-GEMM slots fed with
+        the current adapters when unmerged; the mode decision recorded in the program either way)."""
+        lora = self.checkpoint.loras
 
-        return self._programs.get(("text_fusion",), build, "encode")
+        def build_and_bind() -> tuple[Program, Mapping[str, np.ndarray]]:
+            prog = build() if lora is None else lora.build(key, build)
+            return prog, bind(prog, self.checkpoint.transformer)
+
+        run = self._programs.get(key, build_and_bind, stage)
+        return run if lora is None else lora.feed(key, run, self.dtype)
+
+    def _fusion_runner(self) -> Runner:
+        def build() -> Program:
+            return build_text_fusion(self.configs.transformer, text_len=self.max_sequence_length, dtype=self.dtype)
+
+        return self._transformer_runner(("text_fusion",), build, bind_text_fusion, "encode")
 
     def _denoiser_runner(self, image_len: int, batch: int = 1) -> Runner:
         """The denoiser over `image_len` tokens for `batch` images (one program, batch axis `batch`)."""
 
-        def build() -> tuple[Program, Mapping[str, np.ndarray]]:
-            prog = build_denoiser(
+        def build() -> Program:
+            return build_denoiser(
                 self.configs.transformer, image_len=image_len, text_len=self.max_sequence_length, batch=batch,
                 dtype=self.dtype,
             )  # fmt: skip
-            return prog, bind_denoiser(prog, self.checkpoint.transformer)
 
         key = ("denoiser", image_len) if batch == 1 else ("denoiser", image_len, batch)
-        return self._programs.get(key, build, "denoise")
+        return self._transformer_runner(key, build, bind_denoiser, "denoise")
 
     def _vae_runner(self, grid_h: int, grid_w: int) -> Runner:
         cfg, p = self.configs.vae, self.configs.pipeline.patch_size
@@ -310,4 +322,7 @@ class Krea2Pipeline(TextToImagePipeline):
 
     def run_keys(self) -> dict[str, Any]:
         ck = self.checkpoint
-        return {"model": ck.name, "variant": ck.variant, "distilled": ck.is_distilled}
+        keys: dict[str, Any] = {"model": ck.name, "variant": ck.variant, "distilled": ck.is_distilled}
+        if ck.loras is not None and ck.loras.mode is not None:
+            keys["lora"] = ck.loras.mode.to_dict()  # merged or unmerged, and why (`dif.lora.mode`)
+        return keys

@@ -38,21 +38,19 @@ def _pipeline(
     config_variant: str | None = None,
     lora: tuple[Any, ...] = (),
     lora_allow_unmatched: bool = False,
-    lora_mode: str = "merged",
+    lora_mode: str = "auto",
+    lora_swappable: bool = False,
     **options: Any,
 ) -> Any:
     """A `Krea2Pipeline` for the checkpoint at `path` (dtype "auto": the transformer's storage dtype,
-    by most tensors; `lora`: `FILE[:SCALE]` specs merged into the transformer; options: backend,
+    by most tensors; `lora`: `FILE[:SCALE]` specs for the transformer, merged or unmerged by
+    `lora_mode` ("auto": `dif.lora.mode` decides, unmerged when `lora_swappable`); options: backend,
     vram_budget, on_step, on_stage, max_sequence_length)."""
     from dif.checkpoint import storage_dtype
     from dif.dtypes import DType
     from dif_frontend_krea2.pipeline import Krea2Pipeline
     from dif_frontend_krea2.weights import open_checkpoint
 
-    if lora_mode != "merged":
-        from dif.errors import UsageError
-
-        raise UsageError(f"--lora-mode {lora_mode}: Krea 2 merges its LoRAs (unmerged mode is FLUX.2's for now)")
     checkpoint = open_checkpoint(
         path,
         variant=weight_variant,
@@ -62,6 +60,8 @@ def _pipeline(
         config_variant=config_variant,
         loras=tuple(lora or ()),
         lora_allow_unmatched=lora_allow_unmatched,
+        lora_mode=lora_mode,
+        lora_swappable=lora_swappable,
     )
     run_dtype = storage_dtype(checkpoint.transformer) if dtype == "auto" else DType(dtype)
     return Krea2Pipeline(checkpoint, dtype=run_dtype, **options)

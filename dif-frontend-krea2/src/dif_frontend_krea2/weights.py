@@ -22,7 +22,7 @@ from attrs import frozen
 
 from dif.errors import CheckpointError, WeightError
 from dif.ir.program import Program
-from dif.lora import LoraSpec, Target, merge_loras
+from dif.lora import DEFAULT_SLOT_RANK, LoraApplication, LoraSpec, UnmergedLoras
 from dif.weights import (
     BoundWeights,
     MappedSource,
@@ -46,6 +46,7 @@ from dif_frontend_krea2.config import (
     is_krea2_folder,
     load_configs,
 )
+from dif_frontend_krea2.lora import apply_transformer_loras
 from dif_frontend_krea2.vae import unused_tensor_patterns
 
 LAST_TEMPORAL_TAP = Take(axis=2, index=-1, what="last temporal tap of the 3D kernel")
@@ -103,6 +104,8 @@ class Krea2Checkpoint:
     text_encoder: TensorSource
     text_prefix: str
     vae: TensorSource
+    unmerged: UnmergedLoras | None = None  # LoRAs as side-GEMM inputs (`--lora-mode unmerged`)
+    loras: LoraApplication | None = None  # how the transformer's LoRAs run, and why (`dif.lora.mode`)
 
     @property
     def is_distilled(self) -> bool:
@@ -123,6 +126,9 @@ def open_checkpoint(
     config_variant: str | None = None,
     loras: Sequence[LoraSpec | str | Path] = (),
     lora_allow_unmatched: bool = False,
+    lora_mode: str = "auto",
+    lora_swappable: bool = False,
+    lora_rank: int = DEFAULT_SLOT_RANK,
 ) -> Krea2Checkpoint:
     """Open a Krea 2 checkpoint: a diffusers folder (model_index.json naming Krea2Pipeline), or a
     transformer single file. Nothing is read yet beyond configs and headers. `variant` picks e.g.
@@ -131,7 +137,9 @@ def open_checkpoint(
     under a `diffusion_model.` prefix). A transformer file with no folder beside it needs the other
     two: configs then come from the published `config_variant` ("turbo" unless given: weights cannot
     tell Raw from Turbo) and must fit the file's shapes, unless a file carries its own `config`.
-    `loras` (`--lora FILE[:SCALE]`) are merged into the transformer (`merge_transformer_loras`)."""
+    `loras` (`--lora FILE[:SCALE]`) are merged into the transformer's weights or kept as side-GEMM
+    inputs of slots of `lora_rank` (`dif_frontend_krea2.lora.apply_transformer_loras`: `lora_mode`
+    "auto" | "merged" | "unmerged", `lora_swappable`); swap them with `checkpoint.unmerged.set(...)`."""
     given = Path(path)
     if not given.exists():
         raise CheckpointError(f"{given}: no such file or folder")
@@ -185,12 +193,14 @@ def open_checkpoint(
     else:
         vae = open_component(root / "vae", variant=variant)
     name = Path(transformer_file).stem if transformer_file is not None else (root.resolve().name or "krea2")
-    if loras:
-        transformer = merge_transformer_loras(transformer, loras, allow_unmatched=lora_allow_unmatched)
-        name += " + LoRA " + ", ".join(LoraSpec.parse(s).describe() for s in loras)
+    applied = apply_transformer_loras(
+        transformer, loras, mode=lora_mode, swappable=lora_swappable, rank=lora_rank,
+        allow_unmatched=lora_allow_unmatched,
+    )  # fmt: skip
     return Krea2Checkpoint(
-        root, name, configs, tokenizer_dir, transformer, text, _text_prefix(text), last_temporal_tap(vae)
-    )
+        root, name + applied.describe(), configs, tokenizer_dir, applied.source, text, _text_prefix(text),
+        last_temporal_tap(vae), applied.unmerged, applied,
+    )  # fmt: skip
 
 
 # -- single files --------------------------------------------------------------------------------
@@ -298,58 +308,3 @@ def bind_vae(program: Program, source: TensorSource) -> BoundWeights:
     if _has_3d_kernels(source):
         source = last_temporal_tap(source)
     return bind_weights(program, source, ignore=unused_tensor_patterns())
-
-
-# -- LoRA ---------------------------------------------------------------------------------------
-
-_ORIGINAL_ATTN = {"wq": "to_q", "wk": "to_k", "wv": "to_v", "wo": "to_out.0", "gate": "to_gate"}
-_ORIGINAL_MLP = {"gate": "ff.gate", "up": "ff.up", "down": "ff.down"}
-_ORIGINAL_TOP = {
-    "first": "img_in",
-    "last.linear": "final_layer.linear",
-    "tmlp.0": "time_embed.linear_1",
-    "tmlp.2": "time_embed.linear_2",
-    "tproj.1": "time_mod_proj",
-    "txtmlp.1": "txt_in.linear_1",
-    "txtmlp.3": "txt_in.linear_2",
-    "txtfusion.projector": "text_fusion.projector",
-}
-
-
-def lora_table(source: TensorSource) -> dict[str, tuple[Target, ...]]:
-    """The transformer's adaptable modules under the diffusers names (`transformer_blocks.0.attn.to_q`)
-    and the original Krea 2 / ComfyUI / ai-toolkit names (`blocks.0.attn.wq`, `txtfusion.refiner_blocks.0.mlp.up`,
-    `first`, `last.linear` ...). Only 2-D weights of `source` are targets."""
-    weights = {n for n in source.names() if n.endswith(".weight") and len(source.info(n).shape) == 2}
-    table: dict[str, tuple[Target, ...]] = {n[: -len(".weight")]: (Target(n),) for n in weights}
-    for module in list(table):
-        original = _original_name(module)
-        if original is not None:
-            table[original] = table[module]
-    return table
-
-
-def _original_name(module: str) -> str | None:
-    for original, diffusers in _ORIGINAL_TOP.items():
-        if module == diffusers:
-            return original
-    m = re.fullmatch(r"(transformer_blocks|text_fusion\.(?:layerwise|refiner)_blocks)\.(\d+)\.(.+)", module)
-    if m is None:
-        return None
-    prefix = "blocks" if m[1] == "transformer_blocks" else m[1].replace("text_fusion.", "txtfusion.")
-    for original, diffusers in _ORIGINAL_ATTN.items():
-        if m[3] == f"attn.{diffusers}":
-            return f"{prefix}.{m[2]}.attn.{original}"
-    for original, diffusers in _ORIGINAL_MLP.items():
-        if m[3] == diffusers:
-            return f"{prefix}.{m[2]}.mlp.{original}"
-    return None
-
-
-def merge_transformer_loras(
-    transformer: TensorSource, loras: Sequence[LoraSpec | str | Path], *, allow_unmatched: bool = False
-) -> TensorSource:
-    """The transformer source with `loras` merged into its weights (`dif.lora.merge_loras`)."""
-    return merge_loras(
-        transformer, loras, lora_table(transformer), family="krea2", model="Krea 2", allow_unmatched=allow_unmatched
-    )

@@ -68,7 +68,7 @@ LORA_OPTIONS: list[Decorator] = [
         "--lora",
         multiple=True,
         metavar="FILE[:SCALE]",
-        help="LoRA / LoKr / LoHa adapter merged into the denoiser's weights (repeatable; SCALE default 1). "
+        help="LoRA / LoKr / LoHa adapter for the denoiser (repeatable; SCALE default 1). "
         "Dialects: diffusers/PEFT, kohya, ai-toolkit/ComfyUI, OneTrainer, LyCORIS.",
     ),
     click.option(
@@ -78,15 +78,22 @@ LORA_OPTIONS: list[Decorator] = [
     ),
     click.option(
         "--lora-mode",
-        type=click.Choice(["merged", "unmerged"]),
-        default="merged",
+        type=click.Choice(["auto", "merged", "unmerged"]),
+        default="auto",
         show_default=True,
         help="merged: folded into the weights at load (no per-step cost); unmerged: low-rank side GEMMs with "
-        "the adapters as program inputs (swap without preparing again; FLUX.2).",
+        "the adapters as program inputs (swap without preparing again); auto: the planner decides and records "
+        "why (merged for a fixed set, unmerged when swapping is asked for or the merged weights do not fit).",
+    ),
+    click.option(
+        "--lora-swappable",
+        is_flag=True,
+        help="Prepare the denoiser so adapters and scales can be swapped later (auto then runs them unmerged).",
     ),
 ]
 """The LoRA options of a frontend that merges adapters (`dif.lora`): pass them in
-`checkpoint_options`; they reach `info.pipeline` as `lora=(spec, ...)`, `lora_allow_unmatched`, `lora_mode`."""
+`checkpoint_options`; they reach `info.pipeline` as `lora=(spec, ...)`, `lora_allow_unmatched`, `lora_mode`,
+`lora_swappable`."""
 
 
 def image_input_options() -> list[Decorator]:

@@ -139,8 +139,13 @@ class UnmergedLoras:
         patches, applied = match_loras(
             self.base, specs, self.table, family=self.family, model=self.model, allow_unmatched=allow_unmatched
         ) if specs else ({}, [])  # fmt: skip
+        self.use(patches, applied)
+
+    def use(self, patches: Mapping[str, Sequence[Patch]], applied: Sequence[AppliedLora]) -> None:
+        """Use adapters already matched (`match_loras`); `WeightError` when one weight's need more than
+        the slot rank (the old ones are kept)."""
         slot_ranks(patches, self.rank)
-        self._patches, self.applied, self._inputs = patches, applied, {}
+        self._patches, self.applied, self._inputs = {k: list(v) for k, v in patches.items()}, list(applied), {}
 
     def build(self, key: Hashable, build: Callable[[], Program]) -> Program:
         """`build()` inside `lora_slots(self.slots)`, remembering which slot inputs program `key` takes."""

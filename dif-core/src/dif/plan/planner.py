@@ -13,6 +13,7 @@ never live in the arena. The optimizer's decisions, when given, come first in th
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 
 import numpy as np
@@ -53,11 +54,12 @@ def plan_program(
     """Plan `program` for the target `profile` within `budget`.
 
     `alias`: let reshape results share their operand's bytes; None decides from the profile
-    (`alias:reshape` in its capabilities). `decisions` (e.g. the optimizer's) are recorded first.
+    (`alias:reshape` in its capabilities). `decisions` (e.g. the optimizer's) are recorded first,
+    after those made while the program was built (`recorded_decisions`: e.g. its LoRA mode).
     Raises `PlanError` when even streaming every weight block leaves the minimum memory above
     `budget.free_memory_bytes - budget.workspace_bytes`.
     """
-    decisions = list(decisions)
+    decisions = [*recorded_decisions(program), *decisions]
     schedule = tuple(n.id for n in program.nodes)
     decisions.append(
         Decision(f"schedule: program order, {len(schedule)} nodes", "program order is topological; v1 does not reorder")
@@ -114,6 +116,18 @@ def plan_program(
         placement=placed.placement,
         alignment=alignment,
     )
+
+
+def recorded_decisions(program: Program) -> list[Decision]:
+    """The decisions made while `program` was built, from `meta["decisions"]` (a JSON list of
+    [what, why] pairs, e.g. `dif.lora.LoraMode.record`); none when absent or not such a list."""
+    try:
+        pairs = json.loads(program.meta.get("decisions", "[]"))
+    except ValueError:
+        return []
+    if not isinstance(pairs, list):
+        return []
+    return [Decision(str(p[0]), str(p[1])) for p in pairs if isinstance(p, list) and len(p) == 2]
 
 
 def _streaming_decisions(program: Program, s: Streaming, fixed: int, budget: RuntimeBudget) -> list[Decision]:
