@@ -16,7 +16,10 @@ from dif.target import TargetProfile
 from dif.weights.quantized import QuantizedWeights, derived_name, parse_derived, with_quantized_weights
 
 ALL = TargetProfile(
-    backend="ref", device="unit", capabilities=("op:*", "format:fp8-e4m3", "format:int8", "format:int4-group")
+    backend="ref",
+    device="unit",
+    dtypes=("f32", "bf16", "f16", "f8e4m3", "i8", "u8"),
+    capabilities=("op:*", "format:fp8-e4m3", "format:int8", "format:int4-group"),
 )
 NO_FORMATS = TargetProfile(backend="bare", device="unit", capabilities=("op:*",))
 D, F = 64, 128
@@ -183,3 +186,13 @@ def test_large_weights_derive_in_chunks_exactly_as_in_one_piece(monkeypatch: pyt
         got = quantized.derive(w, fmt, group)
         np.testing.assert_array_equal(got["q"].view(np.uint8), whole[0].view(np.uint8))
         np.testing.assert_array_equal(got["scale"], whole[1])
+
+
+def test_a_target_without_the_storage_dtype_is_skipped() -> None:
+    ampere = TargetProfile(backend="gpu", device="unit", dtypes=("f32", "bf16", "i8", "u8"),
+                           capabilities=("op:*", "format:fp8-e4m3", "format:int8"))  # fmt: skip
+    fused, _ = optimize(block(), target=ampere, passes=("fuse_norm_modulate",))
+    program, decisions = optimize(fused, target=ampere, passes=("quantize_fp8",))
+    assert program is fused and "lists no dtype f8e4m3" in decisions[0].reason
+    program, _ = optimize(fused, target=ampere, passes=("quantize_int8",))
+    assert "scaled_linear" in program.op_histogram()

@@ -35,10 +35,18 @@ def _implemented(ctx: PassContext, fmt: str) -> bool:
     target = ctx.target
     if target is None:
         return True
-    if f"format:{fmt}" in target.capabilities:
-        return True
-    ctx.skipped(f"target '{target.backend}' does not implement {fmt} (no 'format:{fmt}' capability)")
-    return False
+    if f"format:{fmt}" not in target.capabilities:
+        ctx.skipped(f"target '{target.backend}' does not implement {fmt} (no 'format:{fmt}' capability)")
+        return False
+    # the storage dtypes must exist there (an fp8 kernel on a GPU without fp8 conversions would trap); the
+    # matrix units are the format search's business (a backend may emulate the format without them)
+    from dif.formats import FORMATS
+
+    lacking = [d for d in FORMATS.get(fmt).requires_dtypes if d not in target.dtypes]
+    if lacking:
+        ctx.skipped(f"target '{target.backend}' lists no dtype {', '.join(lacking)}, which {fmt} stores")
+        return False
+    return True
 
 
 def _param_weight(program: Program, node: Node) -> str | None:
