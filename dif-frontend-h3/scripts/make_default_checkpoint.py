@@ -128,17 +128,19 @@ TINY_VIDEO_VAE: dict[str, Any] = {  # the published geometry (16x, 4x, 17-frame 
 
 
 def _video_vae() -> tuple[dict[str, Any], dict[str, tuple[int, ...]]] | None:
-    """vae/: the published config at toy widths, decoder tensors from the package's `build_video_decoder`
-    (the encoder, used only for keyframes, is not written)."""
+    """vae/: the published config at toy widths, the decoder's and the (keyframe) encoder's tensors from the
+    package's `build_video_decoder` / `build_video_encoder`."""
     try:
         from dif_frontend_h3.vae_config import VideoVaeConfig
         from dif_frontend_h3.video_vae import build_video_decoder
+        from dif_frontend_h3.video_vae_encoder import build_video_encoder
     except ImportError:
         return None
     config = json.loads((PUBLISHED / "vae" / "config.json").read_text())
     config.update(TINY_VIDEO_VAE, _diffusers_version=VERSION)
     cfg = VideoVaeConfig.from_dict(config)
-    return config, param_shapes(build_video_decoder(cfg, frames=1, height=1, width=1))
+    decoder = build_video_decoder(cfg, frames=1, height=1, width=1)
+    return config, param_shapes(decoder, build_video_encoder(cfg, height=32, width=32))
 
 
 TINY_AUDIO_VAE: dict[str, Any] = {  # the published rates (hop 800 = 40 latents/s at 32 kHz) at toy widths

@@ -1,6 +1,7 @@
 """`dif h3 ...`: the MiniMax-H3 commands (added to `dif` by plugin.py's register_commands).
 
     dif h3 generate -p "a cat" [-o out.mp4] [-m MODEL] [--frames 17n+5] [-W W -H H] [--steps N] [--seed S]
+                    [--first-frame IMG] [--last-frame IMG]
                     [--backend NAME] [--dtype D] [--vram-budget SIZE] [--save-latents F] [--latents-only] [--json]
     dif h3 info [MODEL | --variant h3] [--json]
 Settings are `plugin.INFO`'s; a setting not given takes the checkpoint's `dif_defaults` (the embedded tiny
@@ -67,6 +68,10 @@ OPTIONS = [
                  help="MiniMax-H3 diffusers folder (default: the embedded tiny demo model)."),
     click.option("--weight-variant", help="Weight files to load, e.g. fp16."),
     *(setting_option(spec) for spec in INFO.settings),
+    click.option("--first-frame", type=click.Path(dir_okay=False, path_type=Path),
+                 help="fl2va: an image at the video's size the video starts from (through the video VAE encoder)."),
+    click.option("--last-frame", type=click.Path(dir_okay=False, path_type=Path),
+                 help="fl2va: an image at the video's size the video ends on."),
     click.option("--fps", type=int, default=FPS, show_default=True, help="Frame rate: MiniMax-H3 is fixed at 24."),
     click.option("--backend", help="dif backend (default: DIF_BACKEND or the best available; 'interp' = reference)."),
     click.option("--dtype", type=click.Choice(DTYPE_CHOICES), default="auto", show_default=True,
@@ -81,8 +86,24 @@ OPTIONS = [
 ]  # fmt: skip
 
 
+def _keyframes(first: Path | None, last: Path | None) -> tuple[Any, ...]:
+    """The keyframes given, decoded before anything loads (RGB uint8), first before last (packed order)."""
+    import numpy as np
+
+    from dif.media.image_input import read_image
+    from dif_frontend_h3.pipeline import Keyframe
+
+    out = []
+    for anchor, path in (("first", first), ("last", last)):
+        if path is not None:
+            img = read_image(path, what=f"--{anchor}-frame").image.convert("RGB")
+            out.append(Keyframe(anchor, np.asarray(img, dtype=np.uint8), f"--{anchor}-frame {path}"))
+    return tuple(out)
+
+
 def generate(
-    prompt: str, model: Path | None, weight_variant: str | None, fps: int, backend: str | None, dtype: str,
+    prompt: str, model: Path | None, weight_variant: str | None, first_frame: Path | None,
+    last_frame: Path | None, fps: int, backend: str | None, dtype: str,
     vram_budget: int | None, output: Path | None, save_latents: Path | None, latents_only: bool, as_json: bool,
     **given: Any,
 ) -> None:  # fmt: skip
@@ -97,6 +118,7 @@ def generate(
         raise click.BadParameter(f"MiniMax-H3 generates at {FPS} fps only, got {fps}", param_hint="--fps")
     if latents_only and save_latents is None:
         raise click.BadParameter("--latents-only writes nothing without --save-latents", param_hint="--latents-only")
+    keyframes = _keyframes(first_frame, last_frame)
     settings = _settings(root, given)
     seed = settings["seed"] if settings["seed"] not in (None, -1) else random_seed()
     out = output or Path(f"h3-{seed}.mp4")
@@ -111,7 +133,8 @@ def generate(
             raise click.BadParameter(why, param_hint=flag)
     assert INFO.pipeline is not None
     pipe = INFO.pipeline(root, dtype=dtype, backend=backend, vram_budget=vram_budget, weight_variant=weight_variant)
-    req = VideoRequest(prompt, settings["frames"], settings["width"], settings["height"], settings["steps"], seed)
+    req = VideoRequest(prompt, settings["frames"], settings["width"], settings["height"], settings["steps"], seed,
+                       keyframes=keyframes)  # fmt: skip
     layout = pipe.check(req, decode=not latents_only)  # every refusal before any program is built
     tty = sys.stderr.isatty() and not as_json
     with ProgressBar(quiet=as_json) as bar:
@@ -120,7 +143,7 @@ def generate(
             pipe.on_tile = lambda done, total: print(f"\rdecode tile {done}/{total}", end="", file=sys.stderr,
                                                      flush=True)  # fmt: skip
         noise = pipe.initial_noise(req, layout)
-        req = VideoRequest(req.prompt, req.frames, req.width, req.height, req.steps, seed, *noise)
+        req = VideoRequest(req.prompt, req.frames, req.width, req.height, req.steps, seed, *noise, keyframes=keyframes)
         result = pipe.generate(req, decode=not latents_only)
     if tty and not latents_only:
         print(file=sys.stderr)

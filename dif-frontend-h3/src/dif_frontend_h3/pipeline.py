@@ -17,6 +17,7 @@ Decoding is a separate stage (`decode_video`, `decode_audio`) that can be run on
 from __future__ import annotations
 
 import time
+import warnings
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -24,7 +25,7 @@ import numpy as np
 from attrs import define, field, frozen
 
 from dif.dtypes import DType
-from dif.errors import CheckpointError, DifError, UsageError
+from dif.errors import CheckpointError, DifError, DifWarning, UsageError
 from dif.ir.program import Program
 from dif.kit.finite import require_finite
 from dif.program_cache import ProgramCache
@@ -49,11 +50,21 @@ StepCallback = Callable[[int, int, np.ndarray, np.ndarray], None]  # (step, step
 TileCallback = Callable[[int, int], None]  # (tiles done, tiles in all)
 
 
+@frozen(eq=False)
+class Keyframe:
+    """An fl2va keyframe: which end of the video it is anchored to ("first" | "last") and its RGB pixels
+    (H, W, 3) uint8 at the video's size; `name` for messages (its file)."""
+
+    anchor: str
+    pixels: np.ndarray
+    name: str = "keyframe"
+
+
 @frozen
 class VideoRequest:
-    """One t2va job: prompt, frames (17n + 5), size (multiples of 32), grid points `steps` (steps - 1 model
-    evaluations, as the reference counts), seed; `video_noise` (1, C, T', H/16, W/16) / `audio_noise`
-    (2A, C) float32 replace the seeded draws."""
+    """One t2va job (fl2va with `keyframes`): prompt, frames (17n + 5), size (multiples of 32), grid points
+    `steps` (steps - 1 model evaluations, as the reference counts), seed; `video_noise` (1, C, T', H/16,
+    W/16) / `audio_noise` (2A, C) float32 replace the seeded draws."""
 
     prompt: str
     frames: int
@@ -63,6 +74,11 @@ class VideoRequest:
     seed: int = 0
     video_noise: np.ndarray | None = field(default=None, eq=False)
     audio_noise: np.ndarray | None = field(default=None, eq=False)
+    keyframes: tuple[Keyframe, ...] = field(default=(), eq=False)
+
+    @property
+    def anchors(self) -> tuple[str, ...]:
+        return tuple(k.anchor for k in self.keyframes)
 
 
 @frozen(eq=False)
@@ -115,8 +131,22 @@ class H3Pipeline:
         if req.steps < 2:
             raise UsageError(f"--steps {req.steps}: MiniMax-H3 needs at least 2 grid points (1 model evaluation)")
         ids = prompt_ids(self.tokenizer, req.prompt)
-        layout = layout_for(self.configs, ids.shape[1], req.frames, req.width, req.height)
+        layout = layout_for(self.configs, ids.shape[1], req.frames, req.width, req.height, anchors=req.anchors)
         self._check_noise(req, layout)
+        for k in req.keyframes:
+            if k.anchor not in ("first", "last"):
+                raise UsageError(f"{k.name}: a keyframe is anchored 'first' or 'last', not {k.anchor!r}")
+            if k.pixels.shape != (req.height, req.width, 3) or k.pixels.dtype != np.uint8:
+                raise UsageError(
+                    f"{k.name} is {k.pixels.shape[1]}x{k.pixels.shape[0]}: the {k.anchor} frame must be the video's "
+                    f"size, {req.width}x{req.height} (RGB)",
+                    hint=f"resize or crop it to {req.width}x{req.height}, or pass -W {k.pixels.shape[1]} "
+                    f"-H {k.pixels.shape[0]} if that is a multiple of 32",
+                )
+        if len(set(req.anchors)) != len(req.anchors):
+            raise UsageError(f"one keyframe per end of the video, got anchors {list(req.anchors)}")
+        if req.keyframes:
+            self.require_decoders(audio=False)  # the keyframes go through the video VAE's encoder
         if decode:
             self.require_decoders()
         return layout
@@ -240,6 +270,51 @@ class H3Pipeline:
                 for z, e in zip(latents, noise, strict=True)]  # fmt: skip
         return np.concatenate(rows).astype(np.float32)
 
+    def _video_encoder(self, height: int, width: int) -> tuple[Any, Runner]:
+        """(VideoVaeConfig, the encoder runner for one pixel tile of height x width; fp32 as the reference)."""
+        from dif_frontend_h3.vae_config import VideoVaeConfig
+        from dif_frontend_h3.vae_weights import bind_video_vae
+        from dif_frontend_h3.video_vae_encoder import build_video_encoder
+
+        self.require_decoders(audio=False)
+        assert self.configs.vae_config is not None and self.checkpoint.vae is not None
+        vcfg = VideoVaeConfig.from_dict(self.configs.vae_config)
+        source = self.checkpoint.vae
+
+        def build() -> tuple[Program, Mapping[str, np.ndarray]]:
+            prog = build_video_encoder(vcfg, height=height, width=width)
+            return prog, bind_video_vae(prog, source)
+
+        return vcfg, self._programs.get(("video_encoder", height, width), build, "encode")
+
+    def encode_keyframe(self, pixels: np.ndarray) -> np.ndarray:
+        """RGB (H, W, 3) uint8 -> the normalized conditioning latent (1, C, 1, H/16, W/16) float32: ImageNet
+        pixels, the tiled CNN encoder, the posterior sampled under seed 42 and rounded to fp16, as the
+        reference's `encode_vae_condition`."""
+        from dif_frontend_h3.video_vae_tiling import encode_moments, normalize_pixels, sample_keyframe_latents
+
+        x = normalize_pixels(np.asarray(pixels, np.uint8).transpose(2, 0, 1)[None, :, None])  # (1, 3, 1, H, W)
+        from dif_frontend_h3.vae_config import VideoVaeConfig
+
+        self.require_decoders(audio=False)
+        assert self.configs.vae_config is not None
+        vcfg = VideoVaeConfig.from_dict(self.configs.vae_config)
+
+        def run_tile(tile: np.ndarray) -> np.ndarray:
+            run = self._video_encoder(tile.shape[-2], tile.shape[-1])[1]
+            return next(iter(run({"pixels": tile}).values()))
+
+        moments = encode_moments(vcfg, x, run_tile)
+        return require_finite("keyframe latent", sample_keyframe_latents(vcfg, moments))
+
+    def condition_noise(self, req: VideoRequest) -> list[np.ndarray]:
+        """One (1, C, 1, h, w) float32 draw per keyframe, from PCG64((seed, 1)) (the reference draws them from
+        the request's generator before the video noise; dif keeps the video / audio stream of t2va intact)."""
+        c, r = self.configs.transformer.in_channels, self.configs.video_vae.spatial_ratio
+        rng = np.random.Generator(np.random.PCG64([req.seed, 1]))
+        shape = (1, c, 1, req.height // r, req.width // r)
+        return [rng.standard_normal(shape, dtype=np.float32) for _ in req.keyframes]
+
     def _video_decoder(self, latent_shape: tuple[int, ...]) -> tuple[Any, Runner]:
         """(VideoVaeConfig, the decoder runner for the tile shape a decode of `latent_shape` needs)."""
         from dif_frontend_h3.vae_config import VideoVaeConfig
@@ -324,11 +399,21 @@ class H3Pipeline:
         t0 = time.perf_counter()
         self._programs.enter("encode")
         text = self.encode(req.prompt)
+        rows = None
+        if req.keyframes:
+            warnings.warn(
+                "fl2va: the text has no picture blocks (dif does not build the Qwen3-VL vision tower): the "
+                "keyframes condition the video through their latent rows only",
+                DifWarning,
+                stacklevel=2,
+            )
+            latents_k = [self.encode_keyframe(k.pixels) for k in req.keyframes]
+            rows = self.condition_rows(latents_k, self.condition_noise(req), self.configs.transformer.patch_size[2])
         stage("encode", t0)
         t0 = time.perf_counter()
         self._programs.enter("denoise")
         video, audio_rows = self.initial_noise(req, layout)
-        latents, audio_rows = self.sample(text, layout, video, audio_rows, req.steps)
+        latents, audio_rows = self.sample(text, layout, video, audio_rows, req.steps, rows)
         stage("denoise", t0)
         frames = wave = None
         if decode:
@@ -343,6 +428,7 @@ class H3Pipeline:
             stage("decode", t0)
         settings = {"prompt": req.prompt, "frames": req.frames, "fps": FPS, "width": req.width, "height": req.height,
                     "steps": req.steps, "seed": req.seed, "dtype": self.dtype.value, "model": self.checkpoint.name,
-                    "text_tokens": layout.text_len, "sequence_rows": layout.seq_len}  # fmt: skip
+                    "text_tokens": layout.text_len, "sequence_rows": layout.seq_len,
+                    "keyframes": {k.anchor: k.name for k in req.keyframes}}  # fmt: skip
         return VideoResult(latents, audio_rows_to_latents(audio_rows, layout.num_audio_latents), frames, wave,
                            timings, settings)  # fmt: skip
