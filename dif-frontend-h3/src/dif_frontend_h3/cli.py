@@ -165,7 +165,12 @@ def generate(
                   parameters=parameters, metadata={"dif": run})  # fmt: skip
         written["output"] = str(out)
     timings = {**result.timings, "total": time.perf_counter() - started}
-    summary = {**run, **written, "timings_s": {k: round(v, 3) for k, v in timings.items()}}
+    summary = {
+        **run,
+        **written,
+        "timings_s": {k: round(v, 3) for k, v in timings.items()},
+        "memory": pipe.memory_report(),
+    }
     if as_json:
         click.echo(telemetry_text("h3.generate", click.get_current_context().command_path, summary, result.timings))
         return
