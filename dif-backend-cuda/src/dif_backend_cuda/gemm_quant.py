@@ -11,10 +11,11 @@ transposed ("TN", the layout Hopper's fp8 GEMMs require), as `gemm.linear_proble
   epilogue: one call, bf16 out, nothing else touches the output.
 - int8: cuBLASLt has no scaled epilogue for int8 (D must be int32 with int32 scales), so each block of rows
   runs an int32 GEMM into a fixed scratch buffer and `kernels/quant.cu`'s `scaled_epilogue` turns it into the
-  output (scales and bias applied there): a pass over the output, never over the inputs.
+  output (scales and bias applied there): a pass over the output, never over the inputs. An fp8 GEMM whose
+  outer-vector scales this cuBLASLt refuses takes the same way with fp32 products.
 
 A cuBLASLt that refuses a problem (no heuristic result, unknown attribute) raises; the lowering then takes the
-portable tile GEMM (`scaled_gemm_*`) and records why.
+next way (fp8: blocks, then the portable tile GEMM `scaled_gemm_*`) and records why.
 """
 
 from __future__ import annotations
@@ -31,8 +32,9 @@ CUDA_R_8I, CUDA_R_32I, CUDA_R_8F_E4M3 = 3, 10, 28  # cudaDataType_t
 CUDA_R_32F = 0
 COMPUTE_32F, COMPUTE_32I = 68, 72  # cublasComputeType_t
 OUTER_VEC_32F = 3  # cublasLtMatmulMatrixScale_t CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F
-INT8_SCRATCH_BYTES = 64 << 20
-"""int32 results of one block of rows of an int8 GEMM (the whole GEMM runs in as many blocks as this needs)."""
+SCRATCH_BYTES = 64 << 20
+"""4-byte raw products of one block of rows of a W8A8 GEMM without a scaled epilogue (the whole GEMM runs in as
+many blocks as this needs)."""
 CANDIDATES = 4
 FP8_FAST_ACCUM = True
 """Hopper's fast fp8 accumulation (partial sums promoted to fp32 less often), as inference stacks run their
@@ -152,35 +154,42 @@ class Fp8ScaledMatmul:
         self.plan.matmul(stream, self.alpha, self.beta, self.wq, self.xq, self.y)
 
 
-class Int8Block:
-    """One block of rows of an int8 GEMM: int32 results of rows [start, start + n) into the scratch buffer
-    (the `scaled_epilogue` launch that follows turns them into the output)."""
+class BlockMatmul:
+    """One block of rows of a W8A8 GEMM without a scaled epilogue: raw products of rows [start, start + n) into
+    the scratch buffer (int32 for int8, fp32 for fp8), which the `scaled_epilogue` launch that follows turns
+    into the output."""
 
     kind = "cublaslt"
 
-    def __init__(self, plan: LtPlan, wq: int, xq_block: int, scratch: int) -> None:
+    def __init__(self, plan: LtPlan, wq: int, xq_block: int, scratch: int, integer: bool) -> None:
         self.plan, self.wq, self.xq, self.scratch = plan, wq, xq_block, scratch
-        self.alpha = np.ones(1, dtype=np.int32)
-        self.beta = np.zeros(1, dtype=np.int32)
+        self.alpha = np.ones(1, dtype=np.int32 if integer else np.float32)
+        self.beta = np.zeros(1, dtype=self.alpha.dtype)
 
     def __call__(self, stream: Any) -> None:
         self.plan.matmul(stream, self.alpha, self.beta, self.wq, self.xq, self.scratch)
 
 
-def int8_block_rows(rows: int, out: int) -> int:
-    """Rows per block so that one block's int32 results fit `INT8_SCRATCH_BYTES` (a multiple of 16)."""
-    fit = max(16, (INT8_SCRATCH_BYTES // (4 * out)) // 16 * 16)
+def block_rows(rows: int, out: int) -> int:
+    """Rows per block so that one block's 4-byte results fit `SCRATCH_BYTES` (a multiple of 16)."""
+    fit = max(16, (SCRATCH_BYTES // (4 * out)) // 16 * 16)
     return min(rows, fit)
 
 
-def int8_plans(ctx: LtContext, rows: int, k: int, out: int, addrs: tuple[int, int, int]) -> dict[int, LtPlan]:
-    """By block height: the int32 GEMM plans the blocks of an int8 GEMM of `rows` need (a full one and the
-    last, shorter one)."""
-    block = int8_block_rows(rows, out)
+def block_plans(
+    ctx: LtContext, qdtype: DType, rows: int, k: int, out: int, addrs: tuple[int, int, int]
+) -> dict[int, LtPlan]:
+    """By block height: the raw-product GEMM plans the blocks of a W8A8 GEMM of `rows` need (a full one and the
+    last, shorter one): int8 -> int32 (int32 compute and scales), fp8 -> fp32."""
+    block = block_rows(rows, out)
     heights = {block, rows - (rows // block) * block} - {0}
+    if qdtype == DType.I8:
+        types = (COMPUTE_32I, CUDA_R_32I, CUDA_R_8I, CUDA_R_8I, CUDA_R_32I)
+    else:
+        types = (COMPUTE_32F, CUDA_R_32F, CUDA_R_8F_E4M3, CUDA_R_8F_E4M3, CUDA_R_32F)
     plans = {}
     for n in sorted(heights):
-        plan = LtPlan(ctx, COMPUTE_32I, CUDA_R_32I, CUDA_R_8I, CUDA_R_8I, CUDA_R_32I, out, n, k, addrs)
+        plan = LtPlan(ctx, *types, out, n, k, addrs)
         plan.choose()
         plans[n] = plan
     return plans

@@ -97,9 +97,9 @@ __device__ __forceinline__ void norm_modulate_quant_impl(const T* __restrict__ x
     norm_modulate_quant_impl<TN, QN>(x, sc, sh, q, s, meta, len, s_last, t_last, eps, is_rms);             \
   }
 
-// ---- the scaled epilogue: y[r, c] = acc[r, c] * xs[r] * ws[c] (+ bias[c]), rows of `out` ------------------
-template <class O>
-__device__ __forceinline__ void scaled_epilogue_impl(const int* __restrict__ acc, const float* __restrict__ xs,
+// ---- the scaled epilogue: y[r, c] = acc[r, c] * xs[r] * ws[c] (+ bias[c]), rows of `out`; acc int32 or fp32 ------
+template <class A, class O>
+__device__ __forceinline__ void scaled_epilogue_impl(const A* __restrict__ acc, const float* __restrict__ xs,
                                                      const float* __restrict__ ws, const O* __restrict__ bias,
                                                      O* __restrict__ y, i64 rows, i64 out) {
   const i64 n = rows * out;
@@ -110,11 +110,11 @@ __device__ __forceinline__ void scaled_epilogue_impl(const int* __restrict__ acc
     y[i] = from_f<O>(v);
   }
 }
-#define SCALED_EPILOGUE(ON)                                                                                \
-  KERNEL_ENTRY scaled_epilogue_i32_##ON(const int* __restrict__ acc, const float* __restrict__ xs,         \
-                                        const float* __restrict__ ws, const ON* __restrict__ bias,          \
-                                        ON* __restrict__ y, i64 rows, i64 out) {                            \
-    scaled_epilogue_impl<ON>(acc, xs, ws, bias, y, rows, out);                                             \
+#define SCALED_EPILOGUE(AN, AT, ON)                                                                        \
+  KERNEL_ENTRY scaled_epilogue_##AN##_##ON(const AT* __restrict__ acc, const float* __restrict__ xs,       \
+                                           const float* __restrict__ ws, const ON* __restrict__ bias,       \
+                                           ON* __restrict__ y, i64 rows, i64 out) {                         \
+    scaled_epilogue_impl<AT, ON>(acc, xs, ws, bias, y, rows, out);                                         \
   }
 
 // ---- portable GEMMs over gemm_tile: m = rows of x, n = output channels ------------------------------------
@@ -189,9 +189,12 @@ NORM_MODULATE_QUANT(bf16, f8e4m3)
 NORM_MODULATE_QUANT(f32, i8)
 NORM_MODULATE_QUANT(f16, i8)
 NORM_MODULATE_QUANT(bf16, i8)
-SCALED_EPILOGUE(f32)
-SCALED_EPILOGUE(f16)
-SCALED_EPILOGUE(bf16)
+SCALED_EPILOGUE(i32, int, f32)
+SCALED_EPILOGUE(i32, int, f16)
+SCALED_EPILOGUE(i32, int, bf16)
+SCALED_EPILOGUE(f32, float, f32)
+SCALED_EPILOGUE(f32, float, f16)
+SCALED_EPILOGUE(f32, float, bf16)
 SCALED_GEMM(f8e4m3, f32)
 SCALED_GEMM(f8e4m3, f16)
 SCALED_GEMM(f8e4m3, bf16)

@@ -4,8 +4,8 @@
 - norm_modulate_quant: one kernel normalizes, modulates, rounds to x's dtype, takes the row's amax and writes
   the quantized row and its scale: the W8A8 GEMM's input is never re-read to be quantized.
 - scaled_linear: fp8-e4m3 on cuBLASLt with the scales as outer-vector epilogue scales (one call, bf16 out);
-  int8 on cuBLASLt's int32 GEMM in blocks of rows plus the scaled epilogue kernel; either falls back to the
-  portable tile GEMM when cuBLASLt is absent or refuses (the reason recorded).
+  int8 (and fp8 where this cuBLASLt has no outer-vector scales) as raw-product GEMMs in blocks of rows plus the
+  scaled epilogue kernel; the portable tile GEMM when cuBLASLt is absent or refuses (the reasons recorded).
 - int4_linear: the portable tile GEMM whose weight loads unpack the nibbles and apply the group scales (the
   weights are dequantized inside the GEMM, never in a pass of their own); a memory format, not a fast one.
 - quantize_rows: the op table's standalone form (a pass over the activations; the format passes never emit it).
@@ -93,35 +93,37 @@ def _lt(ctx: LowerCtx, node: Node) -> Any | None:
 
 
 def _scratch(ctx: LowerCtx) -> int:
-    """The backend's int32 scratch of the int8 GEMM blocks (`gemm_quant.INT8_SCRATCH_BYTES`, outside the plan's
-    arena, allocated once per backend)."""
-    import cupy
-
-    from dif_backend_cuda.gemm_quant import INT8_SCRATCH_BYTES
-
+    """The backend's scratch of the blocked W8A8 GEMMs (`gemm_quant.SCRATCH_BYTES`, outside the plan's arena,
+    allocated once per backend; the GEMMs run one after another on the backend's stream)."""
     mem = getattr(ctx.backend, SCRATCH_ATTR, None)
     if mem is None:
-        mem = cupy.cuda.Memory(INT8_SCRATCH_BYTES)
+        import cupy
+
+        from dif_backend_cuda.gemm_quant import SCRATCH_BYTES
+
+        mem = cupy.cuda.Memory(SCRATCH_BYTES)
         setattr(ctx.backend, SCRATCH_ATTR, mem)
     return int(mem.ptr)
 
 
-def _int8_steps(ctx: LowerCtx, lt: Any, ot: str, xq: Any, xs: Any, wq: Any, ws: Any, bias: Any, y: Any) -> Steps:
-    from dif_backend_cuda.gemm_quant import Int8Block, int8_block_rows, int8_plans
+def _blocked_steps(ctx: LowerCtx, lt: Any, ot: str, xq: Any, xs: Any, wq: Any, ws: Any, bias: Any, y: Any) -> Steps:
+    """Raw-product GEMMs (int32 for int8, fp32 for fp8) over blocks of rows, each followed by the scaled epilogue."""
+    from dif_backend_cuda.gemm_quant import BlockMatmul, block_plans, block_rows
 
     rows, k = _rows(xq)
     out = wq.shape[0]
     scratch = _scratch(ctx)
-    block = int8_block_rows(rows, out)
+    block = block_rows(rows, out)
     worst = xq.at(block * k) if rows > block else xq.ptr  # the least aligned block start decides the algorithm
-    plans = int8_plans(lt, rows, k, out, (wq.ptr, worst, scratch))
+    plans = block_plans(lt, xq.dtype, rows, k, out, (wq.ptr, worst, scratch))
+    acc = "i32" if xq.dtype == DType.I8 else "f32"
     steps: Steps = []
     for start in range(0, rows, block):
         n = min(block, rows - start)
-        steps.append(Int8Block(plans[n], wq.ptr, xq.at(start * k), scratch))
+        steps.append(BlockMatmul(plans[n], wq.ptr, xq.at(start * k), scratch, acc == "i32"))
         args = [np.uint64(scratch), np.uint64(xs.at(start)), ptr(ws), ptr(bias), np.uint64(y.at(start * out)),
                 i64(n), i64(out)]  # fmt: skip
-        steps.append(ctx.flat("quant", f"scaled_epilogue_i32_{ot}", n * out, args))
+        steps.append(ctx.flat("quant", f"scaled_epilogue_{acc}_{ot}", n * out, args))
     return steps
 
 
@@ -137,24 +139,27 @@ def _scaled_linear(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Ts, outs: Ts) -
     if k == 0:
         raise unsupported(node, "zero-length contraction")
     lt = _lt(ctx, node)
+    refused: list[str] = []
+    if lt is not None and xq.dtype == DType.F8E4M3:
+        try:
+            from dif_backend_cuda.gemm_quant import Fp8ScaledMatmul
+
+            step = Fp8ScaledMatmul(lt, y.dtype, rows, k, out, xq.ptr, xs.ptr, wq.ptr, ws.ptr, ptr(bias).item(), y.ptr)
+            ctx.choices[node.id] = "cublaslt fp8 (outer-vector scales and bias in the epilogue)"
+            return [step]
+        except Exception as exc:  # an older cuBLASLt: no outer-vector scales
+            refused.append(f"outer-vector scales: {type(exc).__name__}: {exc}")
     if lt is not None:
         try:
-            if xq.dtype == DType.F8E4M3:
-                from dif_backend_cuda.gemm_quant import Fp8ScaledMatmul
-
-                step = Fp8ScaledMatmul(
-                    lt, y.dtype, rows, k, out, xq.ptr, xs.ptr, wq.ptr, ws.ptr, ptr(bias).item(), y.ptr
-                )
-                ctx.choices[node.id] = "cublaslt fp8 (outer-vector scales and bias in the epilogue)"
-                return [step]
-            steps = _int8_steps(ctx, lt, ot, xq, xs, wq, ws, bias, y)
-            blocks = len(steps) // 2
-            ctx.choices[node.id] = f"cublaslt int8 -> int32, {blocks} row block(s) + scaled epilogue kernel"
+            steps = _blocked_steps(ctx, lt, ot, xq, xs, wq, ws, bias, y)
+            why = f" ({'; '.join(refused)})" if refused else ""
+            ctx.choices[node.id] = f"cublaslt {qt} raw products, {len(steps) // 2} row block(s) + scaled epilogue{why}"
             return steps
         except Exception as exc:
-            if ctx.backend.options["gemm"] == "cublaslt":
-                raise unsupported(node, f"cuBLASLt rejected the W8A8 GEMM: {exc}") from exc
-            ctx.choices[node.id] = f"nvrtc scaled tile GEMM (cuBLASLt: {type(exc).__name__}: {exc})"
+            refused.append(f"{type(exc).__name__}: {exc}")
+        if ctx.backend.options["gemm"] == "cublaslt":
+            raise unsupported(node, f"cuBLASLt rejected the W8A8 GEMM: {'; '.join(refused)}")
+        ctx.choices[node.id] = f"nvrtc scaled tile GEMM (cuBLASLt: {'; '.join(refused)})"
     grid = (-(-out // TILE), -(-rows // TILE))
     args = [ptr(xq), ptr(xs), ptr(wq), ptr(ws), ptr(bias), ptr(y), i64(rows), i64(out), i64(k)]
     return [ctx.kernel("quant", f"scaled_gemm_{qt}_{ot}", grid, (256,), args)]
