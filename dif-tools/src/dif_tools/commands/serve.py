@@ -2,7 +2,8 @@
 
 The checkpoint (`--model`, default: the embedded tiny FLUX.2 klein) is loaded and, unless --no-warmup,
 prepared with one generation before the port opens; requests then run one at a time from a queue of at most
---queue waiting jobs (429 past it), each answered within --timeout seconds (504 past it).
+--queue waiting jobs (429 past it), each answered within --timeout seconds (504 past it). With --replicas N
+the same queue feeds N pipelines in Ray actors (--ray local, or a cluster's address), one request each.
 """
 
 from __future__ import annotations
@@ -40,6 +41,12 @@ def _warmup(pipe: Any) -> None:
               help="Where images are written (default: a new temporary folder).")  # fmt: skip
 @click.option("--lora-dir", default=None, type=click.Path(exists=True, file_okay=False, path_type=Path),
               help="Adapters a request may select by file stem (FLUX.2: unmerged, swapped per request).")  # fmt: skip
+@click.option("--replicas", default=0, type=click.IntRange(0, 4096),
+              help="Pipelines in Ray actors (0: one pipeline in this process).")  # fmt: skip
+@click.option("--ray", "ray_address", default="local", show_default=True,
+              help="With --replicas: 'local' or a Ray cluster's address (auto, ray://host:10001).")  # fmt: skip
+@click.option("--gpus-per-replica", default=0.0, show_default=True, type=click.FloatRange(0.0),
+              help="With --replicas: GPUs Ray reserves per replica (1 for --backend cuda).")  # fmt: skip
 @click.option("--warmup/--no-warmup", default=True, show_default=True, help="Prepare with one image before serving.")
 @click.option("--json", "as_json", is_flag=True, help="Print a dif-telemetry/1 document once listening.")
 def serve(
@@ -53,6 +60,9 @@ def serve(
     timeout_s: float,
     out_dir: Path | None,
     lora_dir: Path | None,
+    replicas: int,
+    ray_address: str,
+    gpus_per_replica: float,
     warmup: bool,
     as_json: bool,
 ) -> None:
@@ -68,21 +78,41 @@ def serve(
         return dif.load(model, family=family, backend=backend, dtype=dtype, **options)
 
     folder = out_dir if out_dir is not None else Path(tempfile.mkdtemp(prefix="dif-serve-"))
-    worker = PipelineWorker(load, folder, queue_size=queue_size, lora_dir=lora_dir)
+    ray = None
+    if replicas:
+        from dif_tools.serve.batch import LoadSpec, init_ray
+        from dif_tools.serve.replicas import RayReplicas
+
+        if lora_dir is not None:
+            raise click.UsageError("--lora-dir works with one in-process pipeline, not with --replicas")
+        ray = init_ray(ray_address, replicas)
+        spec = LoadSpec(model, family, backend, dtype)
+        worker: PipelineWorker = RayReplicas(
+            load, folder, queue_size=queue_size, spec=spec, replicas=replicas, ray=ray,
+            gpus_per_replica=gpus_per_replica,
+        )  # fmt: skip
+    else:
+        worker = PipelineWorker(load, folder, queue_size=queue_size, lora_dir=lora_dir)
     sock = bind(host, port)  # before the load: a taken port fails at once
     worker.start(warmup=_warmup if warmup else None)
-    model_id = _model_id(model, worker.pipeline.family)
+    model_id = _model_id(model, family or "flux2") if replicas else _model_id(model, worker.pipeline.family)
     app = build_app(worker, ServeSettings(model_id, timeout_s))
     bound_host, bound_port = sock.getsockname()[:2]
     url = f"http://{bound_host}:{bound_port}"
-    info = {"url": url, "model": model_id, "queue": queue_size, "timeout_s": timeout_s, "out": str(folder)}
+    info = {"url": url, "model": model_id, "queue": queue_size, "timeout_s": timeout_s, "out": str(folder),
+            "replicas": max(replicas, 1)}  # fmt: skip
     if as_json:
         emit_document("serve", info)
     else:
-        click.echo(f"serving {model_id} at {url}/v1/images/generations (queue {queue_size}, timeout {timeout_s:g} s)")
+        where = f", {replicas} Ray replicas" if replicas else ""
+        click.echo(
+            f"serving {model_id} at {url}/v1/images/generations (queue {queue_size}, timeout {timeout_s:g} s{where})"
+        )
         click.echo(f"images in {folder}")
     try:
         make_server(app, sock).run(sockets=[sock])
     finally:
         worker.stop()
         sock.close()
+        if ray is not None:
+            ray.shutdown()

@@ -82,7 +82,7 @@ def build_app(worker: PipelineWorker, settings: ServeSettings) -> Starlette:
         except Exception as exc:
             return error(500, f"generation failed: {type(exc).__name__}: {exc}", "server_error")
         data = [_image_entry(request, result, i, job.response_format) for i in range(len(result.files))]
-        timing = {"queued_s": round(result.queued_s, 4), "run_s": round(result.run_s, 4)}
+        timing = {"queued_s": round(result.queued_s, 4), "run_s": round(result.run_s, 4), "worker": result.worker}
         return JSONResponse({"created": int(time.time()), "data": data, "dif": {"id": result.id, **timing}})
 
     async def image_file(request: Request) -> Any:
@@ -98,7 +98,7 @@ def build_app(worker: PipelineWorker, settings: ServeSettings) -> Starlette:
 
     async def health(request: Request) -> JSONResponse:
         return JSONResponse({
-            "status": "ok" if worker.pipeline is not None else "loading",
+            "status": "ok" if worker.ready else "loading",
             "model": settings.model_id,
             "queue": worker.waiting,
             "queue_limit": worker.queue_size,

@@ -96,6 +96,10 @@ class GenerateWorker:
         self.name = f"{socket.gethostname()}:{os.getpid()}"
         self.jobs = 0
 
+    def ping(self) -> str:
+        """This worker's name, once its pipeline is loaded (callers wait on it)."""
+        return self.name
+
     def run(self, job: BatchJob) -> dict[str, Any]:
         """(PNG bytes per image, settings, seconds) of one job."""
         req = job.request

@@ -1,14 +1,17 @@
-"""The one warm pipeline of `dif serve` and the bounded queue in front of it.
+"""The warm pipeline(s) of `dif serve` and the bounded queue in front of them.
 
-Where it sits: between the HTTP app (`dif_tools.serve.app`) and `dif.load`'s `ImagePipeline`. One thread
-runs the jobs one at a time (a pipeline's prepared programs are not shared across threads); the queue holds
-at most `queue_size` waiting jobs, so `submit` refuses a job (`QueueFull`, the app's 429) instead of letting
-latency grow without bound. A job whose caller stopped waiting (its timeout) is cancelled: it is never
-started and frees its place in the queue at once.
+Where it sits: between the HTTP app (`dif_tools.serve.app`) and `dif.load`'s `ImagePipeline`. A runner
+thread takes one job at a time from the queue: `PipelineWorker` has one, over the pipeline it loaded in this
+process (a pipeline's prepared programs are not shared across threads); `dif_tools.serve.replicas` has one
+per Ray actor, each actor with its own pipeline. The queue holds at most `queue_size` waiting jobs, so
+`submit` refuses a job (`QueueFull`, the app's 429) instead of letting latency grow without bound. A job whose
+caller stopped waiting (its timeout) is cancelled: it is never started and frees its place in the queue at
+once.
 """
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 import uuid
@@ -44,14 +47,19 @@ class JobResult:
     files: tuple[GeneratedFile, ...]
     queued_s: float  # from submit to start
     run_s: float  # the pipeline call and the saves
+    worker: str = ""  # which pipeline ran it (host:pid)
 
 
 @define
-class _Job:
+class Job:
     id: str
     request: ImageJobRequest
     future: Future[JobResult]
     submitted: float
+
+
+Runner = Callable[[Job], tuple[tuple[GeneratedFile, ...], str]]
+"""Runs one job: (the files it wrote, the name of the pipeline that ran it)."""
 
 
 @define
@@ -68,14 +76,19 @@ class PipelineWorker:
     pipeline: Any = None
     served: int = 0
     failed: int = 0
-    _queue: deque[_Job | None] = field(init=False, factory=deque)
+    _queue: deque[Job | None] = field(init=False, factory=deque)
     _ready: threading.Condition = field(init=False, factory=threading.Condition)
-    _thread: threading.Thread | None = field(default=None, init=False)
+    _threads: list[threading.Thread] = field(init=False, factory=list)
     _loras: tuple[LoraChoice, ...] = field(default=(), init=False)
+    _count: threading.Lock = field(init=False, factory=threading.Lock)
 
     def __attrs_post_init__(self) -> None:
         if self.queue_size < 1:
             raise UsageError(f"--queue {self.queue_size}: the queue holds at least 1 job")
+
+    @property
+    def ready(self) -> bool:
+        return bool(self._threads)
 
     @property
     def waiting(self) -> int:
@@ -84,27 +97,32 @@ class PipelineWorker:
             return sum(1 for j in self._queue if j is not None and not j.future.cancelled())
 
     def start(self, *, warmup: Callable[[Any], None] | None = None) -> None:
-        """Load (and with `warmup`, prepare) the pipeline here, then start the worker thread."""
+        """Load (and with `warmup`, prepare) the pipeline here, then start the runner thread."""
         self.out_dir.mkdir(parents=True, exist_ok=True)
         self.pipeline = self.load()
         if warmup is not None:
             warmup(self.pipeline)
-        self._thread = threading.Thread(target=self._loop, name="dif-serve-worker", daemon=True)
-        self._thread.start()
+        self.start_runners([self._run])
+
+    def start_runners(self, runners: list[Runner]) -> None:
+        for i, runner in enumerate(runners):
+            thread = threading.Thread(target=self._loop, args=(runner,), name=f"dif-serve-{i}", daemon=True)
+            thread.start()
+            self._threads.append(thread)
 
     def stop(self) -> None:
-        if self._thread is not None:
-            with self._ready:
-                self._queue.append(None)  # after the jobs already queued
-                self._ready.notify()
-            self._thread.join()
-            self._thread = None
+        with self._ready:
+            self._queue.extend([None] * len(self._threads))  # after the jobs already queued, one per runner
+            self._ready.notify_all()
+        for thread in self._threads:
+            thread.join()
+        self._threads.clear()
 
     def submit(self, request: ImageJobRequest) -> Future[JobResult]:
         """Queue `request`; `QueueFull` when `queue_size` jobs already wait."""
         if request.lora and self.lora_dir is None:
             raise UsageError("this server takes no LoRA selection", hint="start dif serve with --lora-dir DIR")
-        job = _Job(uuid.uuid4().hex, request, Future(), time.perf_counter())
+        job = Job(uuid.uuid4().hex, request, Future(), time.perf_counter())
         with self._ready:
             live = [j for j in self._queue if j is None or not j.future.cancelled()]
             if len(live) >= self.queue_size:
@@ -113,25 +131,28 @@ class PipelineWorker:
             self._ready.notify()
         return job.future
 
-    def _next(self) -> _Job | None:
+    def _next(self) -> Job | None:
         with self._ready:
             while not self._queue:
                 self._ready.wait()
             return self._queue.popleft()
 
-    def _loop(self) -> None:
+    def _loop(self, runner: Runner) -> None:
         while (job := self._next()) is not None:
             if not job.future.set_running_or_notify_cancel():
                 continue  # its caller timed out while it waited
             started = time.perf_counter()
             try:
-                files = self._run(job)
-            except BaseException as exc:  # handed to the waiting request; the worker goes on
-                self.failed += 1
+                files, worker = runner(job)
+            except BaseException as exc:  # handed to the waiting request; the runner goes on
+                with self._count:
+                    self.failed += 1
                 job.future.set_exception(exc)
                 continue
-            self.served += 1
-            job.future.set_result(JobResult(job.id, files, started - job.submitted, time.perf_counter() - started))
+            with self._count:
+                self.served += 1
+            elapsed = time.perf_counter() - started
+            job.future.set_result(JobResult(job.id, files, started - job.submitted, elapsed, worker))
 
     def _select_loras(self, wanted: tuple[LoraChoice, ...]) -> None:
         if wanted == self._loras:
@@ -146,7 +167,7 @@ class PipelineWorker:
         self.pipeline.set_loras(specs)
         self._loras = wanted
 
-    def _run(self, job: _Job) -> tuple[GeneratedFile, ...]:
+    def _run(self, job: Job) -> tuple[tuple[GeneratedFile, ...], str]:
         req = job.request
         if self.lora_dir is not None:
             self._select_loras(req.lora)
@@ -159,4 +180,4 @@ class PipelineWorker:
             path = self.out_dir / name
             image.save(path)  # PNG with the parameters chunk, written atomically
             out.append(GeneratedFile(name, path, int(image.settings["seed"]), image.settings))
-        return tuple(out)
+        return tuple(out), f"local:{os.getpid()}"
