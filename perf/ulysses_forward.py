@@ -169,7 +169,9 @@ def in_process(model: str, *, tiny: bool, backend: str, ranks: list[int]) -> lis
 
     program, seq, feeds = build(model, tiny=tiny)
     weights = weights_for(program, 1 << 16 if tiny else BUFFER)
-    want = prepare_segment(program, weights, get_backend(backend), [])[0].run(feeds)
+    exe = prepare_segment(program, weights, get_backend(backend), [])[0]
+    want = exe.run(feeds)
+    getattr(exe, "release", lambda: None)()  # the split's pieces get the device to themselves
     rows = []
     for n in ranks:
         t = time.perf_counter()

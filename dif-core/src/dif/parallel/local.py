@@ -87,6 +87,9 @@ def run_ranks(
             exe, seg_plan = prepare_segment(seg.program, weights, dev, plan.decisions)
             plans[r].append(seg_plan)
             env.update(exe.run({name: env[src] for name, src in seg.feeds.items()}))
+            release = getattr(exe, "release", None)
+            if release is not None:  # each piece runs once here: its device memory goes back at once
+                release()
     outputs = {}
     for i, (name, sharding) in enumerate(plan.output_shardings.items()):  # outputs in the program's order
         pieces = [env[prog.outputs[i]] for env, prog in zip(envs, plan.programs, strict=True)]
