@@ -1,5 +1,5 @@
 """The quantized ops on the GPU (marker `cuda`) against the numpy references of dif.ops.quant, at the shapes of a
-DiT block: the fused norm + modulate + per-row quantization, fp8-e4m3 and int8 W8A8 GEMMs on cuBLASLt (and
+DiT block: the fused norm + modulate (and GLU) + per-row quantization, fp8-e4m3 and int8 W8A8 GEMMs on cuBLASLt (and
 the portable tile GEMM), int8 in several row blocks, int4 groups dequantized in the GEMM, and a whole tiny
 FLUX.2 denoiser through the format passes against the CPU backend. Skips with the reason without a GPU; the
 profile's fp8 / int8 matrix units are required where the format needs them."""
@@ -15,6 +15,7 @@ import pytest
 from dif.dtypes import DType
 from dif.ir.builder import ProgramBuilder
 from dif.ops.quant import (
+    glu_quant,
     int4_linear,
     norm_modulate_quant,
     quantize_rows,
@@ -88,6 +89,20 @@ def test_norm_modulate_quant_bf16_at_a_dit_row(q: str, kind: str) -> None:
     assert rel(deq_got, deq_want) < (2e-3 if q == "i8" else 2e-2)
     same = np.mean(gq.astype(np.float32) == wq.astype(np.float32))
     assert same > 0.99, f"only {same:.4f} of the quantized values equal the reference"
+
+
+@pytest.mark.parametrize("q", ["f8e4m3", "i8"])
+@pytest.mark.parametrize("act", ["silu", "gelu_tanh"])
+def test_glu_quant_bf16_at_a_feed_forward_row(q: str, act: str) -> None:
+    be = backend()
+    if q == "f8e4m3":
+        needs_units(be, "fp8-e4m3")
+    x = RNG.standard_normal((1, 300, 2 * 9216)).astype(BF16)
+    (gq, gs), _ = run_one(be, "glu_quant", [x], act=act, gated_half="first", dtype=q)
+    wq, ws = glu_quant(x, act=act, gated_half="first", dtype=q)
+    np.testing.assert_allclose(gs, ws, rtol=1e-2)
+    assert rel(gq.astype(np.float32) * gs, wq.astype(np.float32) * ws) < (2e-3 if q == "i8" else 2e-2)
+    assert np.mean(gq.astype(np.float32) == wq.astype(np.float32)) > 0.99
 
 
 @pytest.mark.parametrize("variant", ["default", "portable"])

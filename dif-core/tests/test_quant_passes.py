@@ -196,3 +196,21 @@ def test_a_target_without_the_storage_dtype_is_skipped() -> None:
     assert program is fused and "lists no dtype f8e4m3" in decisions[0].reason
     program, _ = optimize(fused, target=ampere, passes=("quantize_int8",))
     assert "scaled_linear" in program.op_histogram()
+
+
+def test_a_glu_feeding_only_linears_emits_the_quantized_input() -> None:
+    b = ProgramBuilder("ff")
+    x = b.input("x", (2, 6, 2 * F), "bf16")
+    y = b.emit("linear", b.emit("glu", x, act="silu", gated_half="first"), b.param("down", (D, F), "bf16"))
+    b.output(y)
+    ff = b.build()
+    program, decisions = optimize(ff, target=ALL, passes=("quantize_fp8",))
+    assert program.op_histogram() == {"glu_quant": 1, "scaled_linear": 1}
+    glu = next(n for n in program.nodes if n.op == "glu_quant")
+    assert glu.attrs == {"act": "silu", "dtype": "f8e4m3", "gated_half": "first"}
+    assert [d.verdict for d in decisions] == ["applied"] and "glu_quant" in decisions[0].reason
+    weights, inputs = weights_for(ff), inputs_for(ff)
+    out, _ = run_cpu(ff, ("quantize_fp8",), weights, inputs)
+    ref, _ = run_cpu(ff, (), weights, inputs)
+    a, r = out[ff.outputs[0]].astype(np.float64), ref[ff.outputs[0]].astype(np.float64)
+    assert 0 < np.linalg.norm(a - r) / np.linalg.norm(r) < 0.06

@@ -97,6 +97,35 @@ __device__ __forceinline__ void norm_modulate_quant_impl(const T* __restrict__ x
     norm_modulate_quant_impl<TN, QN>(x, sc, sh, q, s, meta, len, s_last, t_last, eps, is_rms);             \
   }
 
+// ---- glu_quant: one block per row of y[rows, h] from x[rows, 2h], the row staged in dynamic shared memory --
+template <int ACT>
+__device__ __forceinline__ float quant_glu_act(float v) {  // 0 silu, 1 gelu (erf), 2 gelu tanh: as glu's
+  return ACT == 0 ? v * sigmoid_f(v) : (ACT == 1 ? gelu_erf_f(v) : gelu_tanh_f(v));
+}
+template <int ACT, class T, class Q>
+__device__ __forceinline__ void glu_quant_impl(const T* __restrict__ x, Q* __restrict__ q, float* __restrict__ s,
+                                               i64 h, int gate_first) {
+  extern __shared__ float buf[];
+  const i64 row = blockIdx.x;
+  const T* xr = x + row * 2 * h;
+  float amax = 0.0f;
+  for (i64 j = threadIdx.x; j < h; j += blockDim.x) {
+    const float a = to_f(xr[j]), b = to_f(xr[h + j]);
+    const float y = round_to<T>(gate_first ? quant_glu_act<ACT>(a) * b : a * quant_glu_act<ACT>(b));
+    buf[j] = y;  // each thread rereads only its own entries
+    amax = fmaxf(amax, fabsf(y));
+  }
+  const float scale = row_scale(block_max(amax), qmax_of(q));
+  for (i64 j = threadIdx.x; j < h; j += blockDim.x) qstore(q + row * h, j, buf[j], scale);
+  if (threadIdx.x == 0) s[row] = scale;
+}
+#define GLU_QUANT(ACTN, ACT, TN, QN)                                                                       \
+  KERNEL_ENTRY glu_quant_##ACTN##_##TN##_##QN(const TN* __restrict__ x, QN* __restrict__ q,                \
+                                              float* __restrict__ s, i64 h, int gate_first) {              \
+    glu_quant_impl<ACT, TN, QN>(x, q, s, h, gate_first);                                                   \
+  }
+#define GLU_QUANT_ALL(TN, QN) GLU_QUANT(silu, 0, TN, QN) GLU_QUANT(gelu, 1, TN, QN) GLU_QUANT(gelu_tanh, 2, TN, QN)
+
 // ---- the scaled epilogue: y[r, c] = acc[r, c] * xs[r] * ws[c] (+ bias[c]), rows of `out`; acc int32 or fp32 ------
 template <class A, class O>
 __device__ __forceinline__ void scaled_epilogue_impl(const A* __restrict__ acc, const float* __restrict__ xs,
@@ -189,6 +218,12 @@ NORM_MODULATE_QUANT(bf16, f8e4m3)
 NORM_MODULATE_QUANT(f32, i8)
 NORM_MODULATE_QUANT(f16, i8)
 NORM_MODULATE_QUANT(bf16, i8)
+GLU_QUANT_ALL(f32, f8e4m3)
+GLU_QUANT_ALL(f16, f8e4m3)
+GLU_QUANT_ALL(bf16, f8e4m3)
+GLU_QUANT_ALL(f32, i8)
+GLU_QUANT_ALL(f16, i8)
+GLU_QUANT_ALL(bf16, i8)
 SCALED_EPILOGUE(i32, int, f32)
 SCALED_EPILOGUE(i32, int, f16)
 SCALED_EPILOGUE(i32, int, bf16)

@@ -1,8 +1,8 @@
 """CUDA lowerings of `dif.ops.quant`, the ops the format passes make, onto `kernels/quant.cu` and cuBLASLt
 (`gemm_quant`). The path each node takes is recorded in `LowerCtx.choices`.
 
-- norm_modulate_quant: one kernel normalizes, modulates, rounds to x's dtype, takes the row's amax and writes
-  the quantized row and its scale: the W8A8 GEMM's input is never re-read to be quantized.
+- norm_modulate_quant / glu_quant: one kernel normalizes and modulates (or gates), rounds to x's dtype, takes the
+  row's amax and writes the quantized row and its scale: the W8A8 GEMM's input is never re-read to be quantized.
 - scaled_linear: fp8-e4m3 on cuBLASLt with the scales as outer-vector epilogue scales (one call, bf16 out);
   int8 (and fp8 where this cuBLASLt has no outer-vector scales) as raw-product GEMMs in blocks of rows plus the
   scaled epilogue kernel; the portable tile GEMM when cuBLASLt is absent or refuses (the reasons recorded).
@@ -77,6 +77,21 @@ def _norm_modulate_quant(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Ts, outs:
     block = min(1024, row_threads(length))
     name = f"norm_modulate_quant_{dt}_{qt}"
     return [ctx.kernel("quant", name, (rows,), (block,), args, shared)]
+
+
+@lowering("glu_quant")
+def _glu_quant(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Ts, outs: Ts) -> Steps:
+    (x,), (q, s) = ins, outs
+    dt = need(node, x.dtype, FLOATS)
+    qt = need(node, q.dtype, QUANT)
+    rows, h = _rows(q)
+    shared = 4 * h
+    limit = max(DEFAULT_SHARED, int(ctx.backend.props.get("smem_optin", 0)))
+    if shared > limit:
+        raise unsupported(node, f"a row of {h} needs {shared} B of shared memory (the device allows {limit})")
+    args = [ptr(x), ptr(q), ptr(s), i64(h), np.int32(attrs["gated_half"] == "first")]
+    name = f"glu_quant_{attrs['act']}_{dt}_{qt}"
+    return [ctx.kernel("quant", name, (rows,), (min(1024, row_threads(h)),), args, shared)]
 
 
 def _lt(ctx: LowerCtx, node: Node) -> Any | None:

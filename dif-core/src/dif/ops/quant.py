@@ -15,7 +15,8 @@ Frontends never emit these. Their references are exact definitions of the quanti
 
 Weight-side quantization happens once, at load (`quantize_weight_rows`, `quantize_weight_groups`: the
 load-time transform `dif.weights.quantized` applies); activation scales are dynamic, per row, computed by the
-kernel that produces the GEMM input (`norm_modulate_quant`), never by a separate pass over the activations.
+kernel that produces the GEMM input (`norm_modulate_quant`, `glu_quant`), never by a separate pass over the
+activations.
 """
 
 from __future__ import annotations
@@ -174,6 +175,48 @@ def norm_modulate_quant(
     as the unfused pair stores it: the producer of a W8A8 GEMM's input emits it quantized, with one scale per
     row (made by the format passes, `dif.passes.quantize`)."""
     y = np.asarray(norm_modulate(x, scale, shift, kind=kind, eps=eps)).astype(x.dtype)
+    return quantize_rows(y, dtype=dtype)
+
+
+# -- glu_quant ----------------------------------------------------------------------------------------------
+
+
+def _glu_quant_infer(x: TensorType, *, act: str, gated_half: str, dtype: str) -> tuple[TensorType, TensorType]:
+    need_float(x)
+    if x.rank < 1 or x.shape[-1] % 2:
+        raise fail(f"last axis must be even to split in halves, got {x}")
+    shape = (*x.shape[:-1], x.shape[-1] // 2)
+    return TensorType(shape, DType(dtype)), TensorType((*shape[:-1], 1), DType.F32)
+
+
+def _glu_quant_cases(rng: np.random.Generator, dtype: DType) -> list[Case]:
+    if dtype != DType.F32:  # as norm_modulate_quant: one rounding of the GLU apart on a backend moves an amax
+        return []
+    x = randn(rng, (2, 3, 128), dtype)
+    return [Case(f"2x3x128-{act}-{half}", (x,), {"act": act, "gated_half": half, "dtype": "f8e4m3"})
+            for act in ("silu", "gelu", "gelu_tanh") for half in ("first", "second")]  # fmt: skip
+
+
+@defop(
+    "glu_quant",
+    operands=("x",),
+    attrs=(
+        AttrSpec("act", "str", "silu", ("silu", "gelu", "gelu_tanh"), "as in glu"),
+        AttrSpec("gated_half", "str", "first", ("first", "second"), "as in glu"),
+        AttrSpec("dtype", "dtype", choices=QUANT_DTYPES, doc="storage dtype of the quantized values"),
+    ),
+    infer=_glu_quant_infer,
+    cases=_glu_quant_cases,
+    category="fused",
+    num_results=2,
+)
+def glu_quant(x: np.ndarray, *, act: str, gated_half: str, dtype: str) -> tuple[np.ndarray, np.ndarray]:
+    """glu_quant(x; act, gated_half, dtype) -> (q, row_scale) = quantize_rows(glu(x; act, gated_half); dtype),
+    the GLU's value rounded to x's dtype first, as the unfused pair stores it: the feed-forward's gated
+    activation emits the down projection's W8A8 input (made by the format passes, `dif.passes.quantize`)."""
+    from dif.ops.norm import glu
+
+    y = np.asarray(glu(x, act=act, gated_half=gated_half)).astype(x.dtype)
     return quantize_rows(y, dtype=dtype)
 
 

@@ -3,9 +3,9 @@ format's quantized ops (`dif.ops.quant`). Not in the default pipeline: the forma
 (`dif.passes.formats_search`, `dif opt --formats`) measures them, and a run asks for one by name
 (`DIF_PASSES=default,quantize_fp8`).
 
-- `quantize_fp8` / `quantize_int8` (W8A8): a `norm_modulate` whose every user is a linear over a parameter
-  weight becomes `norm_modulate_quant` (the producer emits the GEMM input quantized, one scale per row), and
-  each of those linears `scaled_linear` over the weight quantized per output channel. A linear whose input
+- `quantize_fp8` / `quantize_int8` (W8A8): a `norm_modulate` or `glu` whose every user is a linear over a
+  parameter weight becomes `norm_modulate_quant` / `glu_quant` (the producer emits the GEMM input quantized,
+  one scale per row), and each of those linears `scaled_linear` over the weight quantized per output channel. A linear whose input
   comes from anything else stays as it is, with the reason recorded: quantizing its input would be a separate
   pass over the activations, which costs more than the fp8 GEMM saves.
 - `quantize_int4` (weight-only): every linear over a parameter weight whose inputs divide into groups of 128
@@ -26,7 +26,7 @@ from dif.ir.types import TensorType
 from dif.passes.context import PassContext
 from dif.weights.quantized import GROUP_FORMAT, ROW_FORMATS, derived_name
 
-W8A8_PRODUCERS = ("norm_modulate",)
+W8A8_PRODUCERS = ("norm_modulate", "glu")
 """Ops with a quantizing variant (`<op>_quant`) that the W8A8 passes put in their place."""
 GROUPS = (128, 64)  # int4 group sizes, preferred first
 
