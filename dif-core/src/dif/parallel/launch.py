@@ -113,9 +113,9 @@ def run_rank(
     env = dict(feeds)
     for step, exe in zip(cut(program), prepared, strict=True):
         if isinstance(step, Collective):
-            a = step.node.attrs
+            split, concat = step.axes
             env[step.node.results[0].name] = comm.all_to_all(
-                env[step.node.operands[0]], split_axis=a["split_axis"], concat_axis=a["concat_axis"]
+                env[step.node.operands[0]], split_axis=split, concat_axis=concat
             )
         else:
             env.update(exe.run({name: env[src] for name, src in step.feeds.items()}))

@@ -71,12 +71,12 @@ def run_ranks(
     plans: list[list[Plan]] = [[] for _ in plan.programs]
     for k in range(len(steps[0])):
         if isinstance(steps[0][k], Collective):
-            nodes = [s[k].node for s in steps]  # type: ignore[union-attr]
-            a = nodes[0].attrs
+            collectives = [s[k] for s in steps]
+            assert all(isinstance(c, Collective) for c in collectives)
+            nodes = [c.node for c in collectives]  # type: ignore[union-attr]
+            split, concat = steps[0][k].axes  # type: ignore[union-attr]
             ys = exchange_all_to_all(
-                [env[n.operands[0]] for env, n in zip(envs, nodes, strict=True)],
-                split_axis=a["split_axis"],
-                concat_axis=a["concat_axis"],
+                [env[n.operands[0]] for env, n in zip(envs, nodes, strict=True)], split_axis=split, concat_axis=concat
             )
             for env, n, y in zip(envs, nodes, ys, strict=True):
                 env[n.results[0].name] = y

@@ -25,6 +25,13 @@ class Segment:
 class Collective:
     node: Node
 
+    @property
+    def axes(self) -> tuple[int, int]:
+        """(split_axis, concat_axis) of the all_to_all."""
+        split, concat = self.node.attrs["split_axis"], self.node.attrs["concat_axis"]
+        assert isinstance(split, int) and isinstance(concat, int)
+        return split, concat
+
 
 Step = Segment | Collective
 

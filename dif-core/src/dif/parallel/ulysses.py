@@ -59,6 +59,13 @@ class ParallelPlan:
     decisions: tuple[PassDecision, ...]
 
 
+def _int(node: Node, key: str) -> int:
+    """An integer attribute of `node` (attrs are typed loosely in the IR)."""
+    value = node.attrs[key]
+    assert isinstance(value, int), f"node {node.id}: attribute {key} is {value!r}"
+    return value
+
+
 Piece = tuple[str, int, int]  # ("rows", start, stop) of the source axis, or ("zeros", 0, n)
 
 
@@ -130,8 +137,8 @@ class _Splitter:
     def refuse(self, why: str) -> ParallelError:
         node = self.current
         where = "" if node is None else f"node {node.id} ({node.op} -> {node.results[0].name})"
-        prov = "" if node is None else self.src.provenance.get(node.id, None)
-        at = f" at {prov.describe()}" if prov else ""
+        prov = None if node is None else self.src.provenance.get(node.id)
+        at = f" at {prov.describe()}" if prov is not None else ""
         return ParallelError(f"ulysses: {where}{at}: {why}", hint="only row-wise ops and sdpa split over sequence rows")
 
     # -- rules ----------------------------------------------------------------------------------
@@ -177,7 +184,7 @@ class _Splitter:
         (x, s), rest = args[0], args[1:]
         if s is None or any(r is not None for _, r in rest):
             raise self.refuse("only the first operand may be split along the sequence")
-        axes = [node.attrs["axis"]] if "axis" in node.attrs else [-1]
+        axes = [_int(node, "axis")] if "axis" in node.attrs else [-1]
         if node.op == "group_norm":
             axes = list(range(1, x.type.rank))
         if any(a % x.type.rank == s.axis for a in axes):
@@ -227,24 +234,26 @@ class _Splitter:
     def rule_slice(self, node: Node, args: list[tuple[Var, Sharding | None]]) -> None:
         (x, s) = args[0]
         assert s is not None
-        a = node.attrs["axis"] % x.type.rank
+        a = _int(node, "axis") % x.type.rank
         if a != s.axis:
             self.bind(node, self.emit("slice", x, **node.attrs), s)
             return
-        if node.attrs["step"] != 1:
+        if _int(node, "step") != 1:
             raise self.refuse("a strided slice of the sequence axis")
-        lo, hi, sub = self._select(s, node.attrs["start"], min(node.attrs["stop"], s.global_length))
+        lo, hi, sub = self._select(s, _int(node, "start"), min(_int(node, "stop"), s.global_length))
         self.bind(node, self.emit("slice", x, axis=a, start=lo, stop=hi, step=1), sub)
 
     def rule_split(self, node: Node, args: list[tuple[Var, Sharding | None]]) -> None:
         (x, s) = args[0]
         assert s is not None
-        a = node.attrs["axis"] % x.type.rank
+        a = _int(node, "axis") % x.type.rank
         if a != s.axis:
             self.bind(node, self.emit("split", x, **node.attrs), [s] * len(node.results))
             return
         sizes, subs, at = [], [], 0
-        for n in node.attrs["sizes"]:
+        sizes_attr = node.attrs["sizes"]
+        assert isinstance(sizes_attr, tuple)
+        for n in sizes_attr:
             lo, hi, sub = self._select(s, at, at + n)
             sizes.append(hi - lo)
             subs.append(sub)
@@ -253,7 +262,7 @@ class _Splitter:
 
     def rule_concat(self, node: Node, args: list[tuple[Var, Sharding | None]]) -> None:
         rank = args[0][0].type.rank
-        a = node.attrs["axis"] % rank
+        a = _int(node, "axis") % rank
         axes = {s.axis for _, s in args if s is not None}
         if any(s is None for _, s in args) or len(axes) != 1:
             raise self.refuse("concat of split and whole operands")
@@ -353,13 +362,14 @@ def _split(program: Program, ranks: int, shardings: dict[str, Sharding], cuts: S
         ctx.applied(f"input {name} split on {s.describe(ranks)}", value=name)
     for why in cuts:
         ctx.applied(why)
-    programs, outputs = [], {}
+    programs: list[Program] = []
+    outputs: dict[str, Sharding | None] = {}
     for rank in range(ranks):
         sp = _Splitter(program, ranks, rank, ctx if rank == 0 else None)
         for v in program.inputs:
             var = sp.b.input(v.name, v.type.shape, v.type.dtype)
-            s = shardings.get(v.name)
-            sp.env[v.name] = (var if s is None else sp.localize(var, s.axis, s), s)
+            split = shardings.get(v.name)
+            sp.env[v.name] = (var, None) if split is None else (sp.localize(var, split.axis, split), split)
         for p in program.params:
             sp.env[p.name] = (sp.b.param(p.name, p.type.shape, p.type.dtype), None)
         for node in program.nodes:
@@ -370,7 +380,7 @@ def _split(program: Program, ranks: int, shardings: dict[str, Sharding], cuts: S
         verify_program(built, table=parallel_table())
         programs.append(built)
         outputs = {o: sp.env[o][1] for o in program.outputs}
-    for name, s in outputs.items():
-        if s is not None:
-            ctx.applied(f"output {name} stays split ({s.describe(ranks)}); gathered by the runner", value=name)
+    for name, out in outputs.items():
+        if out is not None:
+            ctx.applied(f"output {name} stays split ({out.describe(ranks)}); gathered by the runner", value=name)
     return ParallelPlan(ranks, tuple(programs), shardings, outputs, tuple(ctx.decisions))
