@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from dif.frontend import SAMPLING, SEED, FrontendInfo, SettingSpec, frontend_hooks, size_settings
-from dif.train.tasks import register_lora_trainer
+from dif.train.tasks import register_full_trainer, register_lora_trainer
 from dif_frontend_flux2 import DEFAULT_CHECKPOINT, __version__
 
 
@@ -101,3 +101,4 @@ INFO = FrontendInfo(
 register_frontends, register_commands = frontend_hooks(INFO, "dif_frontend_flux2.cli:flux2")
 
 register_lora_trainer("flux2", "dif_frontend_flux2.train:lora_session")  # `dif train lora` for klein
+register_full_trainer("flux2", "dif_frontend_flux2.train:full_session")  # `dif train full`
