@@ -77,3 +77,20 @@ def test_resume_from_another_rank_is_refused(tmp_path: Path) -> None:
             "--resolution", "64", "--backend", "cpu", "--resume", str(out / "last.diftrain")]  # fmt: skip
     r = CliRunner().invoke(build_cli(), args)
     assert r.exit_code != 0 and "last.diftrain: written for another model or LoRA layout" in r.output
+
+
+def test_train_full_writes_a_model_folder_dif_generates_from(tmp_path: Path) -> None:
+    data, out = _data(tmp_path / "data"), tmp_path / "out"
+    args = ["train", "full", "--data", str(data), "--output", str(out), "--steps", "3", "--lr", "1e-3",
+            "--resolution", "64", "--backend", "cpu", "--json"]  # fmt: skip
+    r = CliRunner().invoke(build_cli(), args)
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.stdout)["data"]
+    assert d["kind"] == "full" and d["steps"] == 3 and d["modules"] > 10 and "--rank" not in r.stderr
+    model = Path(d["full"])
+    assert (model / "transformer" / "diffusion_pytorch_model.safetensors").is_file()
+    gen = ["flux2", "generate", "-p", "a square", "-m", str(model), "-W", "64", "-H", "64", "--steps", "2",
+           "-o", str(tmp_path / "img.png"), "--backend", "cpu"]  # fmt: skip
+    r = CliRunner().invoke(build_cli(), gen)
+    assert r.exit_code == 0, r.output
+    assert (tmp_path / "img.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -72,6 +72,7 @@ class KleinLoraTask:
     scheme: str = "uniform"
     seed: int = 0
     cache_dir: Path | None = None
+    full: bool = False  # train every transformer parameter (`dif train full`) instead of LoRA adapters
     model_key: str = field(init=False, default="")
     _programs: dict[Hashable, StepPrograms] = field(init=False, factory=dict)
     _encoded: dict[int, Encoded] = field(init=False, factory=dict)
@@ -79,6 +80,7 @@ class KleinLoraTask:
     _order: DataOrder = field(init=False)
     _shift: float = field(init=False, default=1.0)
     _tables: dict[Hashable, tuple[np.ndarray, np.ndarray]] = field(init=False, factory=dict)
+    _params: list[str] = field(init=False, factory=list)
 
     def __attrs_post_init__(self) -> None:
         ppt = self.pipeline.pixels_per_token
@@ -86,15 +88,19 @@ class KleinLoraTask:
         self._order = DataOrder(self.seed, len(self.samples))
         self._shift = training_sigma_shift(self.pipeline.checkpoint.root)
         probe = self._forward((1, 1))
-        self.model_key = model_fingerprint(probe, self.trainable) + f":r{self.rank}:a{self.alpha}"
+        self._params = [p.name for p in probe.params]
+        kind = "full" if self.full else f"r{self.rank}:a{self.alpha}"
+        self.model_key = model_fingerprint(probe, self.trainable) + f":{kind}"
 
     @property
     def trainable(self) -> list[str]:
+        if self.full:
+            return list(self._params)
         return [n for m in self.modules for n in slot_inputs(m)]
 
     @property
     def ranks(self) -> dict[str, int]:
-        return {f"{m}.weight": self.rank for m in self.modules}
+        return {} if self.full else {f"{m}.weight": self.rank for m in self.modules}
 
     def _forward(self, grid: tuple[int, int]):  # type: ignore[no-untyped-def]
         cfg = self.pipeline.checkpoint.configs.transformer
@@ -103,7 +109,7 @@ class KleinLoraTask:
 
     def programs(self, key: Hashable) -> StepPrograms:
         if key not in self._programs:
-            scales = {slot_inputs(m)[1]: self.alpha / self.rank for m in self.modules}
+            scales = {} if self.full else {slot_inputs(m)[1]: self.alpha / self.rank for m in self.modules}
             self._programs[key] = build_step_programs(
                 self._forward(key), self.trainable, opt=self.opt, max_grad_norm=self.max_grad_norm,  # type: ignore[arg-type]
                 accumulate_steps=self.accumulate, checkpoint=self.checkpoint_blocks, scales=scales,
@@ -111,8 +117,17 @@ class KleinLoraTask:
         return self._programs[key]
 
     def frozen_weights(self) -> Any:
-        """The transformer's weights bound to the training programs' parameters (all of them frozen)."""
+        """The transformer's weights bound to the training programs' parameters (all of them frozen;
+        none in a full fine-tune, where every weight is a trainable input)."""
+        if self.full:
+            return {}
         return bind_weights(self.programs((1, 1)).step, self.pipeline.checkpoint.transformer)
+
+    def initial_full_params(self) -> dict[str, np.ndarray]:
+        """Every transformer weight as an fp32 master value (the start of a full fine-tune)."""
+        source = self.pipeline.checkpoint.transformer
+        bound = bind_weights(self._forward((1, 1)), source)
+        return {n: np.array(bound[n], dtype=np.float32) for n in self._params}
 
     def encode_all(self, on_sample: Any = None) -> None:
         """Latents and text features of every sample (cached on disk when `cache_dir` is set)."""
@@ -203,3 +218,64 @@ def lora_session(model: Path, data: Path, settings: LoraSettings, *, backend: st
         settings={"family": "flux2", "model": str(model), "rank": s.rank, "alpha": s.alpha, "modules": list(modules)},
     )  # fmt: skip
     return LoraSession(task, trainer, s)
+
+
+@define
+class FullSession:
+    """A klein full fine-tune as `dif train full` drives it: every transformer weight trains."""
+
+    task: KleinLoraTask
+    trainer: Trainer
+    settings: LoraSettings
+
+    @property
+    def modules(self) -> Sequence[str]:
+        return self.task.trainable
+
+    def encode_all(self, on_sample: Any = None) -> None:
+        self.task.encode_all(on_sample)
+
+    def export(self, folder: Path) -> Path:
+        """A diffusers folder at `folder`: `transformer/` written anew (the checkpoint's storage dtype,
+        its config.json), every other component linked to the source checkpoint's."""
+        from dif.checkpoint import storage_dtype
+        from dif.serialize.diftensor import save_tensors
+
+        ck = self.task.pipeline.checkpoint
+        folder = Path(folder)
+        (folder / "transformer").mkdir(parents=True, exist_ok=True)
+        dt = storage_dtype(ck.transformer, by="first").np
+        tensors = {n: v.astype(dt) for n, v in self.trainer.params.items()}
+        save_tensors(folder / "transformer" / "diffusion_pytorch_model.safetensors", tensors, dif_metadata=False)
+        root = Path(ck.root)
+        (folder / "transformer" / "config.json").write_text((root / "transformer" / "config.json").read_text())
+        for entry in sorted(root.iterdir()):
+            target = folder / entry.name
+            if entry.name == "transformer" or target.exists() or target.is_symlink():
+                continue
+            if entry.is_dir():
+                target.symlink_to(entry.resolve(), target_is_directory=True)
+            else:
+                target.write_bytes(entry.read_bytes())
+        return folder
+
+
+def full_session(model: Path, data: Path, settings: LoraSettings, *, backend: str | None = None) -> FullSession:
+    """Open the klein checkpoint at `model`, scan `data`, set up a full fine-tune of its transformer
+    (rank, alpha and targets of `settings` are unused)."""
+    from dif_frontend_flux2.plugin import _pipeline
+
+    s = settings
+    pipeline = _pipeline(model, dtype=s.dtype, backend=backend)
+    opt = AdamW(lr=s.lr, weight_decay=s.weight_decay)
+    task = KleinLoraTask(
+        pipeline, scan_folder(data), (), s.rank, s.alpha, opt, resolution=s.resolution, accumulate=s.accumulate,
+        max_grad_norm=s.max_grad_norm, checkpoint_blocks=s.checkpoint_blocks, dtype=DType(s.dtype),
+        scheme=s.timestep_sampling, seed=s.seed, cache_dir=s.cache_dir, full=True,
+    )  # fmt: skip
+    schedule = LrSchedule(s.lr, s.steps, warmup=s.warmup, cosine=s.cosine)
+    trainer = Trainer(
+        task, {}, task.initial_full_params(), opt, schedule, accumulate=s.accumulate, backend=backend, seed=s.seed,
+        settings={"family": "flux2", "model": str(model), "full": True},
+    )  # fmt: skip
+    return FullSession(task, trainer, s)

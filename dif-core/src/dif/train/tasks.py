@@ -13,6 +13,7 @@ from attrs import field, frozen
 from dif.errors import UsageError
 
 _LORA: dict[str, str] = {}
+_FULL: dict[str, str] = {}
 
 
 @frozen
@@ -54,13 +55,27 @@ def register_lora_trainer(family: str, target: str) -> None:
     _LORA[family] = target
 
 
+def register_full_trainer(family: str, target: str) -> None:
+    """As `register_lora_trainer`, for a full fine-tune (every weight of the trained component);
+    the session's `export(folder)` writes a model folder."""
+    _FULL[family] = target
+
+
 def lora_trainer(family: str) -> LoraFactory:
-    if family not in _LORA:
+    return _resolve(_LORA, family, "LoRA")
+
+
+def full_trainer(family: str) -> LoraFactory:
+    return _resolve(_FULL, family, "full fine-tune")
+
+
+def _resolve(table: dict[str, str], family: str, what: str) -> LoraFactory:
+    if family not in table:
         raise UsageError(
-            f"no LoRA trainer for model family '{family}' (trainers: {', '.join(sorted(_LORA)) or 'none'})",
+            f"no {what} trainer for model family '{family}' (trainers: {', '.join(sorted(table)) or 'none'})",
             hint="the frontend plugin registers one; check `dif plugins`",
         )
-    module, _, name = _LORA[family].partition(":")
+    module, _, name = table[family].partition(":")
     return getattr(importlib.import_module(module), name)  # type: ignore[no-any-return]
 
 
