@@ -163,3 +163,20 @@ def test_keyframe_latent_matches_encode_vae_condition(torch, tiny_vae, rel_l2_fn
     err = rel_l2_fn(got, expected)
     # measured: 0 (the fp16 rounding absorbs the last-bit differences of the moments)
     assert err <= 1e-5, f"rel-L2 {err:.3e}"
+
+
+def test_bf16_decoder_follows_the_reference_precision(torch, tiny_vae, rel_l2_fn):  # type: ignore[no-untyped-def]
+    """bf16 linears / attention, fp32 norms and layer scales (`_keep_in_fp32_modules`), vs diffusers
+    loaded with torch_dtype=bfloat16: as close to it as bf16 rounding allows."""
+    import diffusers
+
+    vae, cfg, folder = tiny_vae
+    bf16 = diffusers.AutoencoderKLMiniMaxH3.from_pretrained(folder, torch_dtype=torch.bfloat16).eval()
+    z = torch.randn(1, 4, 7, 3, 5, generator=torch.Generator().manual_seed(1))
+    expected = bf16.decoder(bf16.post_quant_conv(z.to(torch.bfloat16))).float().numpy()
+    program = build_video_decoder(cfg, frames=7, height=3, width=5, dtype="bf16")
+    assert {p.type.dtype.value for p in program.params if "scale" in p.name or "norm" in p.name} == {"f32"}
+    got = interpret(program, video_decoder_inputs(cfg, z.numpy()), load_video_vae(folder, program))[program.outputs[0]]
+    err = rel_l2_fn(got, expected)
+    # measured: 3.6e-03 (diffusers bf16 vs its own fp32: 4.1e-03)
+    assert err <= 1e-2, f"rel-L2 {err:.3e}"
