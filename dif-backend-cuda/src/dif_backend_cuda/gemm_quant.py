@@ -99,7 +99,8 @@ class LtPlan:
     @property
     def algo_ptr(self) -> int:
         assert self.algo is not None
-        return int(self.algo.ctypes.data + self.algo.dtype.fields["algo"][1])
+        fields: Any = self.algo.dtype.fields or {}
+        return int(self.algo.ctypes.data + fields["algo"][1])
 
     def matmul(self, stream: Any, alpha: np.ndarray, beta: np.ndarray, a: int, b: int, d: int) -> None:
         ctx = self.ctx

@@ -124,6 +124,11 @@ def quantize_rows(x: np.ndarray, *, dtype: str) -> tuple[np.ndarray, np.ndarray]
     """quantize_rows(x[..., K]; dtype) -> (q[..., K] of dtype, scale[..., 1] f32): symmetric dynamic per-row
     quantization, scale = amax(row) / QMAX (448 for f8e4m3, 127 for i8; 1 for an all-zero row),
     q = saturate(round_even(x / scale)) computed in fp32. x ~= q * scale."""
+    return quantized_rows(x, dtype)
+
+
+def quantized_rows(x: np.ndarray, dtype: str) -> tuple[np.ndarray, np.ndarray]:
+    """(q, scale) of `x` per row: `quantize_rows`' arithmetic, typed as the pair it is."""
     scale = row_scales(x, dtype)
     return quantize_with(x, scale, dtype), scale
 
@@ -175,7 +180,7 @@ def norm_modulate_quant(
     as the unfused pair stores it: the producer of a W8A8 GEMM's input emits it quantized, with one scale per
     row (made by the format passes, `dif.passes.quantize`)."""
     y = np.asarray(norm_modulate(x, scale, shift, kind=kind, eps=eps)).astype(x.dtype)
-    return quantize_rows(y, dtype=dtype)
+    return quantized_rows(y, dtype)
 
 
 # -- glu_quant ----------------------------------------------------------------------------------------------
@@ -217,7 +222,7 @@ def glu_quant(x: np.ndarray, *, act: str, gated_half: str, dtype: str) -> tuple[
     from dif.ops.norm import glu
 
     y = np.asarray(glu(x, act=act, gated_half=gated_half)).astype(x.dtype)
-    return quantize_rows(y, dtype=dtype)
+    return quantized_rows(y, dtype)
 
 
 # -- scaled_linear ------------------------------------------------------------------------------------------

@@ -5,9 +5,9 @@ format's quantized ops (`dif.ops.quant`). Not in the default pipeline: the forma
 
 - `quantize_fp8` / `quantize_int8` (W8A8): a `norm_modulate` or `glu` whose every user is a linear over a
   parameter weight becomes `norm_modulate_quant` / `glu_quant` (the producer emits the GEMM input quantized,
-  one scale per row), and each of those linears `scaled_linear` over the weight quantized per output channel. A linear whose input
-  comes from anything else stays as it is, with the reason recorded: quantizing its input would be a separate
-  pass over the activations, which costs more than the fp8 GEMM saves.
+  one scale per row), and each of those linears `scaled_linear` over the weight quantized per output channel.
+  A linear whose input comes from anything else stays as it is, with the reason recorded: quantizing its input
+  would be a separate pass over the activations, which costs more than the fp8 GEMM saves.
 - `quantize_int4` (weight-only): every linear over a parameter weight whose inputs divide into groups of 128
   (else 64) becomes `int4_linear`.
 
