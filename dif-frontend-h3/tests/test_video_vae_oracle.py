@@ -180,3 +180,26 @@ def test_bf16_decoder_follows_the_reference_precision(torch, tiny_vae, rel_l2_fn
     err = rel_l2_fn(got, expected)
     # measured: 3.6e-03 (diffusers bf16 vs its own fp32: 4.1e-03)
     assert err <= 1e-2, f"rel-L2 {err:.3e}"
+
+
+def test_loader_names_missing_and_misshaped_tensors(tiny_vae, tmp_path):  # type: ignore[no-untyped-def]
+    from safetensors.numpy import load_file, save_file
+
+    from dif.errors import CheckpointError, WeightError
+
+    _, cfg, folder = tiny_vae
+    program = build_video_decoder(cfg, frames=7, height=3, width=5)
+    with pytest.raises(CheckpointError, match="video VAE folder does not exist"):
+        load_video_vae(tmp_path / "nope", program)
+    tensors = load_file(str(folder / "diffusion_pytorch_model.safetensors"))
+    del tensors["decoder.transformer_blocks.1.scale2"]
+    tensors["decoder.proj_in.weight"] = tensors["decoder.proj_in.weight"][:, :3].copy()
+    save_file(tensors, str(tmp_path / "diffusion_pytorch_model.safetensors"))
+    with pytest.raises(WeightError) as err:
+        load_video_vae(tmp_path, program)
+    text = str(err.value)
+    assert "decoder.transformer_blocks.1.scale2" in text and "missing" in text
+    assert "decoder.proj_in.weight" in text and "mis-shaped" in text
+    # the encoder program does not care about the decoder half
+    encoder = build_video_encoder(cfg, height=16, width=16)
+    assert len(load_video_vae(tmp_path, encoder)) == len(encoder.params)
