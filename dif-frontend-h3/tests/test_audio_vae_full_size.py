@@ -48,3 +48,16 @@ def test_decoder_names_and_shapes_equal_diffusers(torch) -> None:  # type: ignor
     params = sum(p.numel() for m in modules for n, p in m.named_parameters() if not n.endswith("weight_g"))
     buffers = sum(b.numel() for m in modules for b in m.buffers())
     assert sum(math.prod(s) for s in ours.values()) == params + buffers
+
+
+def test_published_and_bad_audio_vae_configs() -> None:
+    from dif.errors import ConfigError
+
+    cfg = AudioVaeConfig.from_json(published() / "audio_vae" / "config.json")
+    assert (cfg.hop_length, cfg.sampling_rate, cfg.latent_channels) == (800, 32000, 32)
+    with pytest.raises(ConfigError, match="encoder hop"):
+        AudioVaeConfig.from_dict({"decoder_rates": [5, 5, 2, 2, 2, 2, 4]})
+    with pytest.raises(ConfigError, match="at least its rate"):
+        AudioVaeConfig.from_dict({"decoder_kernel_sizes": [9, 9, 4, 4, 4, 4, 1]})
+    with pytest.raises(ConfigError, match="one list per resblock kernel"):
+        AudioVaeConfig.from_dict({"resblock_dilation_sizes": [[1, 3, 5]]})

@@ -71,3 +71,16 @@ def test_blend_is_a_linear_ramp() -> None:
     out = blend(a, b, 4, axis=-1)
     assert out.shape == (1, 6)
     np.testing.assert_array_equal(out[0], [1.0, 0.75, 0.5, 0.25, 0.0, 0.0])
+
+
+def test_bad_video_vae_configs_are_refused() -> None:
+    from dif.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="_class_name"):
+        VideoVaeConfig.from_dict({"_class_name": "AutoencoderKLFlux2"})
+    with pytest.raises(ConfigError, match="one length"):
+        VideoVaeConfig.from_dict({"block_out_channels": [128, 256], "latents_mean": None})
+    with pytest.raises(ConfigError, match="multiple of 6"):
+        VideoVaeConfig.from_dict({"decoder_attention_head_dim": 60})
+    with pytest.raises(ConfigError, match="latents_std"):
+        VideoVaeConfig.from_dict({"latents_std": [1.0] * 23})

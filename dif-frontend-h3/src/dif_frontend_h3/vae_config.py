@@ -113,7 +113,7 @@ class VideoVaeConfig:
         what = "MiniMax-H3 video VAE config"
         check_class_name(what, data, VIDEO_CLASS)
         d = cls()
-        ints = {
+        ints: dict[str, Any] = {
             n: positive_int(what, n, _get(data, n, getattr(d, n)))
             for n in (
                 "in_channels", "out_channels", "latent_channels", "layers_per_block", "norm_num_groups",
@@ -124,14 +124,14 @@ class VideoVaeConfig:
         token_drop = _get(data, "token_drop", d.token_drop)
         if not isinstance(token_drop, int) or isinstance(token_drop, bool) or token_drop < 0:
             raise ConfigError(f"{what}: 'token_drop' must be a non-negative integer, got {token_drop!r}")
-        tuples = {
+        tuples: dict[str, Any] = {
             n: int_tuple(what, n, _get(data, n, list(getattr(d, n))))
             for n in ("block_out_channels", "spatial_downsample_factors", "temporal_downsample_factors")
         }
         levels = {len(v) for v in tuples.values()}
         if len(levels) != 1:
             raise ConfigError(f"{what}: block_out_channels and the downsample factor lists must have one length")
-        floats = {
+        floats: dict[str, Any] = {
             n: positive_float(what, n, _get(data, n, getattr(d, n)))
             for n in ("norm_eps", "decoder_rope_theta", "decoder_rope_dim_ratio", "decoder_norm_eps")
         }
@@ -188,12 +188,12 @@ class AudioVaeConfig:
         what = "MiniMax-H3 audio VAE config"
         check_class_name(what, data, AUDIO_CLASS)
         d = cls()
-        ints = {
+        ints: dict[str, Any] = {
             n: positive_int(what, n, _get(data, n, getattr(d, n)))
             for n in ("encoder_dim", "latent_dim", "latent_channels", "num_attention_heads", "decoder_dim",
                       "sampling_rate")
         }  # fmt: skip
-        tuples = {
+        tuples: dict[str, Any] = {
             n: int_tuple(what, n, _get(data, n, list(getattr(d, n))))
             for n in ("encoder_rates", "decoder_rates", "decoder_kernel_sizes", "resblock_kernel_sizes")
         }
