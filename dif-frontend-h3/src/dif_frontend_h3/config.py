@@ -332,6 +332,10 @@ def load_configs(folder: str | Path) -> H3Configs:
         raise ConfigError(
             f"{root}/model_index.json: _class_name is {index.get('_class_name')!r}, expected {PIPELINE_CLASS!r}"
         )
+    for key, expected in COMPONENTS.items():  # the modular index lists [library, class, spec]
+        entry = index.get(key)
+        if isinstance(entry, list) and len(entry) >= 2 and entry[1] not in (expected, None):
+            raise ConfigError(f"{root}/model_index.json: component '{key}' is {entry[1]!r}, expected {expected!r}")
     layer = index.get("text_encoder_layer", TEXT_ENCODER_LAYER)  # a dif key: tiny checkpoints tap earlier
     layer = positive_int("model_index.json", "text_encoder_layer", layer)
     vae_raw, audio_raw = _component(root, "vae", "config.json"), _component(root, "audio_vae", "config.json")

@@ -11,6 +11,8 @@ forward per step:
               each stream: x0 = x + (1 - t) v, x' = r x + (1 - r) x0 with r = sigma_{i+1} / sigma_i (fp32)
 Latents stay float32 the whole loop. Noise: video (1, C, T', H/16, W/16) first, then audio rows (2A, C),
 from one numpy PCG64(seed) stream (or the caller's arrays, for parity with another tool).
+fl2va (`VideoRequest.keyframes`): each keyframe through the video VAE encoder, noised to t = 0.999 and packed
+as conditioning rows ahead of the generated video rows, held fixed through the loop.
 Decoding is a separate stage (`decode_video`, `decode_audio`) that can be run on latents alone.
 """
 
