@@ -105,9 +105,9 @@ def tensor_for(name: str, shape: tuple[int, ...]) -> np.ndarray:
     """A reproducible random tensor whose scale suits its role: the DiT (and VAEs) fp32, the text encoder bf16."""
     rng = name_rng(name)
     text = name.startswith("model.")
-    if name.endswith(".weight_g"):  # weight-norm magnitudes: rows of norm ~1 keep the signal's scale
-        arr = 1.0 + 0.1 * rng.standard_normal(shape)
-    elif name.endswith(".weight") and ("norm" in name or name.rsplit(".", 2)[-2].startswith("norm")) and len(shape) == 1:
+    # norm weights and weight-norm magnitudes near 1 (rows of norm ~1 keep the signal's scale)
+    norm_weight = name.endswith(".weight") and "norm" in name and len(shape) == 1
+    if name.endswith(".weight_g") or norm_weight:
         arr = 1.0 + 0.1 * rng.standard_normal(shape)
     elif name.endswith(".bias") or len(shape) == 1:
         arr = 0.1 * rng.standard_normal(shape)
