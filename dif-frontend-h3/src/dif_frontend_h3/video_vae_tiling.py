@@ -266,6 +266,29 @@ def encode_moments(
     return stitch_tiles(rows, [o // r for o in yo], [o // r for o in xo])
 
 
+def encode_video_moments(
+    cfg: VideoVaeConfig,
+    pixels: np.ndarray,
+    run_tile: Callable[[np.ndarray], np.ndarray],
+    tiling: VideoTiling = VideoTiling(),
+) -> np.ndarray:
+    """Normalized pixels (B, 3, F, H, W) -> moments as `AutoencoderKLMiniMaxH3._encode` makes them: one frame
+    through `encode_moments` alone; otherwise F padded with repeats of its last frame to whole 17-frame
+    clips, each clip encoded (tiled), the clips' latent frames concatenated and the last `token_drop`
+    dropped. `run_tile` gets (B, 3, 1 or 17, th, tw) tiles (one encoder program per tile shape)."""
+    frames = pixels.shape[2]
+    if frames == 1:
+        return encode_moments(cfg, pixels, run_tile, tiling)
+    clip = cfg.clip_length
+    if frames % clip:
+        pixels = np.concatenate([pixels, np.repeat(pixels[:, :, -1:], (-frames) % clip, axis=2)], axis=2)
+    moments = np.concatenate(
+        [encode_moments(cfg, pixels[:, :, i : i + clip], run_tile, tiling) for i in range(0, pixels.shape[2], clip)],
+        axis=2,
+    )
+    return moments[:, :, : moments.shape[2] - cfg.token_drop] if cfg.token_drop else moments
+
+
 def sample_keyframe_latents(cfg: VideoVaeConfig, moments: np.ndarray, seed: int = KEYFRAME_ENCODE_SEED) -> np.ndarray:
     """The conditioning latent of encoded moments, as `encode_vae_condition` makes it: the posterior
     sampled with torch's CPU generator seeded `seed` (logvar clamped to [-30, 20]), rounded to float16,
