@@ -180,3 +180,19 @@ def test_ldm_single_file_refused_by_name(dif_cli: Callable[..., Any], tmp_path: 
     out = dif_cli("sdturbo", "generate", "-p", "x", "-m", str(root), "--unet", str(bad), "-o", str(tmp_path / "x.png"),
                   ok=False)  # fmt: skip
     assert "original (LDM / A1111)" in out.output
+
+
+def test_preview_and_latents_round_trip(dif_cli: Callable[..., Any], tmp_path: Path) -> None:
+    """--preview writes a latent preview (a projection fitted at load); --save-latents' noise fed back as
+    --init-noise gives the same image."""
+    from dif.weights import open_safetensors
+
+    a, lat = tmp_path / "a.png", tmp_path / "lat.safetensors"
+    dif_cli(*GEN, "--preview", str(tmp_path / "prev.png"), "--save-latents", str(lat), "-o", str(a))
+    assert Image.open(tmp_path / "prev.png").size[0] > 0
+    saved = open_safetensors(lat)
+    assert tuple(saved.info("latents").shape) == (1, 8 * 16, 4)  # packed: one token per latent pixel
+    b = tmp_path / "b.png"
+    again = ("sdturbo", "generate", "-p", "a red fox", "--backend", "cpu", "-W", "128", "-H", "64", "--seed", "99")
+    dif_cli(*again, "--init-noise", str(lat), "-o", str(b))
+    assert np.array_equal(np.asarray(Image.open(a)), np.asarray(Image.open(b)))

@@ -59,6 +59,19 @@ def round_size(width: int, height: int, multiple: int) -> tuple[int, int, list[s
     return out[0], out[1], warnings
 
 
+def pack_latents(latents: np.ndarray) -> np.ndarray:
+    """(B, C, h, w) -> (B, h*w, C): the kit's token layout (one latent pixel per token, row-major), which
+    previews, --save-latents and `ImageRun.latents` use."""
+    b, c, h, w = latents.shape
+    return np.ascontiguousarray(latents.reshape(b, c, h * w).transpose(0, 2, 1))
+
+
+def unpack_latents(packed: np.ndarray, h: int, w: int) -> np.ndarray:
+    """(B, h*w, C) -> (B, C, h, w), the inverse of `pack_latents` (diffusers' `latents` layout)."""
+    b, _, c = packed.shape
+    return np.ascontiguousarray(packed.transpose(0, 2, 1).reshape(b, c, h, w))
+
+
 @frozen(eq=False)
 class EncodedPrompt:
     """Text conditioning for the UNet: (1, 77, cross_dim) in the run dtype."""
@@ -190,11 +203,12 @@ class SdPipeline(TextToImagePipeline):
         grid_w: int,
         images: ImageConditioning | None = None,
     ) -> np.ndarray:
-        """Latents (B, 4, h, w) after Euler over `schedule` from unit `noise` (scaled by init_noise_sigma here)."""
+        """Packed latents (B, h*w, 4) after Euler over `schedule` from packed unit `noise` (scaled by
+        init_noise_sigma here); the UNet runs on them unpacked (B, 4, h, w)."""
         predict = self.predictor(grid_h, grid_w)
         dt = self.dtype.np
         sigma0 = init_noise_sigma(self.configs.scheduler, schedule)
-        x = (noise.astype(np.float32) * sigma0).astype(dt)
+        x = (unpack_latents(noise, grid_h, grid_w).astype(np.float32) * sigma0).astype(dt)
         total = schedule.num_steps
         for i, t in enumerate(schedule.timesteps):
             sigma, nxt = schedule.sigmas[i], schedule.sigmas[i + 1]
@@ -207,11 +221,12 @@ class SdPipeline(TextToImagePipeline):
                 eps = cfg_combine(eps, eps_u, guidance, base="uncond")
             x = require_finite("latents", euler_step(x, eps, sigma, nxt), step=(i + 1, total))
             if self.on_step is not None:
-                self.on_step(i + 1, total, x)
-        return x
+                self.on_step(i + 1, total, pack_latents(x))
+        return pack_latents(x)
 
     def decode_image(self, latents: np.ndarray) -> np.ndarray:
-        """(1, 3, H, W): the KL decoder's output in [-1, 1], or TAESD's in [0, 1] with `fast_vae`."""
+        """(1, 3, H, W) from unpacked latents (1, 4, h, w): the KL decoder's output in [-1, 1], or TAESD's
+        in [0, 1] with `fast_vae`."""
         h, w = latents.shape[2:]
         run = self._decoder_runner(h, w)
         if self.fast_vae:
@@ -220,8 +235,8 @@ class SdPipeline(TextToImagePipeline):
         return next(iter(run({"latent": z}).values()))
 
     def decode(self, latents: np.ndarray, grid_h: int, grid_w: int) -> np.ndarray:
-        """(H, W, 3) uint8, rounded as the reference image processor does."""
-        image = require_finite("decoded image", self.decode_image(latents))[0]
+        """(H, W, 3) uint8 from packed latents (1, h*w, 4), rounded as the reference image processor does."""
+        image = require_finite("decoded image", self.decode_image(unpack_latents(latents, grid_h, grid_w)))[0]
         return to_uint8(image, value_range="0,1" if self.fast_vae else "-1,1")
 
     # -- the whole path ------------------------------------------------------------------------
@@ -257,15 +272,16 @@ class SdPipeline(TextToImagePipeline):
         return steps, guidance, use_cfg, warnings
 
     def initial_noise(self, req: ImageRequest, grid_h: int, grid_w: int) -> np.ndarray:
-        """Unit initial latents (B, 4, h, w) in the run dtype: image i from seed + i, or `init_noise`."""
+        """Packed unit initial latents (B, h*w, 4) in the run dtype: image i from seed + i (drawn as
+        diffusers' (B, 4, h, w) `latents`), or `init_noise` in either layout."""
         c, b = self.configs.unet.in_channels, req.batch
         what = f"{grid_w * self.pixels_per_token}x{grid_h * self.pixels_per_token}"
 
         def draw(init: np.ndarray | None, seed: int, rows: int) -> np.ndarray:
-            shape = (rows, c, grid_h, grid_w)
             return initial_latents(
-                init, seed, unpacked=shape, packed=shape, pack=lambda x: x, dtype=self.dtype, what=what, rng=req.rng
-            )
+                init, seed, unpacked=(rows, c, grid_h, grid_w), packed=(rows, grid_h * grid_w, c), pack=pack_latents,
+                dtype=self.dtype, what=what, rng=req.rng,
+            )  # fmt: skip
 
         if req.init_noise is not None or b == 1:
             return draw(req.init_noise, req.seed, b)
