@@ -126,8 +126,10 @@ def test_set_loras_swaps_without_rebuilding(tiny_checkpoints, tmp_path: Path, mo
     for swap in ([(b, -0.04)], [], [(a, 0.05), (b, 0.02)]):
         pipe.set_loras(swap)
         before = len(builds)
-        got = pipe("a fox", **SETTINGS).run.pixels.astype(np.int16)
+        run = pipe("a fox", **SETTINGS).run
+        got = run.pixels.astype(np.int16)
         assert len(builds) == before, f"a swap built a program again: {builds[before:]}"
+        assert run.settings["lora"]["adapters"] == [f"{Path(f).name}@{w:g}" for f, w in swap]  # the set now
         merged = dif.load(root, lora=swap, lora_mode="merged")("a fox", **SETTINGS).run.pixels
         assert np.abs(got - merged.astype(np.int16)).max() <= 1, swap
         if swap:

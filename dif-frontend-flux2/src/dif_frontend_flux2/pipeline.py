@@ -546,8 +546,8 @@ class Flux2Pipeline(TextToImagePipeline):
     def run_keys(self) -> dict[str, Any]:
         ck = self.checkpoint
         keys: dict[str, Any] = {"model": ck.name, "distilled": ck.is_distilled, "layout": ck.layout}
-        if ck.loras is not None and ck.loras.mode is not None:
-            keys["lora"] = ck.loras.mode.to_dict()  # merged or unmerged, and why (`dif.lora.mode`)
+        if ck.loras is not None and (mode := ck.loras.current()) is not None:
+            keys["lora"] = mode.to_dict()  # merged or unmerged, why, and the adapters now (`dif.lora.mode`)
         tiled = [layout for layout in self._tiles.values() if layout is not None]
         if tiled:
             keys["vae_decode"] = f"tiled, tiles of {tiled[0].tile} latent pixels blended over {tiled[0].blend} pixels"

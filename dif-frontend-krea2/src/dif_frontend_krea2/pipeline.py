@@ -323,6 +323,6 @@ class Krea2Pipeline(TextToImagePipeline):
     def run_keys(self) -> dict[str, Any]:
         ck = self.checkpoint
         keys: dict[str, Any] = {"model": ck.name, "variant": ck.variant, "distilled": ck.is_distilled}
-        if ck.loras is not None and ck.loras.mode is not None:
-            keys["lora"] = ck.loras.mode.to_dict()  # merged or unmerged, and why (`dif.lora.mode`)
+        if ck.loras is not None and (mode := ck.loras.current()) is not None:
+            keys["lora"] = mode.to_dict()  # merged or unmerged, why, and the adapters now (`dif.lora.mode`)
         return keys

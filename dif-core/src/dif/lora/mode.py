@@ -165,6 +165,12 @@ class LoraApplication:
         """`run`, with program `key`'s side-GEMM inputs added to every call when unmerged."""
         return run if self.unmerged is None else self.unmerged.feed(key, run, dtype)
 
+    def current(self) -> LoraMode | None:
+        """The decision with the adapters in use now (`unmerged.set` may have swapped them since)."""
+        if self.mode is None or self.unmerged is None:
+            return self.mode
+        return evolve(self.mode, adapters=tuple(a.spec.describe() for a in self.unmerged.applied))
+
     def describe(self) -> str:
         """The LoRA part of a checkpoint's name: ` + LoRA a.safetensors@0.8` merged, ` + LoRA (unmerged) ...`
         as side GEMMs ('' for none; the reason is in `mode`)."""
