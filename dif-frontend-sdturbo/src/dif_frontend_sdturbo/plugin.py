@@ -21,9 +21,9 @@ def _detect(path: Path) -> bool:
     path = Path(path)
     if path.is_dir():
         return is_sd_folder(path)
-    from dif_frontend_sdturbo.weights import is_unet_file
+    from dif_frontend_sdturbo.weights import is_original_file, is_unet_file
 
-    return is_unet_file(path)
+    return is_unet_file(path) or is_original_file(path)
 
 
 def _pipeline(

@@ -28,6 +28,7 @@ from dif_frontend_sdturbo import DEFAULT_CHECKPOINT
 from dif_frontend_sdturbo import taesd as taesd_module
 from dif_frontend_sdturbo import vae as vae_module
 from dif_frontend_sdturbo.config import SdConfigs, TaesdConfig, is_sd_folder, load_configs
+from dif_frontend_sdturbo.single_file import is_ldm_file
 
 TEXT_UNUSED = (r"(text_model\.)?embeddings\.position_ids", r"text_projection\.weight")
 MARKERS = {
@@ -92,8 +93,8 @@ def open_single_file(path: str | Path, component: str) -> TensorSource:
         raise CheckpointError(
             f"{path}: an original (LDM / A1111) Stable Diffusion single file "
             "('model.diffusion_model.input_blocks...'); "
-            "dif sdturbo reads the diffusers naming",
-            hint="use the diffusers folder (stabilityai/sd-turbo has one), or its unet/vae/text_encoder files",
+            "give it as the model (-m FILE), not as a component file",
+            hint="dif sdturbo reads a whole original file as the model, with tokenizer/ beside it",
         )
     raise CheckpointError(
         f"{path}: not an SD {component.replace('_', ' ')} file (no '{marker}')",
@@ -110,6 +111,16 @@ def is_unet_file(path: Path) -> bool:
     except Exception:  # noqa: BLE001 - detection must not raise
         return False
     return "time_embedding.linear_1.weight" in source
+
+
+def is_original_file(path: Path) -> bool:
+    """Whether `path` is an original (LDM) whole Stable Diffusion single file (headers only)."""
+    if path.suffix != ".safetensors":
+        return False
+    try:
+        return is_ldm_file(open_safetensors(path))
+    except Exception:  # noqa: BLE001 - detection must not raise
+        return False
 
 
 def open_checkpoint(
@@ -129,6 +140,9 @@ def open_checkpoint(
     if not given.exists():
         raise CheckpointError(f"{given}: no such file or folder")
     root = given
+    if given.is_file() and given.suffix == ".safetensors" and is_ldm_file(open_safetensors(given)):
+        ck = open_original_file(given)
+        return ck if taesd is None else attrs.evolve(ck, taesd=open_taesd(taesd, ck))
     if given.is_file():
         if unet_file is not None:
             raise CheckpointError("give the UNet file either as the model path or as --unet, not both")
@@ -155,6 +169,34 @@ def open_checkpoint(
     name = Path(unet_file).stem if unet_file else (root.resolve().name or "sd")
     ck = SdCheckpoint(root, name, configs, root / "tokenizer", text, unet, vae)
     return ck if taesd is None else attrs.evolve(ck, taesd=open_taesd(taesd, ck))
+
+
+def open_original_file(path: Path) -> SdCheckpoint:
+    """An original whole-checkpoint single file (`sd_turbo.safetensors`: LDM UNet and VAE, OpenCLIP text
+    tower; `single_file.open_ldm_file`). Configs: the diffusers folder beside it when there is one, else the
+    packaged SD-Turbo configs (the same architecture as SD 2.x-base); "turbo" in the file name says SD-Turbo
+    (1 step), otherwise an SD 2.x-base checkpoint (25 steps, CFG). The tokenizer is not in the file:
+    `tokenizer/` beside it (or in the folder)."""
+    from dif_frontend_sdturbo.configs import published
+    from dif_frontend_sdturbo.single_file import open_ldm_file
+    from dif_frontend_sdturbo.unet import build_unet
+    from dif_frontend_sdturbo.vae import build_vae_decoder
+
+    folder = path.parent if is_sd_folder(path.parent) else None
+    configs = load_configs(folder or published("sd-turbo"))
+    if folder is None:
+        configs = attrs.evolve(configs, kind="turbo" if "turbo" in path.name.lower() else "base")
+    tokenizer = path.parent / "tokenizer"
+    if not ((tokenizer / "vocab.json").is_file() or (tokenizer / "tokenizer.json").is_file()):
+        raise CheckpointError(
+            f"{path}: a single file holds no tokenizer, and {tokenizer} has no CLIP tokenizer files",
+            hint="put the checkpoint's tokenizer/ folder (vocab.json, merges.txt) beside the file",
+        )
+    f = configs.unet.downsample_factor
+    unet = [p.name for p in build_unet(configs.unet, latent_h=f, latent_w=f, text_len=1).params]
+    vae = [p.name for p in build_vae_decoder(configs.vae, latent_h=1, latent_w=1).params]
+    text, unet_src, vae_src = open_ldm_file(path, unet, vae, configs.unet, configs.vae, configs.text_encoder)
+    return SdCheckpoint(folder or path.parent, path.stem, configs, tokenizer, text, unet_src, vae_src)
 
 
 def default_taesd(ck: SdCheckpoint) -> Path | None:
