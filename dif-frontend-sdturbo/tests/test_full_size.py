@@ -76,3 +76,30 @@ def test_taesd_decoder(torch) -> None:  # type: ignore[no-untyped-def]
     assert _count(ref) == 2_445_063
     ours = _ours(build_taesd_decoder(TaesdConfig.from_dict(data), latent_h=64, latent_w=64))
     assert ours == _theirs(ref, (r"encoder\..*",))
+
+
+def test_original_single_file_rules_cover_the_full_size_models(torch) -> None:  # type: ignore[no-untyped-def]
+    """At SD-Turbo's full size, dif's original-file names (single_file.py) for every UNet / VAE decoder tensor
+    are the ones diffusers' single-file converter maps back to that tensor (meta tensors: names only)."""
+    diffusers = pytest.importorskip("diffusers")
+    from diffusers.loaders import single_file_utils as sfu
+
+    from dif_frontend_sdturbo.single_file import ldm_names
+
+    root = published("sd-turbo")
+    cfgs = load_configs(root)
+    for sub, cls, convert, keep in (
+        ("unet", diffusers.UNet2DConditionModel, sfu.convert_ldm_unet_checkpoint, lambda n: True),
+        ("vae", diffusers.AutoencoderKL, sfu.convert_ldm_vae_checkpoint,
+         lambda n: n.startswith(("decoder.", "post_quant_conv."))),
+    ):  # fmt: skip
+        config = json.loads((root / sub / "config.json").read_text())
+        with torch.device("meta"):
+            model = cls.from_config(config)
+        names = [n for n in model.state_dict() if keep(n)]
+        rules = ldm_names(names, sub, getattr(cfgs, sub))
+        # each original tensor gets a distinct marker shape, so the converter's output says which one it moved
+        marked = {r.source: torch.empty((i + 1,), device="meta") for i, r in enumerate(rules.values())}
+        back = convert(marked, dict(model.config))
+        for i, n in enumerate(names):
+            assert tuple(back[n].shape) == (i + 1,), n
