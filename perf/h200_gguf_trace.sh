@@ -5,6 +5,7 @@
 #   issue 20  one traced klein-9B forward (perf/trace_forward.py; attribution share), NVTX ranges under nsys
 #             when it is installed, and `dif inspect --source --op N --plan --trace` on a fused op of that program
 K9=$WORK/models/klein-9b
+if [ "${TRACE:-1}" = 1 ]; then
 stamp "issue 20: traced klein-9B forward"
 timeout 240 python3 perf/trace_forward.py --model klein-9b --backend cuda --out "$OUT/trace_klein9b_h200.json" \
   --save /tmp/k9 2>&1 | tail -15
@@ -30,6 +31,7 @@ PY
     --trace /tmp/k9/trace.jsonl --json > "$OUT/inspect_fused_op.json" 2>&1
   head -40 "$OUT/inspect_fused_op.txt"
 fi
+fi  # TRACE
 
 if [ -d "$K9/transformer" ]; then
   stamp "issue 18: Q8_0 GGUF of the klein-9B transformer"
