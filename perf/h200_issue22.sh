@@ -6,7 +6,7 @@
 #            (needs starlette, uvicorn, httpx and their deps among the carried wheels)
 #   stage 3  (only when 2+ GPUs are visible) one forward on 1 vs N GPUs over NCCL, klein 9B and H3
 # Device call:  set -o pipefail; bash perf/h200_issue22.sh 2>&1 | tee $OUT/run.log   (carry [".whl"], timeout 600)
-# Wheels to add to .whl (../shared/device/fetch-wheels.sh NAME ...): starlette uvicorn h11 anyio sniffio
+# Wheels to add to .whl (the device notes' fetch-wheels.sh NAME ...): starlette uvicorn h11 anyio sniffio
 #   httpx httpcore certifi idna (and the usual nvmath-python nvidia-cudnn-frontend cattrs importlib_metadata).
 # DRY=1 checks the script on a machine without a GPU (CPU backend, tiny configs, no environment set-up).
 set -uo pipefail

@@ -7,7 +7,7 @@
 #            group_norm_silu on CUDA and OpenCL
 #   stage 3  perf/bench_sdturbo.py: full-size UNet 512^2 f16/bf16 (dif vs diffusers eager / torch.compile),
 #            prompt -> image (KL VAE, TAESD) vs StableDiffusionPipeline, the pipeline through NVIDIA OpenCL
-# Device call (repo root, carry [".whl"] from ../shared/device/fetch-wheels.sh, timeout_s 600):
+# Device call (repo root, carry [".whl"] from the device notes' fetch-wheels.sh, timeout_s 600):
 #   set -o pipefail; COMMIT=<sha> bash perf/h200_sdturbo.sh 2>&1 | tee $OUT/run.log
 # DRY=1 checks the script without a GPU (CPU backend, miniatures, no pip install).
 set -uo pipefail

@@ -47,7 +47,9 @@ def test_flux2_transformer_fuses_and_stays_bit_identical_on_cpu(dtype: str) -> N
     assert "layer_norm" not in after and "modulate" not in after and "rope" not in after and before["rope"] == 4
     assert after["slice"] == before.get("slice", 0) + 4 and after["concat"] == before["concat"]
     assert len(optimized.nodes) == len(program.nodes) - 11
-    assert {d.pass_name for d in decisions} == set(DEFAULT_PASSES) and all(d.verdict == "applied" for d in decisions)
+    # every default pass but the GroupNorm + SiLU fusion (the transformer has no GroupNorm) applies
+    assert {d.pass_name for d in decisions} == set(DEFAULT_PASSES) - {"fuse_group_norm_silu"}
+    assert all(d.verdict == "applied" for d in decisions)
 
     inputs, weights = bindings(program)
     fused_exe, fused_plan = prepare(program, weights, backend, passes=DEFAULT_PASSES)

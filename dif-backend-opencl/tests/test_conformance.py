@@ -38,10 +38,16 @@ def test_unfused_paths_match_interpreter(ocl_fallback, case: ConformanceCase) ->
     assert_case(ocl_fallback, case, strict=True)
 
 
+F32_ONLY_CASES = {"glu_quant", "norm_modulate_quant"}
+"""Ops whose cases are f32 only (dif/ops/quant.py: at bf16 one rounding apart moves a row's amax beyond
+an f32 scale's tolerance against float64; the backends check bf16 in their own tests)."""
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_every_op_has_cases(dtype: DType) -> None:
     covered = {c.op for c in conformance_cases(dtypes=(dtype,))}
-    assert covered == {op.name for op in OPS}
+    exempt = set() if dtype == DType.F32 else F32_ONLY_CASES
+    assert covered == {op.name for op in OPS} - exempt
 
 
 def test_unfused_backend_really_avoids_fused_kernels(fresh_backend) -> None:

@@ -187,6 +187,9 @@ def nvidia_hint(devices: list[Any] | None = None) -> str | None:
     )
 
 
+PROBE_KERNEL = "__kernel void dif_probe(__global float* a) { a[get_global_id(0)] = 1.0f; }"
+
+
 def availability() -> Availability:
     try:
         import pyopencl  # noqa: F401
@@ -199,7 +202,33 @@ def availability() -> Availability:
             "no OpenCL platform/device (install a driver's ICD, or `pip install pocl-binary-distribution` for CPUs)"
         )
         return Availability(False, f"{reason}; {hint}" if hint else reason)
+    broken = compiler_failure(pick_device(devices))
+    if broken is not None:
+        return Availability(False, broken)
     return Availability(True, hint or "")
+
+
+@cache
+def _compiler_failure(platform: str, device: str) -> str | None:
+    import pyopencl as cl
+
+    target = next(d for d in list_devices() if (d.platform.name, d.name) == (platform, device))
+    try:
+        cl.Program(cl.Context([target]), PROBE_KERNEL).build()
+    except Exception as exc:  # the driver's build error: its log says why
+        log = " ".join(str(exc).split())[:300]
+        return (
+            f"the OpenCL compiler of '{device.strip()}' ({platform}) cannot build a one-line kernel on this host: {log}"
+        )
+    return None
+
+
+def compiler_failure(device: Any) -> str | None:
+    """Why `device`'s OpenCL C compiler cannot build a trivial kernel, or None when it can (asked once per
+    device and process). A PoCL whose LLVM does not know the host CPU ("unknown target CPU 'generic'")
+    lists a device that runs nothing; the backend is then unavailable, with that reason, rather than
+    chosen and failing at the first program."""
+    return _compiler_failure(device.platform.name, device.name)
 
 
 @cache
