@@ -22,10 +22,10 @@ from dif.lora.slots import lora_slots, slot_inputs
 from dif.train.data import DataOrder, Encoded, FeatureCache, Sample, assign_bucket, bucket_sizes, scan_folder
 from dif.train.flow import flow_batch, sample_sigmas
 from dif.train.loop import Trainer
-from dif.train.lora import init_factors, match_targets, write_diffusers_lora
+from dif.train.lora import init_factors, match_targets
 from dif.train.schedule import AdamW, LrSchedule
 from dif.train.step import TARGET, StepPrograms, build_step_programs, model_fingerprint
-from dif.train.tasks import LoraSettings
+from dif.train.tasks import LoraSession, LoraSettings
 from dif.weights import bind_weights
 from dif_frontend_flux2.model import build_transformer, flux2_rope_tables, flux2_timestep_proj
 from dif_frontend_flux2.tokenize import MAX_LENGTH
@@ -175,26 +175,6 @@ class KleinLoraTask:
             TARGET: batch.target,
         }
         return grid, inputs
-
-
-@define
-class LoraSession:
-    """A klein LoRA run as `dif train lora` drives it (see `dif.train.tasks.register_lora_trainer`)."""
-
-    task: KleinLoraTask
-    trainer: Trainer
-    settings: LoraSettings
-
-    @property
-    def modules(self) -> Sequence[str]:
-        return self.task.modules
-
-    def encode_all(self, on_sample: Any = None) -> None:
-        self.task.encode_all(on_sample)
-
-    def export(self, path: Path) -> Path:
-        s = self.settings
-        return write_diffusers_lora(path, self.trainer.params, self.task.modules, rank=s.rank, alpha=s.alpha)
 
 
 def lora_session(model: Path, data: Path, settings: LoraSettings, *, backend: str | None = None) -> LoraSession:

@@ -24,10 +24,10 @@ from dif.serialize.diftensor import load_tensors
 from dif.train.data import DataError, DataOrder, Sample, assign_bucket, bucket_sizes, scan_folder
 from dif.train.flow import flow_batch, sample_sigmas
 from dif.train.loop import Trainer
-from dif.train.lora import init_factors, match_targets, write_diffusers_lora
+from dif.train.lora import init_factors, match_targets
 from dif.train.schedule import AdamW, LrSchedule
 from dif.train.step import TARGET, StepPrograms, build_step_programs, model_fingerprint
-from dif.train.tasks import LoraSettings
+from dif.train.tasks import LoraSession, LoraSettings
 from dif.weights import bind_weights
 from dif_frontend_krea2.model import attention_mask, build_denoiser, rope_tables, timestep_proj_from_timesteps
 from dif_frontend_krea2.weights import TEXT_FUSION_PREFIXES
@@ -150,24 +150,6 @@ def linear_shapes(pipeline: Any) -> dict[str, tuple[int, int]]:
     return {
         p.name[: -len(".weight")]: p.type.shape for p in prog.params if p.type.rank == 2 and p.name.endswith(".weight")
     }
-
-
-@define
-class LoraSession:
-    task: Krea2LoraTask
-    trainer: Trainer
-    settings: LoraSettings
-
-    @property
-    def modules(self) -> Sequence[str]:
-        return self.task.modules
-
-    def encode_all(self, on_sample: Any = None) -> None:
-        self.task.encode_all(on_sample)
-
-    def export(self, path: Path) -> Path:
-        s = self.settings
-        return write_diffusers_lora(path, self.trainer.params, self.task.modules, rank=s.rank, alpha=s.alpha)
 
 
 def lora_session(model: Path, data: Path, settings: LoraSettings, *, backend: str | None = None) -> LoraSession:

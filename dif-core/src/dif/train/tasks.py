@@ -4,11 +4,11 @@
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from attrs import field, frozen
+from attrs import define, field, frozen
 
 from dif.errors import UsageError
 
@@ -46,6 +46,30 @@ class LoraSettings:
 
 
 LoraFactory = Callable[..., Any]
+
+
+@define
+class LoraSession:
+    """A LoRA run as `dif train lora` drives it, whatever the family: the frontend's task (its pipeline,
+    data, target modules and step programs: `.modules`, `.encode_all`), the trainer and the settings."""
+
+    task: Any
+    trainer: Any
+    settings: LoraSettings
+
+    @property
+    def modules(self) -> Sequence[str]:
+        return self.task.modules
+
+    def encode_all(self, on_sample: Any = None) -> None:
+        self.task.encode_all(on_sample)
+
+    def export(self, path: Path) -> Path:
+        """The trained factors as a diffusers / PEFT-layout LoRA file at `path`."""
+        from dif.train.lora import write_diffusers_lora
+
+        s = self.settings
+        return write_diffusers_lora(path, self.trainer.params, self.task.modules, rank=s.rank, alpha=s.alpha)
 
 
 def register_lora_trainer(family: str, target: str) -> None:
