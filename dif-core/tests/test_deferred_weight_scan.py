@@ -123,7 +123,8 @@ class _Plugin:
 
     @dif.hookimpl
     def register_backends(self, register):  # noqa: ANN001, ANN201
-        register(BackendInfo("scanning", 0, "fake", lambda: Availability(True), lambda: self.backend))
+        name = self.backend.name
+        register(BackendInfo(name, 0, "fake", lambda: Availability(True), lambda: self.backend))
 
 
 @pytest.fixture
@@ -150,11 +151,30 @@ def test_a_scanning_backend_gets_the_scan_and_refuses_before_the_first_run(
     assert device.events[-2:] == ["prepare", "checked"] and scanned == [["w"]]
 
 
-def test_a_backend_without_device_scans_keeps_the_host_scan_before_preparing() -> None:
-    cache = ProgramCache(backend="cpu")
-    with pytest.raises(WeightError, match="'w' in bad.safetensors"):
-        cache.get("bad", lambda: (_program(), bind_weights(_program(), _source(True, "bad.safetensors"))))
-    assert cache.keys() == set() and cache.residency == {}  # refused at registration: never planned or prepared
+class HostScanned(DeviceScanning):
+    """A backend that does not test its uploads: it must never be handed the scan."""
+
+    name = "host-scanned"
+    scans_weights_on_device = False
+
+    def prepare(self, program: Program, plan, weights, nonfinite_check=None):  # noqa: ANN001, ANN201
+        assert nonfinite_check is None
+        self.events.append("prepare")
+        return _Exe(program, weights)
+
+
+def test_a_backend_without_device_scans_keeps_the_host_scan_before_preparing(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("DIF_BACKEND", raising=False)
+    backend = HostScanned()
+    plugin = _Plugin(backend)  # type: ignore[arg-type]
+    with isolated_plugins(""):
+        register_plugin(plugin, "host-scanned")
+        cache = ProgramCache()
+        with pytest.raises(WeightError, match="'w' in bad.safetensors"):
+            cache.get("bad", lambda: (_program(), bind_weights(_program(), _source(True, "bad.safetensors"))))
+        assert backend.events == [] and cache.keys() == set()  # refused at registration: never prepared
+        runner = cache.get("good", lambda: (_program("good"), bind_weights(_program("good"), _source(False))))
+        assert backend.events == ["prepare"] and runner({"x": np.ones((1, 3), np.float32)})
 
 
 def test_the_reference_interpreter_scans_on_the_host() -> None:
