@@ -53,6 +53,7 @@ def inputs_for(program: Program, seed: int = 1) -> dict[str, np.ndarray]:
 def run_cpu(program: Program, passes: tuple[str, ...], weights: dict, inputs: dict) -> tuple[dict, list]:
     from dif.runtime import prepare
 
+    pytest.importorskip("dif_backend_cpu", reason="the CPU backend is another distribution")
     exe, plan = prepare(program, weights, "cpu", passes=passes)
     return exe.run(inputs), list(plan.decisions)
 
