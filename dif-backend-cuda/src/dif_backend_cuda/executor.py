@@ -11,12 +11,9 @@ into their slots, replays the graph (or the steps, with graph=False) and reads t
 
 from __future__ import annotations
 
-import sys
-import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from concurrent.futures import Future, wait
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -36,7 +33,6 @@ from dif_backend_cuda.weight_scan import nonfinite_tensors
 
 BACKEND = "cuda"
 H2D, D2H = 1, 2
-LANE_SWITCH_S = 0.0002  # the interpreter's thread switch interval while weights upload during lowering
 STREAM_STEP = -1
 """`step_nodes` entry of a weight-streaming step (it belongs to no node)."""
 
@@ -48,26 +44,6 @@ def _pack(values: Iterable[Value]) -> tuple[dict[str, int], int]:
         offsets[v.name] = total
         total += align_up(v.type.nbytes)
     return offsets, total
-
-
-@contextmanager
-def _in_background(work: Callable[[], float]) -> Iterator[Future[float]]:
-    """`work()` on a thread of its own while the block runs; its result (or exception) from `.result()`.
-    Leaving the block waits for it whatever happens, so an error in the block never frees memory a copy is
-    still writing."""
-    future: Future[float] = Future()
-
-    def run() -> None:
-        try:
-            future.set_result(work())
-        except BaseException as exc:  # handed to whoever waits for it
-            future.set_exception(exc)
-
-    threading.Thread(target=run, name="dif-upload", daemon=True).start()
-    try:
-        yield future
-    finally:
-        wait([future])
 
 
 def _device_alloc(nbytes: int, what: str, program: str = "") -> Any:
@@ -146,16 +122,12 @@ class CudaExecutable:
             with device:
                 return upload(memory["weights"].ptr, [(w_off[v.name], weights[v.name]) for v in resident], stream)
 
-        # the lanes need the GIL for a moment between chunks, the lowering holds it for its Python: hand it
-        # over every 0.2 ms instead of every 5, or the lanes wait (the text encoder's upload took twice as long)
-        switch = sys.getswitchinterval()
-        sys.setswitchinterval(min(switch, LANE_SWITCH_S))
-        try:
-            with _in_background(upload_resident) as uploading:
-                exe, meta = cls._lower(backend, program, plan, weights, streams, memory, tensors, timings)
-                timings["upload_s"] = uploading.result()
-        finally:
-            sys.setswitchinterval(switch)
+        # leaving the block waits for the upload whatever happens: an error while lowering never frees memory
+        # a copy is still writing
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="dif-upload") as pool:
+            uploading = pool.submit(upload_resident)
+            exe, meta = cls._lower(backend, program, plan, weights, streams, memory, tensors, timings)
+            timings["upload_s"] = uploading.result()
         exe._finish(meta, weights, streams, nonfinite_check)
         timings.update(_residency_figures(streams, w_total))
         exe._warm_and_capture()
