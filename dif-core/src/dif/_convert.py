@@ -9,3 +9,7 @@ from collections.abc import Iterable
 
 def strs(items: Iterable[str]) -> tuple[str, ...]:
     return tuple(items)
+
+
+def ints(items: Iterable[int]) -> tuple[int, ...]:
+    return tuple(items)

@@ -15,6 +15,7 @@ from typing import Any
 
 from attrs import field, frozen
 
+from dif._convert import ints
 from dif.checkpoint import read_json_object
 from dif.config_fields import (
     check_class_name,
@@ -41,10 +42,6 @@ def read_json(path: str | Path) -> dict[str, Any]:
     return read_json_object(path, hint="point at a MiniMax-H3 diffusers folder")
 
 
-def _ints(value: Any) -> tuple[int, ...]:
-    return tuple(value)
-
-
 # -- transformer ---------------------------------------------------------------------------------
 
 
@@ -60,7 +57,7 @@ class H3TransformerConfig:
     ffn_dim: int = 14336
     in_channels: int = 24
     audio_in_channels: int = 32
-    patch_size: tuple[int, ...] = field(default=(1, 2, 2), converter=_ints)
+    patch_size: tuple[int, ...] = field(default=(1, 2, 2), converter=ints)
     text_dim: int = 5120
     freq_dim: int = 256
     time_embed_hidden_dim: int = 5376

@@ -16,6 +16,7 @@ from typing import Any
 
 from attrs import field, frozen
 
+from dif._convert import ints
 from dif.checkpoint import read_json_object
 from dif.config_fields import (
     check_class_name,
@@ -39,11 +40,6 @@ def read_json(path: str | Path) -> dict[str, Any]:
     return read_json_object(path, hint="point at a Krea 2 diffusers folder")
 
 
-def _ints(value: Any) -> tuple[int, ...]:
-    """attrs converter: a typed `tuple` (plain `tuple` leaves mypy's attrs plugin without an element type)."""
-    return tuple(value)
-
-
 # -- transformer ---------------------------------------------------------------------------------
 
 
@@ -65,7 +61,7 @@ class Krea2TransformerConfig:
     text_intermediate_size: int = 6912
     num_layerwise_text_blocks: int = 2
     num_refiner_text_blocks: int = 2
-    axes_dims_rope: tuple[int, ...] = field(default=(32, 48, 48), converter=_ints)
+    axes_dims_rope: tuple[int, ...] = field(default=(32, 48, 48), converter=ints)
     rope_theta: float = 1000.0
     norm_eps: float = 1e-5
 
@@ -185,7 +181,7 @@ class QwenImageVaeConfig:
 
     base_dim: int = 96
     z_dim: int = 16
-    dim_mult: tuple[int, ...] = field(default=(1, 2, 4, 4), converter=_ints)
+    dim_mult: tuple[int, ...] = field(default=(1, 2, 4, 4), converter=ints)
     num_res_blocks: int = 2
     attn_scales: tuple[float, ...] = field(default=(), converter=tuple)
     temperal_downsample: tuple[bool, ...] = field(default=(False, True, True), converter=tuple)
@@ -252,7 +248,7 @@ class Krea2PipelineInfo:
 
     is_distilled: bool = False
     patch_size: int = 2
-    text_encoder_select_layers: tuple[int, ...] = field(default=DEFAULT_TAPS, converter=_ints)
+    text_encoder_select_layers: tuple[int, ...] = field(default=DEFAULT_TAPS, converter=ints)
 
     @property
     def variant(self) -> str:

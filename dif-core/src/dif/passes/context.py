@@ -9,10 +9,10 @@ decision per candidate it looked at: applied, or skipped with the reason. The pa
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
 
 from attrs import define, field, frozen
 
+from dif._convert import ints
 from dif.target import TargetProfile
 
 APPLIED = "applied"
@@ -35,10 +35,6 @@ def supports_op(target: TargetProfile | None, op: str) -> bool:
     return ALL_OPS_CAPABILITY in caps or OP_CAPABILITY.format(op) in caps
 
 
-def _ints(items: Iterable[int]) -> tuple[int, ...]:
-    return tuple(items)
-
-
 @frozen
 class PassDecision:
     """One candidate a pass looked at. `nodes` are ids in the program the pass was given; `value`
@@ -47,7 +43,7 @@ class PassDecision:
     pass_name: str
     verdict: str
     reason: str
-    nodes: tuple[int, ...] = field(default=(), converter=_ints)
+    nodes: tuple[int, ...] = field(default=(), converter=ints)
     value: str = ""
 
     def describe(self) -> str:
