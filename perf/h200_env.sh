@@ -15,6 +15,8 @@ OUT=${OUT:-/tmp/h200_out}
 mkdir -p "$OUT"
 T0=$SECONDS
 stamp() { echo "== $((SECONDS - T0)) s: $*"; }
+[ -n "${DIF_H200_ENV:-}" ] && return 0  # a calling script of perf/ has set the machine up already
+export DIF_H200_ENV=1
 if [ -f device-overlay.tgz ]; then  # perf/device_overlay.sh: this copy of the working tree turned back into HEAD
   rm -rf /tmp/snap && mkdir -p /tmp/snap && cp -a . /tmp/snap/ && cd /tmp/snap || exit 1
   tar -xzf device-overlay.tgz && xargs -r -d '\n' rm -f < device-untracked.txt && rm -f device-overlay.tgz
