@@ -61,7 +61,7 @@ def test_priority_follows_device_kinds(monkeypatch: pytest.MonkeyPatch, kinds: l
     device.priority.cache_clear()
     try:
         assert device.priority() == expected
-        assert plugin.info().priority == expected
+        assert plugin.info().rank() == expected
     finally:
         device.priority.cache_clear()
     assert device.PRIORITY_CPU_ONLY < 0 < device.PRIORITY_GPU  # cpu backend registers priority 0
@@ -115,6 +115,6 @@ def test_plugin_registers_the_backend() -> None:
 
     info = backends()["opencl"]
     assert isinstance(info, BackendInfo) and info.name == "opencl"
-    assert info.priority in (device.PRIORITY_CPU_ONLY, device.PRIORITY_GPU)
+    assert info.rank() in (device.PRIORITY_CPU_ONLY, device.PRIORITY_GPU)
     if device.list_devices() and all(device._kind(d) == "cpu" for d in device.list_devices()):
-        assert info.priority < backends()["cpu"].priority if "cpu" in backends() else info.priority < 0
+        assert info.rank() < backends()["cpu"].rank() if "cpu" in backends() else info.rank() < 0

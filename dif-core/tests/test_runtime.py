@@ -81,8 +81,29 @@ def test_unavailable_backend_error_gives_the_reason():
 
 def test_unknown_backend_error_lists_known_names():
     register_plugin(Plugin(_info("cpu", 0), _info("gpu", 10, ok=False)), "p")
-    with pytest.raises(BackendUnavailableError, match=r"unknown backend 'tpu' \(known backends: gpu, cpu\)"):
+    with pytest.raises(BackendUnavailableError, match=r"unknown backend 'tpu' \(known backends: cpu, gpu\)"):
         get_backend("tpu")
+
+
+def test_a_named_backend_is_the_only_one_probed():
+    asked: list[str] = []
+
+    def probing(name: str) -> BackendInfo:
+        def available() -> Availability:
+            asked.append(f"{name}.available")
+            return Availability(True, "")
+
+        def priority() -> int:
+            asked.append(f"{name}.priority")
+            return 10
+
+        return BackendInfo(name, priority, f"fake {name}", available, lambda: FakeBackend(name))
+
+    register_plugin(Plugin(probing("slow"), _info("cpu", 0)), "p")
+    assert get_backend("cpu").name == "cpu"
+    assert asked == []  # neither the other backend's availability nor its callable priority
+    assert get_backend().name == "slow"  # automatic selection asks both
+    assert asked == ["slow.priority", "slow.available"]
 
 
 def test_no_backend_at_all():

@@ -29,14 +29,40 @@ OP_N, OP_T = 0, 1
 TUNE_CANDIDATES = 8  # heuristic results timed per distinct problem
 
 
+def cublaslt_binding() -> Any:
+    """nvmath's cuBLASLt binding (`nvmath.bindings.cublasLt`), without running nvmath's package __init__
+    when nothing has imported nvmath yet: that __init__ imports its fft / linalg / sparse / tensor layers
+    and dlopens cuBLAS, cuFFT, cuRAND, cuSOLVER, cuSPARSE and cuTENSOR up front, about a second of every
+    fresh process on the H200, for a backend that calls one library. The package is registered with its
+    __init__ skipped while the binding (which loads libcublasLt itself on first call) imports, then taken
+    out of `sys.modules` again, so a later `import nvmath` elsewhere runs the real __init__ (which finds
+    the already-imported `nvmath.bindings` submodules and reuses them)."""
+    import importlib
+    import importlib.util
+    import sys
+
+    if "nvmath" in sys.modules:
+        from nvmath.bindings import cublasLt
+
+        return cublasLt
+    spec = importlib.util.find_spec("nvmath")
+    if spec is None or spec.loader is None:
+        raise ImportError("nvmath-python is not installed")
+    sys.modules["nvmath"] = importlib.util.module_from_spec(spec)
+    try:
+        return importlib.import_module("nvmath.bindings.cublasLt")
+    finally:
+        del sys.modules["nvmath"]
+
+
 class LtContext:
     """One cuBLASLt handle and workspace shared by every GEMM of a backend (one stream), and the
     algorithm chosen for each distinct problem shape (`LtMatmul.tune`, through `tuning.Choices`)."""
 
     def __init__(self, workspace_bytes: int, choices: Callable[[str], Choices] | None = None) -> None:
         import cupy
-        from nvmath.bindings import cublasLt
 
+        cublasLt = cublaslt_binding()
         self.lib = cublasLt
         self.handle = cublasLt.create()
         self.workspace = cupy.cuda.Memory(workspace_bytes)

@@ -4,7 +4,8 @@ ops it declares are its lowering table's (`lower/`), imported when selection fir
 
 Priority: 10 (above cpu's 0, below cuda) when a GPU or accelerator OpenCL device exists; -10 when
 the only devices are CPUs (PoCL), so the numpy CPU backend stays the default there. Deciding it
-enumerates platforms once per process (~0.3 s with pyopencl's import); without pyopencl it is -10.
+enumerates platforms once per process (~0.15-0.3 s with pyopencl's import), so it is registered as a
+callable: only automatic selection asks it, never a run that names its backend. Without pyopencl it is -10.
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ def _priority() -> int:
 def info() -> BackendInfo:
     return BackendInfo(
         name="opencl",
-        priority=_priority(),
+        priority=_priority,
         description="pyopencl kernels on any OpenCL 1.2+ device (PoCL on CPUs, AMD / Intel / NVIDIA GPUs)",
         is_available=_available,
         create=_create,

@@ -80,19 +80,25 @@ class BackendInfo:
     """What a backend plugin registers. `create()` returns a `Backend` for the default device.
 
     `priority`: among the available backends that can run a program, the highest is chosen (ties by
-    name). `supported_ops`: see `OpDeclaration`; a program with an op outside it is never given to
-    this backend. `probe()` / `budget()`: the default device's `TargetProfile` / `RuntimeBudget`
-    without creating the backend (None: selection creates it and asks the `Backend`); the profile's
-    `dtypes` are the element types a program may use on it."""
+    name); a callable is asked only when automatic selection needs it (`rank()`), so a plugin whose
+    priority depends on probing its devices costs a run that names another backend nothing.
+    `supported_ops`: see `OpDeclaration`; a program with an op outside it is never given to this
+    backend. `probe()` / `budget()`: the default device's `TargetProfile` / `RuntimeBudget` without
+    creating the backend (None: selection creates it and asks the `Backend`); the profile's `dtypes`
+    are the element types a program may use on it."""
 
     name: str
-    priority: int
+    priority: int | Callable[[], int]
     description: str
     is_available: Callable[[], Availability]
     create: Callable[[], Backend]
     supported_ops: OpDeclaration = field(default=None, converter=_op_declaration)
     probe: Callable[[], TargetProfile] | None = None
     budget: Callable[[], RuntimeBudget] | None = None
+
+    def rank(self) -> int:
+        """The priority, asked of the plugin when it registered a callable."""
+        return self.priority() if callable(self.priority) else self.priority
 
     def declared_ops(self) -> frozenset[str] | None:
         """The op names this backend runs, None when it declares every op of the table."""

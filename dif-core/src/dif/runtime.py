@@ -45,7 +45,7 @@ def backend_status() -> list[tuple[BackendInfo, Availability]]:
     """Every registered backend with its availability, highest priority first."""
     from dif.plugins import backends
 
-    infos = sorted(backends().values(), key=lambda i: (-i.priority, i.name))
+    infos = sorted(backends().values(), key=lambda i: (-i.rank(), i.name))
     return [(info, availability(info)) for info in infos]
 
 
@@ -72,22 +72,26 @@ def get_backend(
     prepared. `create(info)` makes the chosen backend (default: `info.create()`; `ProgramCache` reuses
     instances). Raises `BackendUnavailableError` naming the reason, the known names when `name` is
     unknown, and for `program` the ops and dtypes each backend lacks."""
+    from dif.plugins import backends
+
     make = create or create_backend
-    status = backend_status()
     name = name or DIF_BACKEND.get() or None
     if name is None:
-        return _automatic(status, program, make)
-    for info, avail in status:
-        if info.name == name:
-            if not avail.ok:
-                raise BackendUnavailableError(f"backend '{name}' is not available: {avail.reason or 'no reason given'}")
-            if program is None:
-                return make(info)
-            backend, gap = _covering(info, program, make)
-            if backend is None:
-                raise _refused(program, gap)
-            return backend
-    known = ", ".join(info.name for info, _ in status) or "none"
+        return _automatic(backend_status(), program, make)
+    # A named backend is the only one asked whether it is available: probing the others (an OpenCL
+    # platform enumeration and test build, ~0.2 s) would only slow a run that already chose.
+    info = backends().get(name)
+    if info is not None:
+        avail = availability(info)
+        if not avail.ok:
+            raise BackendUnavailableError(f"backend '{name}' is not available: {avail.reason or 'no reason given'}")
+        if program is None:
+            return make(info)
+        backend, gap = _covering(info, program, make)
+        if backend is None:
+            raise _refused(program, gap)
+        return backend
+    known = ", ".join(sorted(backends())) or "none"
     raise BackendUnavailableError(
         f"unknown backend '{name}' (known backends: {known})",
         hint="install the backend's distribution, or check `dif plugins` for one that failed to load",
