@@ -30,6 +30,7 @@ import json
 import os
 import sys
 import time
+import traceback
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -146,6 +147,7 @@ def step_phase(args: argparse.Namespace) -> None:
                 del exe
             except Exception as exc:  # one format failing must not lose the others
                 res["error"] = f"{type(exc).__name__}: {exc}"[:2000]
+                res["traceback"] = traceback.format_exc()[-4000:]
             gc.collect()
             out["formats"][fmt] = res
             save(f"step_{name}{'-tiny' if args.tiny else ''}.json", out)
@@ -302,6 +304,7 @@ def pipeline_phase(args: argparse.Namespace) -> None:
                     del pipe
             except Exception as exc:
                 res["error"] = f"{type(exc).__name__}: {exc}"[:2000]
+                res["traceback"] = traceback.format_exc()[-4000:]
             gc.collect()
             out["formats"][fmt] = res
             save(f"pipeline_{name}{'-tiny' if args.tiny else ''}.json", out)

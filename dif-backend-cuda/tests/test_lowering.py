@@ -74,6 +74,18 @@ class _FakeFunction:
     def __init__(self, module: str, name: str, params: list[str]) -> None:
         self.module, self.name, self.params = module, name, params
         self.max_dynamic_shared_size_bytes = 0
+        self.shared_size_bytes = 128  # static shared memory, as a block reduction's scratch
+
+
+@pytest.mark.parametrize(
+    ("dynamic", "opted_in"), [(16 * 1024, 0), (48 * 1024 - 128, 0), (48 * 1024, 48 * 1024), (96 * 1024, 96 * 1024)]
+)
+def test_dynamic_shared_memory_is_opted_into_with_the_static_part(dynamic: int, opted_in: int) -> None:
+    # 48 KiB dynamic beside 128 B static exceeds the default: without the opt-in the launch is refused
+    # (CUDA_ERROR_INVALID_VALUE; klein 9B's fp8 glu_quant row of 12,288 floats)
+    launch = Launch(_FakeFunction("quant", "glu_quant", []), "glu_quant", (1,), (1024,), [], dynamic)
+    launch.resolve(0)
+    assert launch.fn.max_dynamic_shared_size_bytes == opted_in
 
 
 class _FakeKernels:

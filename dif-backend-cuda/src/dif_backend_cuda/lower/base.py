@@ -89,13 +89,16 @@ class Launch:
 
     def resolve(self, meta_ptr: int) -> None:
         """Fix the metadata addresses and wait for the kernel (compiled meanwhile on the pool); dynamic
-        shared memory above the default 48 KiB is opted into here (the lowering checked the device's limit)."""
+        shared memory that with the kernel's static shared memory (block reductions' scratch) exceeds the
+        default 48 KiB is opted into here (the lowering checked the device's limit). Without the opt-in such
+        a launch fails with CUDA_ERROR_INVALID_VALUE: klein 9B's fp8 glu_quant stages a 12,288-wide row,
+        exactly 48 KiB, beside its reduction scratch."""
         from dif_backend_cuda.kernels import PendingKernel
 
         self.args = [np.uint64(meta_ptr + 8 * a.offset) if isinstance(a, MetaRef) else a for a in self.args]
         if isinstance(self.fn, PendingKernel):
             self.fn = self.fn.get()
-        if self.shared > DEFAULT_SHARED:
+        if self.shared > DEFAULT_SHARED // 2 and self.shared + self.fn.shared_size_bytes > DEFAULT_SHARED:
             self.fn.max_dynamic_shared_size_bytes = self.shared
 
     def __call__(self, stream: Any) -> None:
