@@ -25,11 +25,8 @@ if [ "${DRY:-0}" = 1 ]; then
   export PYTHONPATH=$SRC
   EXTRA=(--tiny --iters 2 --runs 1) TESTS=(-m "not cuda") COMPILE=()
 else
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-    || exit 1
-  export PYTHONPATH=/tmp/site:$SRC
+  source "$(dirname "$0")/h200_env.sh"  # wheels, every src/ on PYTHONPATH and the entry points (backends)
   EXTRA=() TESTS=() COMPILE=(--compile)
-  nvidia-smi --query-gpu=name,driver_version,memory.used,memory.total --format=csv,noheader
 fi
 
 if [ "$PHASE" = step ]; then
