@@ -53,19 +53,19 @@ def _fake_cupy(copies: list[tuple[int, int]]) -> types.ModuleType:
 
     cupy = types.ModuleType("cupy")
     cupy.cuda = types.SimpleNamespace(  # type: ignore[attr-defined]
-        Stream=Stream, Event=Event, Device=Device, runtime=types.SimpleNamespace(memcpyAsync=memcpy_async)
+        Stream=Stream,
+        Event=Event,
+        Device=Device,
+        runtime=types.SimpleNamespace(memcpyAsync=memcpy_async),
+        alloc_pinned_memory=bytearray,  # any buffer stands in for page-locked memory
     )
-    cupyx = types.ModuleType("cupyx")
-    cupyx.empty_pinned = lambda shape, dtype: np.empty(shape, dtype)  # type: ignore[attr-defined]
-    return cupy, cupyx  # type: ignore[return-value]
+    return cupy  # type: ignore[return-value]
 
 
 @pytest.fixture
 def fake(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int]]:
     copies: list[tuple[int, int]] = []
-    cupy, cupyx = _fake_cupy(copies)
-    monkeypatch.setitem(sys.modules, "cupy", cupy)
-    monkeypatch.setitem(sys.modules, "cupyx", cupyx)
+    monkeypatch.setitem(sys.modules, "cupy", _fake_cupy(copies))
     monkeypatch.setattr(upload_module, "_LANES", {})
     monkeypatch.setattr(upload_module, "CHUNK_BYTES", 1000)
     return copies

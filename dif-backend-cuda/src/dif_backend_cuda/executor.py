@@ -28,7 +28,7 @@ from dif.weights.scan import has_nonfinite
 from dif_backend_cuda import trace as cuda_trace
 from dif_backend_cuda.lower import DevTensor, Launch, LowerCtx, arena_tensor, lower_node
 from dif_backend_cuda.streaming import StreamOp, StreamSchedule, WeightStreamer, fill_pinned, stream_schedule
-from dif_backend_cuda.upload import upload
+from dif_backend_cuda.upload import empty_pinned, upload
 from dif_backend_cuda.weight_scan import nonfinite_tensors
 
 BACKEND = "cuda"
@@ -150,13 +150,11 @@ class CudaExecutable:
         """`create`'s work while the resident weights upload: the streamed weights pinned, the pinned
         mirrors of inputs and outputs, every node lowered to steps; returns the executable and the
         kernels' metadata (uploaded by `_finish`)."""
-        import cupyx
-
         types = program.types
         streamer = None
         if streams.blocks:
             memory["staging"] = _device_alloc(streams.staging_bytes, "weight staging slots", program.name)
-            memory["pinned"] = cupyx.empty_pinned((streams.pinned_bytes,), dtype=np.uint8)
+            memory["pinned"] = empty_pinned(streams.pinned_bytes)
             placed = streams.placements()
             for name, (dev_off, _host_off) in placed.items():
                 t = types[name]
@@ -167,11 +165,11 @@ class CudaExecutable:
             streamer = WeightStreamer(streams, memory["staging"].ptr, memory["pinned"].ctypes.data)
         # pinned host mirrors of the input slots and outputs: one H2D copy in, one D2H copy per output
         in_off, in_total = _pack(program.inputs)
-        in_pinned = cupyx.empty_pinned((max(in_total, 1),), dtype=np.uint8)
+        in_pinned = empty_pinned(max(in_total, 1))
         in_host = {v.name: _typed(in_pinned, in_off[v.name], v.type) for v in program.inputs}
         out_values = program.output_values
         out_off, out_total = _pack(out_values)
-        out_pinned = cupyx.empty_pinned((max(out_total, 1),), dtype=np.uint8)
+        out_pinned = empty_pinned(max(out_total, 1))
         out_host = {v.name: _typed(out_pinned, out_off[v.name], v.type) for v in out_values}
         memory["in_pinned"], memory["out_pinned"] = in_pinned, out_pinned
 
