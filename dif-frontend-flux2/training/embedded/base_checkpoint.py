@@ -1,0 +1,38 @@
+"""The random starting point of the embedded demo model: `make_default_checkpoint.py`'s tiny klein with
+the two changes training needs, then the text encoder's branches quietened (`text_encoder.py`).
+
+Training recipe stage 0 (outside the package). The transformer is widened to 128 (4 heads of 32): at
+width 64 the stream is narrower than the 128 packed latent channels, so the velocity it predicts has rank
+64 per token and the noise in the other directions survives a 4-step sample (measured: blobs at every
+prompt). The default size becomes 256 (the VAE config's `sample_size`), the size the model is trained at.
+
+    python base_checkpoint.py OUT_DIR
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+SCRIPT = HERE.parents[1] / "scripts" / "make_default_checkpoint.py"
+TOKENIZER = HERE.parents[1] / "src" / "dif_frontend_flux2" / "default" / "tokenizer"
+
+
+def make_base(out: Path) -> None:
+    spec = importlib.util.spec_from_file_location("make_default_checkpoint", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    script.TRANSFORMER["num_attention_heads"] = 4
+    script.VAE["sample_size"] = 256
+    script.make(out, TOKENIZER)
+    sys.path.insert(0, str(HERE))
+    from text_encoder import quieten
+
+    quieten(out / "text_encoder", out / "text_encoder")
+
+
+if __name__ == "__main__":
+    make_base(Path(sys.argv[1]))
