@@ -98,7 +98,7 @@ class Launch:
         self.args = [np.uint64(meta_ptr + 8 * a.offset) if isinstance(a, MetaRef) else a for a in self.args]
         if isinstance(self.fn, PendingKernel):
             self.fn = self.fn.get()
-        if self.shared > DEFAULT_SHARED // 2 and self.shared + self.fn.shared_size_bytes > DEFAULT_SHARED:
+        if self.shared and self.shared + self.fn.shared_size_bytes > DEFAULT_SHARED:
             self.fn.max_dynamic_shared_size_bytes = self.shared
 
     def __call__(self, stream: Any) -> None:
