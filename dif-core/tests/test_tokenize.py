@@ -113,3 +113,48 @@ def test_a_built_tokenizer_is_cached_and_a_damaged_entry_rebuilt(
         rebuilt = TextTokenizer.from_folder(QWEN)
     assert rebuilt.encode(chat_text(PROMPTS[1])) == first.encode(chat_text(PROMPTS[1]))
     assert entry.stat().st_size > 1000  # written again whole
+
+
+@needs_qwen
+def test_prompts_prefetched_in_a_child_encode_alike(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`prefetch` has a child process parse the cached tokenizer and encode the texts: the ids and the pad id
+    are the in-process ones, and the parent never parses the tokenizer itself. A child not finished when
+    `encode` asks is stopped and the parent encodes in-process; without a child (none could start) too."""
+    monkeypatch.setenv("DIF_CACHE_DIR", str(tmp_path))
+    texts = [chat_text(p) for p in PROMPTS]
+    expected = TextTokenizer.from_folder(QWEN)  # builds and caches the BPE; the next loads get its serialized form
+    wanted = [expected.encode(text) for text in texts]
+
+    prefetched = TextTokenizer.from_folder(QWEN)
+    prefetched.prefetch(texts)
+    assert prefetched._child is not None and prefetched._child.wait() is not None
+    assert [prefetched.encode(text) for text in texts] == wanted
+    assert prefetched.pad_id == expected.pad_id == 151643
+    assert prefetched._backend is None  # all from the child
+    assert prefetched.encode("not prefetched") == expected.encode("not prefetched")  # parsed in-process now
+
+    stopped = TextTokenizer.from_folder(QWEN)
+    stopped.prefetch(texts)
+    assert [stopped.encode(text) for text in texts] == wanted  # at once: the child is (almost surely) still busy
+
+    monkeypatch.setattr("sys.executable", "")
+    no_child = TextTokenizer.from_folder(QWEN)
+    no_child.prefetch(texts)
+    assert no_child._child is not None and no_child._child.wait() is None
+    assert [no_child.encode(text) for text in texts] == wanted and no_child.pad_id == 151643
+
+
+def test_a_child_that_cannot_parse_gives_no_answer() -> None:
+    from dif.text.prefetch import EncodeInChild
+
+    assert EncodeInChild.start("{not a tokenizer", ["hello"], ["<pad>"]).wait() is None
+
+
+def test_an_unparseable_tokenizer_json_names_the_file_at_first_use(tmp_path: Path) -> None:
+    (tmp_path / "tokenizer.json").write_text('{"version": "1.0", "model": 7}')
+    tokenizer = TextTokenizer.from_folder(tmp_path)  # read now, parsed at first use
+    with pytest.raises(CheckpointError, match=r"tokenizer\.json: cannot load"):
+        tokenizer.encode("hello")
+    (tmp_path / "tokenizer.json").write_bytes(b"\xff\xfe{}")
+    with pytest.raises(CheckpointError, match="not UTF-8"):
+        TextTokenizer.from_folder(tmp_path)

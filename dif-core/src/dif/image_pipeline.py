@@ -334,6 +334,7 @@ class TextToImagePipeline:
         steps, guidance, cfg, warnings = self.resolve(req)
         timer = StageTimer(self.on_stage)
         with timer.stage("load"):
+            self.prefetch_prompts([req.prompt, req.negative_prompt] if cfg else [req.prompt])
             schedule = with_sampling(
                 self.schedule(grid[0] * grid[1], steps), sampler=req.sampler, scheduler=req.scheduler
             )
@@ -359,6 +360,10 @@ class TextToImagePipeline:
             full_steps=steps,
             **self.run_keys(),
         )
+
+    def prefetch_prompts(self, prompts: Sequence[str], /) -> None:
+        """Start the part of encoding `prompts` that can run beside the load (tokenizing them in a child
+        process, `TextTokenizer.prefetch`); called as the load stage begins. The default starts nothing."""
 
     def encode(self, prompt: str, /) -> Any:
         """The text conditioning of `prompt`, in whatever form `denoise` takes it."""

@@ -19,7 +19,7 @@ is one denoiser program of batch B. `--vae-tiling` decodes tile by tile as diffu
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -59,7 +59,7 @@ from dif_frontend_flux2.model import (
 )
 from dif_frontend_flux2.plugin import INFO
 from dif_frontend_flux2.text_encoder import KLEIN_TAPS, build_text_encoder, qwen3_rope_tables
-from dif_frontend_flux2.tokenize import MAX_LENGTH, load_tokenizer, tokenize_prompts
+from dif_frontend_flux2.tokenize import MAX_LENGTH, klein_prompt_text, load_tokenizer, tokenize_prompts
 from dif_frontend_flux2.vae import build_latent_decode_prep, build_vae_decoder, build_vae_encoder
 from dif_frontend_flux2.weights import VAE_DECODER_UNUSED, Flux2Checkpoint, text_encoder_unused
 
@@ -391,6 +391,10 @@ class Flux2Pipeline(TextToImagePipeline):
         if self._tokenizer is None:
             self._tokenizer = load_tokenizer(self.checkpoint.tokenizer_dir)
         return self._tokenizer
+
+    def prefetch_prompts(self, prompts: Sequence[str]) -> None:
+        tokenizer = self.tokenizer
+        tokenizer.prefetch([klein_prompt_text(tokenizer, prompt) for prompt in prompts])
 
     def encode(self, prompt: str) -> np.ndarray:
         """Text features (1, 512, 3 * hidden) in the run dtype: [h9 | h18 | h27] per token, pads included."""

@@ -283,9 +283,10 @@ def scaled_linear(
     out_dtype: str,
 ) -> np.ndarray:
     """scaled_linear(xq[..., in], xs[..., 1], wq[out, in], ws[out], bias?[out]; out_dtype) -> [..., out]
-    = (xq @ wq^T) * xs * ws + bias: a W8A8 GEMM (xq, wq both f8e4m3 or both i8) whose products accumulate
-    exactly, the per-row activation scale and per-output-channel weight scale applied in the epilogue, the
-    result stored as out_dtype (made by the format passes, `dif.passes.quantize`)."""
+    = (xq @ wq^T) * xs * ws + bias: a W8A8 GEMM (xq, wq both f8e4m3 or both i8), the per-row activation scale
+    and per-output-channel weight scale applied in the epilogue, the result stored as out_dtype (made by the
+    format passes, `dif.passes.quantize`). The products accumulate exactly here; int8 matrix units do too
+    (int32), fp8 ones keep about 14 bits (`dif.testing.tolerances.FP8_ACCUMULATION`)."""
     acc = xq.astype(np.float64) @ wq.astype(np.float64).T
     y = acc * xs.astype(np.float64) * ws.astype(np.float64)
     if bias is not None:

@@ -35,7 +35,7 @@ from dif.interp import interpret
 from dif.ir.builder import ProgramBuilder
 from dif.ir.program import Program
 from dif.ops.registry import OPS, Case, OpDef, OpTable
-from dif.testing.tolerances import Tolerance, compare, tolerance_for
+from dif.testing.tolerances import FP8_ACCUMULATION, Tolerance, compare, tolerance_for
 
 DEFAULT_DTYPES = (DType.F32, DType.BF16)
 ELEMENTWISE_CATEGORIES = frozenset({"elementwise", "layout"})
@@ -144,11 +144,16 @@ def case_inputs(case: ConformanceCase) -> dict[str, np.ndarray]:
 
 
 def case_tolerance(opdef: OpDef, case: ConformanceCase, dtype: DType) -> Tolerance:
-    """Tolerance for a result of `dtype`; reductions loosen with their longest operand axis."""
+    """Tolerance for a result of `dtype`; reductions loosen with their longest operand axis, and one that
+    sums fp8 operands is judged no tighter than the matrix units' accumulator (`FP8_ACCUMULATION`)."""
     if opdef.category in ELEMENTWISE_CATEGORIES:
         return tolerance_for(dtype)
     longest = max((d for arr in case.case.operands for d in np.shape(arr)), default=1)
-    return tolerance_for(dtype, reduction=longest)
+    tol = tolerance_for(dtype, reduction=longest)
+    if any(np.asarray(arr).dtype.name.startswith("float8") for arr in case.case.operands):
+        floor = FP8_ACCUMULATION.scaled(longest)
+        tol = Tolerance(max(tol.rtol, floor.rtol), max(tol.atol, floor.atol))
+    return tol
 
 
 # -- running -----------------------------------------------------------------------------------

@@ -47,6 +47,12 @@ TOLERANCES: dict[DType, Tolerance] = {
 }
 
 
+FP8_ACCUMULATION = Tolerance(2.5e-4, 2.5e-4)
+"""The floor for a result accumulated from fp8 operands: matrix units add fp8 products in an accumulator of
+about 14 mantissa bits (Hopper, also with cuBLASLt's fast accumulation off), so each addition may round at
+~2^-13 of the running sum, not of the final value; twice that, relative to the tensor's magnitude."""
+
+
 def tolerance_for(dtype: DType, *, reduction: int = 1) -> Tolerance:
     """The tolerance for results stored as `dtype`, loosened for a reduction of length `reduction`."""
     tol = TOLERANCES[DType(dtype)]

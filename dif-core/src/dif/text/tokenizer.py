@@ -20,9 +20,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from attrs import define
 
 from dif.errors import CheckpointError, DifError
 from dif.text.chat import ChatTemplate, Message, find_chat_template, missing_template_error, token_text
+from dif.text.prefetch import Encoded, EncodeInChild
 
 # Qwen2/Qwen3 pre-tokenization: contractions, letter runs with one optional leading non-letter,
 # single digits, punctuation runs with trailing newlines, newline runs, and whitespace (a space
@@ -50,22 +52,43 @@ class TextTokenizer:
         source: str,
         chat_template: ChatTemplate | Callable[[], ChatTemplate | None] | None = None,
     ) -> None:
-        """`chat_template` may be a finder, called on first use: a frontend that never renders the
-        template (Krea 2) loads a folder whose template entries are broken, as the reference does."""
-        self.backend = backend
+        """`backend`: the library's tokenizer, or a `SerializedTokenizer` parsed on first use (`prefetch`
+        may have a child process parse it instead). `chat_template` may be a finder, called on first use:
+        a frontend that never renders the template (Krea 2) loads a folder whose template entries are
+        broken, as the reference does."""
+        self._backend = None if isinstance(backend, SerializedTokenizer) else backend
+        self._serialized = backend if isinstance(backend, SerializedTokenizer) else None
         self.source = source
         self._chat_template = chat_template
         self.pad_token = pad_token
-        self.pad_id = None if pad_token is None else backend.token_to_id(pad_token)
-        if pad_token is not None and self.pad_id is None:
-            raise CheckpointError(f"{source}: pad token {pad_token!r} is not in the vocabulary")
+        self._pad_id: int | None = None
+        self._child: EncodeInChild | None = None
+        self._prefetched = Encoded({}, {})
+
+    @property
+    def backend(self) -> Any:
+        """The library's tokenizer, parsed now if it has not been."""
+        if self._backend is None:
+            assert self._serialized is not None
+            self._backend = self._serialized.parse()
+        return self._backend
+
+    @property
+    def pad_id(self) -> int | None:
+        """The pad token's id; None when the tokenizer has no pad token."""
+        if self.pad_token is None or self._pad_id is not None:
+            return self._pad_id
+        found = self._from_child().token_ids.get(self.pad_token, -1)
+        found = self.token_to_id(self.pad_token) if found == -1 else found
+        if found is None:
+            raise CheckpointError(f"{self.source}: pad token {self.pad_token!r} is not in the vocabulary")
+        self._pad_id = found
+        return found
 
     # -- loading -------------------------------------------------------------------------------
     @classmethod
     def from_folder(cls, folder: str | Path) -> TextTokenizer:
         """Load from a tokenizer folder (tokenizer.json preferred over vocab.json + merges.txt)."""
-        from tokenizers import Tokenizer
-
         from dif.checkpoint import read_json_object
 
         folder = Path(folder)
@@ -74,15 +97,7 @@ class TextTokenizer:
         config_file = folder / "tokenizer_config.json"
         config = read_json_object(config_file) if config_file.is_file() else {}
         if (folder / "tokenizer.json").is_file():
-            try:
-                backend = Tokenizer.from_file(str(folder / "tokenizer.json"))
-            except Exception as exc:  # the library raises plain Exception subclasses
-                raise CheckpointError(f"{folder / 'tokenizer.json'}: cannot load: {exc}") from None
-            except BaseException as exc:
-                _reraise_unless_panic(exc)
-                raise CheckpointError(f"{folder / 'tokenizer.json'}: cannot load: tokenizers panicked: {exc}") from None
-            backend.no_padding()
-            backend.no_truncation()
+            backend: Any = SerializedTokenizer.read(folder / "tokenizer.json")
         elif (folder / "vocab.json").is_file() and (folder / "merges.txt").is_file():
             backend = _cached_byte_level_bpe(folder, config)
         else:
@@ -114,8 +129,26 @@ class TextTokenizer:
             raise missing_template_error(self.source)
         return self.chat_template.render(messages, add_generation_prompt=add_generation_prompt, **kwargs)
 
+    def prefetch(self, texts: Sequence[str]) -> None:
+        """Start encoding `texts` (and looking up the pad token) in a child process, for a caller with other
+        work to do before it encodes them (`dif.text.prefetch` says why). Nothing to do when the tokenizer
+        is parsed already: a long-lived pipeline encodes in-process from its second prompt on."""
+        if self._backend is None and self._serialized is not None and self._child is None:
+            tokens = () if self.pad_token is None else (self.pad_token,)
+            self._child = EncodeInChild.start(self._serialized.text, texts, tokens)
+
+    def _from_child(self) -> Encoded:
+        """What the prefetching child answered (waited for here); empty when there was none or it failed."""
+        if self._child is not None:
+            self._prefetched = self._child.result() or self._prefetched
+            self._child = None
+        return self._prefetched
+
     def encode(self, text: str) -> list[int]:
         """Token ids of `text`, special-token strings in it recognised, nothing added around it."""
+        prefetched = self._from_child().ids.get(text)
+        if prefetched is not None:
+            return list(prefetched)
         return list(self.backend.encode(text, add_special_tokens=False).ids)
 
     def decode(self, ids: Sequence[int], *, skip_special_tokens: bool = False) -> str:
@@ -144,6 +177,45 @@ class TextTokenizer:
         return int(self.backend.get_vocab_size(with_added_tokens=True))
 
 
+@define(frozen=True)
+class SerializedTokenizer:
+    """A tokenizer in the library's JSON form, not parsed yet: the text of a tokenizer.json, or of dif's cache
+    entry for a BPE built from vocab.json + merges.txt (`rebuild` makes it anew when the library cannot
+    parse the entry; a tokenizer.json it cannot parse is a `CheckpointError` naming `file`)."""
+
+    text: str
+    file: Path
+    rebuild: Callable[[], Any] | None = None
+
+    @classmethod
+    def read(cls, file: Path) -> SerializedTokenizer:
+        try:
+            return cls(file.read_bytes().decode("utf-8"), file)
+        except OSError as exc:
+            raise CheckpointError(f"{file}: cannot read: {exc.strerror or exc}") from None
+        except UnicodeDecodeError as exc:
+            raise CheckpointError(f"{file}: cannot load: not UTF-8 text (byte {exc.start})") from None
+
+    def parse(self) -> Any:
+        """The library's tokenizer, without padding or truncation (a tokenizer.json may carry either)."""
+        from tokenizers import Tokenizer
+
+        try:
+            backend = Tokenizer.from_str(self.text)
+        except Exception as exc:  # the library raises plain Exception subclasses
+            if self.rebuild is not None:
+                return self.rebuild()
+            raise CheckpointError(f"{self.file}: cannot load: {exc}") from None
+        except BaseException as exc:
+            _reraise_unless_panic(exc)
+            if self.rebuild is not None:
+                return self.rebuild()
+            raise CheckpointError(f"{self.file}: cannot load: tokenizers panicked: {exc}") from None
+        backend.no_padding()
+        backend.no_truncation()
+        return backend
+
+
 def _reraise_unless_panic(exc: BaseException) -> None:
     """Re-raise `exc` unless it is a Rust panic inside `tokenizers` (pyo3's PanicException derives
     from BaseException, not Exception), which is the input file's fault, not the user's Ctrl-C."""
@@ -158,7 +230,8 @@ MAX_CACHED_ID = 1 << 22  # larger vocabularies are not cached (real ones hold up
 def _cached_byte_level_bpe(folder: Path, config: dict[str, Any]) -> Any:
     """`_byte_level_bpe`, kept as the library's own serialized tokenizer in the dif cache (keyed by the three
     files' contents and the library version): building the BPE from vocab.json + merges.txt takes about four
-    times as long as reading the serialized form, on every fresh process."""
+    times as long as reading the serialized form, on every fresh process. A cached one comes back as its
+    `SerializedTokenizer`, parsed on first use."""
     import hashlib
 
     import tokenizers
@@ -174,20 +247,25 @@ def _cached_byte_level_bpe(folder: Path, config: dict[str, Any]) -> Any:
     key = {"kind": "byte-level bpe", "tokenizers": str(tokenizers.__version__), "files": files.hexdigest()}
     path = cache_dir() / "tokenizers" / f"{key_digest(key)}.json"
     stored = read_entry(path, key)
-    if stored is not None:
+
+    def build() -> Any:
+        backend = _byte_level_bpe(folder, config)
+        if (folder / "vocab.json").stat().st_size < CACHED_VOCAB_BYTES or backend.get_vocab_size() > MAX_CACHED_ID:
+            return backend  # small ones build in milliseconds; ids far beyond any real vocabulary serialize slowly
         try:
-            return tokenizers.Tokenizer.from_str(stored.decode())
-        except Exception:  # noqa: BLE001 - sealed but unreadable by this library: build it again
+            path.parent.mkdir(parents=True, exist_ok=True)
+            write_entry(path, backend.to_str().encode(), key)
+        except OSError:  # a read-only cache costs the next process the build, nothing else
             pass
-    backend = _byte_level_bpe(folder, config)
-    if (folder / "vocab.json").stat().st_size < CACHED_VOCAB_BYTES or backend.get_vocab_size() > MAX_CACHED_ID:
-        return backend  # small ones build in milliseconds; ids far beyond any real vocabulary serialize slowly
+        return backend
+
+    if stored is None:
+        return build()
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        write_entry(path, backend.to_str().encode(), key)
-    except OSError:  # a read-only cache costs the next process the build, nothing else
-        pass
-    return backend
+        text = stored.decode("utf-8")
+    except UnicodeDecodeError:  # sealed, yet not what this library writes: build it again
+        return build()
+    return SerializedTokenizer(text, path, rebuild=build)  # built again if this library cannot parse it
 
 
 def _byte_level_bpe(folder: Path, config: dict[str, Any]) -> Any:
