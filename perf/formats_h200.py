@@ -77,7 +77,7 @@ def choice_counts(exe: Any) -> dict[str, int]:
 
 def step_phase(args: argparse.Namespace) -> None:
     import torch
-    from denoiser_models import canonical, flux2_case, to_numpy
+    from denoiser_models import canonical, make_case, to_numpy
     from dif_device_bridge import Device, cuda_event_times
 
     from dif.passes import DEFAULT_PASSES, optimize, summarize
@@ -94,7 +94,7 @@ def step_phase(args: argparse.Namespace) -> None:
         out["profile"] = {"arch": profile.arch, "tensor_core_formats": list(profile.tensor_core_formats),
                           "libraries": dict(profile.libraries)}  # fmt: skip
         torch.set_grad_enabled(False)
-        case = flux2_case(name, dev.torch_device, args.tiny)
+        case = make_case(name, dev.torch_device, args.tiny)
         out["tokens"] = case.tokens
         ref = to_numpy(case.model(**case.kwargs)[0])
         ms, _ = dev.torch_median(functools.partial(case.model, **case.kwargs), args.iters, 3)

@@ -39,7 +39,7 @@ if [ "$PHASE" = step ]; then
   python3 -m dif_tools formats-table --backend "$([ "${DRY:-0}" = 1 ] && echo cpu || echo cuda)" | tee "$OUT/formats_table.txt"
   LEFT=$((LIMIT - (SECONDS - T0) - 10))
   stamp "stage 2: klein 9B + 4B one forward, bf16 vs fp8-e4m3 / int8 / int4-group ($LEFT s)"
-  timeout "$LEFT" python3 perf/formats_h200.py --phase step --models klein-9b,klein-4b \
+  timeout "$LEFT" python3 perf/formats_h200.py --phase step --models ${MODELS:-klein-9b,klein-4b} \
     --formats fp8-e4m3,int8,int4-group "${COMPILE[@]}" "${EXTRA[@]}"
   echo "formats step rc=$?"
 else

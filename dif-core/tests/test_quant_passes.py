@@ -12,6 +12,7 @@ from dif.errors import WeightError
 from dif.ir.builder import ProgramBuilder
 from dif.ir.program import Program
 from dif.passes import DEFAULT_PASSES, optimize
+from dif.passes.quantize import ROWS_PASS_MIN_OUT
 from dif.target import TargetProfile
 from dif.weights.quantized import QuantizedWeights, derived_name, parse_derived, with_quantized_weights
 
@@ -73,7 +74,7 @@ def test_w8a8_rewrites_the_linears_a_norm_modulate_feeds(fmt: str, pass_name: st
     mine = [d for d in decisions if d.pass_name == pass_name]
     assert sum(d.verdict == "applied" for d in mine) == 2
     (skip,) = [d for d in mine if d.verdict == "skipped"]
-    assert "gelu" in skip.reason and "separate quantization pass" in skip.reason
+    assert "gelu" in skip.reason and f"{D} outputs (< {ROWS_PASS_MIN_OUT})" in skip.reason
 
 
 def test_w8a8_leaves_a_norm_read_unquantized_elsewhere() -> None:
@@ -215,3 +216,32 @@ def test_a_glu_feeding_only_linears_emits_the_quantized_input() -> None:
     ref, _ = run_cpu(ff, (), weights, inputs)
     a, r = out[ff.outputs[0]].astype(np.float64), ref[ff.outputs[0]].astype(np.float64)
     assert 0 < np.linalg.norm(a - r) / np.linalg.norm(r) < 0.06
+
+
+def test_wide_linears_on_another_input_share_one_quantize_rows() -> None:
+    """Two linears of >= ROWS_PASS_MIN_OUT outputs reading a concat get one `quantize_rows` of it and run
+    scaled; a narrow one on the same input stays a linear, with the reason; the int8 result on the CPU is the
+    W8A8 arithmetic by hand."""
+    wide = ROWS_PASS_MIN_OUT
+    b = ProgramBuilder("cat")
+    x1, x2 = b.input("x1", (3, 16), "f32"), b.input("x2", (3, 48), "f32")
+    c = b.emit("concat", x1, x2, axis=-1)
+    y1 = b.emit("linear", c, b.param("w1", (wide, D), "f32"))
+    y2 = b.emit("linear", c, b.param("w2", (wide, D), "f32"), b.param("b2", (wide,), "f32"))
+    y3 = b.emit("linear", c, b.param("w3", (8, D), "f32"))
+    b.output(y1, y2, y3)
+    program = b.build()
+    rewritten, decisions = optimize(program, target=ALL, passes=("quantize_int8",))
+    assert rewritten.op_histogram() == {"concat": 1, "quantize_rows": 1, "scaled_linear": 2, "linear": 1}
+    verdicts = sorted((d.verdict, d.reason.split(",")[0]) for d in decisions)
+    assert verdicts == [
+        ("applied", "concat -> quantize_rows + scaled_linear (int8)"),
+        ("applied", "concat -> quantize_rows + scaled_linear (int8)"),
+        ("skipped", "its input comes from concat"),
+    ]
+    weights, inputs = weights_for(program), inputs_for(program)
+    out, _ = run_cpu(program, ("quantize_int8",), weights, inputs)
+    cat = np.concatenate([inputs["x1"], inputs["x2"]], axis=-1).astype(np.float64)
+    want = _by_hand_int8(cat, weights["w2"].astype(np.float64), weights["b2"].astype(np.float64))
+    np.testing.assert_allclose(out[program.outputs[1]], want, rtol=2e-4, atol=2e-4)
+    np.testing.assert_allclose(out[program.outputs[2]], cat @ weights["w3"].T.astype(np.float64), rtol=1e-4, atol=1e-5)

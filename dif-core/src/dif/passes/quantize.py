@@ -6,8 +6,11 @@ format's quantized ops (`dif.ops.quant`). Not in the default pipeline: the forma
 - `quantize_fp8` / `quantize_int8` (W8A8): a `norm_modulate` or `glu` whose every user is a linear over a
   parameter weight becomes `norm_modulate_quant` / `glu_quant` (the producer emits the GEMM input quantized,
   one scale per row), and each of those linears `scaled_linear` over the weight quantized per output channel.
-  A linear whose input comes from anything else stays as it is, with the reason recorded: quantizing its input
-  would be a separate pass over the activations, which costs more than the fp8 GEMM saves.
+  A linear whose input comes from anything else (a concat, an attention output, a gate) gets a `quantize_rows`
+  of its input when it has at least `ROWS_PASS_MIN_OUT` output features, shared by every such linear reading
+  the same input: that pass reads the input once (2 bytes per element in, 1 out), while the GEMM saves about
+  2 x N x (1/bf16 - 1/fp8 rate) per input element, some five times more at N = 4096 on Hopper. Narrower ones
+  stay as they are, with the reason recorded.
 - `quantize_int4` (weight-only): every linear over a parameter weight whose inputs divide into groups of 128
   (else 64) becomes `int4_linear`.
 
@@ -28,6 +31,10 @@ from dif.weights.quantized import GROUP_FORMAT, ROW_FORMATS, derived_name
 
 W8A8_PRODUCERS = ("norm_modulate", "glu")
 """Ops with a quantizing variant (`<op>_quant`) that the W8A8 passes put in their place."""
+ROWS_PASS_MIN_OUT = 1024
+"""The fewest output features for which a linear's input is quantized in a pass of its own (`quantize_rows`):
+the pass costs ~3 bytes of traffic per input element, the fp8 GEMM saves time in proportion to N; on an H200
+(3.5 TB/s, bf16 ~750 vs fp8 ~1,300 TFLOP/s) they break even near N = 200, so 1024 keeps a wide margin."""
 GROUPS = (128, 64)  # int4 group sizes, preferred first
 
 
@@ -106,6 +113,7 @@ def quantize_w8a8(program: Program, ctx: PassContext, fmt: str) -> Program:
     qdtype = ROW_FORMATS[fmt]
     rw = _Rewrite(program)
     by_producer: dict[int, list[Node]] = {}
+    by_input: dict[str, list[Node]] = {}  # linears whose input gets a `quantize_rows` of its own
     for node in _linears(program):
         value = node.results[0].name
         producer = program.producers.get(node.operands[0])
@@ -113,13 +121,7 @@ def quantize_w8a8(program: Program, ctx: PassContext, fmt: str) -> Program:
         if w is None:
             ctx.skipped("the weight is not a 2-D parameter", (node.id,), value)
         elif producer is None or producer.op not in W8A8_PRODUCERS:
-            origin = "a program input" if producer is None else producer.op
-            ctx.skipped(
-                f"its input comes from {origin}, which has no quantizing variant; a separate quantization pass "
-                "over the activations costs more than the W8A8 GEMM saves",
-                (node.id,),
-                value,
-            )
+            by_input.setdefault(node.operands[0], []).append(node)
         else:
             by_producer.setdefault(producer.id, []).append(node)
     for pid, users in by_producer.items():
@@ -140,22 +142,56 @@ def quantize_w8a8(program: Program, ctx: PassContext, fmt: str) -> Program:
             for u in users:
                 ctx.skipped(problem, (pid, u.id), u.results[0].name)
             continue
-        yt = program.types[y]
-        q = Value(f"{y}@{fmt}.q", TensorType(yt.shape, DType(qdtype)))
-        s = Value(f"{y}@{fmt}.scale", TensorType((*yt.shape[:-1], 1), DType.F32))
-        attrs = {**producer.attrs, "dtype": qdtype}
-        rw.replace[pid] = [Node(pid, f"{producer.op}_quant", producer.operands, (q, s), attrs)]
+        q, s = _quantized_pair(program, y, fmt)
+        rw.replace[pid] = [
+            Node(pid, f"{producer.op}_quant", producer.operands, (q, s), {**producer.attrs, "dtype": qdtype})
+        ]
         for u in users:
-            w = u.operands[1]
-            wt = program.types[w]
-            wq = rw.param(derived_name(w, fmt, "q"), TensorType(wt.shape, DType(qdtype)))
-            ws = rw.param(derived_name(w, fmt, "scale"), TensorType((wt.shape[0],), DType.F32))
-            rw.retired.add(w)
-            out = u.results[0]
-            operands = (q.name, s.name, wq, ws, *u.operands[2:])
-            rw.replace[u.id] = [Node(u.id, "scaled_linear", operands, (out,), {"out_dtype": out.type.dtype.value})]
-            ctx.applied(f"{producer.op} + linear -> {producer.op}_quant + scaled_linear ({fmt})", (pid, u.id), out.name)
+            rw.replace[u.id] = [_scaled_linear(program, rw, u, q.name, s.name, fmt)]
+            ctx.applied(
+                f"{producer.op} + linear -> {producer.op}_quant + scaled_linear ({fmt})", (pid, u.id), u.results[0].name
+            )
+    for x, users in by_input.items():
+        origin = "a program input" if x not in program.producers else program.producers[x].op
+        wide = [u for u in users if program.types[u.operands[1]].shape[0] >= ROWS_PASS_MIN_OUT]
+        problem = None if ctx.supports("quantize_rows") else ctx.lacks("quantize_rows")
+        problem = problem or (None if ctx.supports("scaled_linear") else ctx.lacks("scaled_linear"))
+        for u in users:
+            if problem is not None or u not in wide:
+                why = problem or (
+                    f"its input comes from {origin}, which has no quantizing variant, and its "
+                    f"{program.types[u.operands[1]].shape[0]} outputs (< {ROWS_PASS_MIN_OUT}) would not pay for a "
+                    "quantization pass over the activations"
+                )
+                ctx.skipped(why, (u.id,), u.results[0].name)
+        if problem is not None or not wide:
+            continue
+        q, s = _quantized_pair(program, x, fmt)
+        first = wide[0]  # nodes are in topological order: the first reader comes after x and before the others
+        rw.replace[first.id] = [Node(first.id, "quantize_rows", (x,), (q, s), {"dtype": qdtype})]
+        for u in wide:
+            rw.replace[u.id] = [*rw.replace.get(u.id, []), _scaled_linear(program, rw, u, q.name, s.name, fmt)]
+            ctx.applied(f"{origin} -> quantize_rows + scaled_linear ({fmt})", (u.id,), u.results[0].name)
     return rw.apply(ctx.pass_name)
+
+
+def _quantized_pair(program: Program, y: str, fmt: str) -> tuple[Value, Value]:
+    """The quantized form of activation `y`: values in the format's dtype, one f32 scale per row."""
+    yt = program.types[y]
+    q = Value(f"{y}@{fmt}.q", TensorType(yt.shape, DType(ROW_FORMATS[fmt])))
+    return q, Value(f"{y}@{fmt}.scale", TensorType((*yt.shape[:-1], 1), DType.F32))
+
+
+def _scaled_linear(program: Program, rw: _Rewrite, linear: Node, q: str, s: str, fmt: str) -> Node:
+    """`linear` as a `scaled_linear` over the quantized input (q, s) and its weight's derived parameters."""
+    w = linear.operands[1]
+    wt = program.types[w]
+    wq = rw.param(derived_name(w, fmt, "q"), TensorType(wt.shape, DType(ROW_FORMATS[fmt])))
+    ws = rw.param(derived_name(w, fmt, "scale"), TensorType((wt.shape[0],), DType.F32))
+    rw.retired.add(w)
+    out = linear.results[0]
+    operands = (q, s, wq, ws, *linear.operands[2:])
+    return Node(linear.id, "scaled_linear", operands, (out,), {"out_dtype": out.type.dtype.value})
 
 
 def quantize_int4(program: Program, *, ctx: PassContext) -> Program:
