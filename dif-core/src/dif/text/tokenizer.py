@@ -78,8 +78,8 @@ class TextTokenizer:
         """The pad token's id; None when the tokenizer has no pad token."""
         if self.pad_token is None or self._pad_id is not None:
             return self._pad_id
-        found = self._from_child().token_ids.get(self.pad_token, -1)
-        found = self.token_to_id(self.pad_token) if found == -1 else found
+        known = self._from_child().token_ids
+        found = known[self.pad_token] if self.pad_token in known else self.token_to_id(self.pad_token)
         if found is None:
             raise CheckpointError(f"{self.source}: pad token {self.pad_token!r} is not in the vocabulary")
         self._pad_id = found
