@@ -24,12 +24,19 @@ ALL = TargetProfile(
 )
 NO_FORMATS = TargetProfile(backend="bare", device="unit", capabilities=("op:*",))
 D, F = 64, 128
+ROWS = 16  # MIN_ROWS: fewer input rows stay unquantized
+
+
+def flat(b: ProgramBuilder, y: str, width: int) -> str:
+    """`y` reshaped to (rows, width) as the program's output: a linear whose own result is an output stays
+    unquantized (`dif.passes.quantize`), which these tests do not mean to test."""
+    return b.emit("reshape", y, shape=(ROWS, width))
 
 
 def block(dtype: str = "f32") -> Program:
     """x -> layer_norm -> modulate -> (q, k linears) ; gelu(k) -> out linear (input not from a norm)."""
     b = ProgramBuilder("blk")
-    x = b.input("x", (2, 6, D), dtype)
+    x = b.input("x", (2, ROWS // 2, D), dtype)
     scale, shift = b.input("scale", (2, 1, D), dtype), b.input("shift", (2, 1, D), dtype)
     wq, wk, wo = b.param("wq", (F, D), dtype), b.param("wk", (F, D), dtype), b.param("wo", (D, F), dtype)
     bias = b.param("bq", (F,), dtype)
@@ -37,7 +44,7 @@ def block(dtype: str = "f32") -> Program:
     q = b.emit("linear", n, wq, bias)
     k = b.emit("linear", n, wk)
     o = b.emit("linear", b.emit("gelu", k), wo)
-    b.output(q, o)
+    b.output(flat(b, q, F), flat(b, o, D))
     return b.build()
 
 
@@ -79,11 +86,11 @@ def test_w8a8_rewrites_the_linears_a_norm_modulate_feeds(fmt: str, pass_name: st
 
 def test_w8a8_leaves_a_norm_read_unquantized_elsewhere() -> None:
     b = ProgramBuilder("two")
-    x = b.input("x", (3, D), "f32")
+    x = b.input("x", (ROWS, D), "f32")
     s, t = b.input("s", (D,), "f32"), b.input("t", (D,), "f32")
     n = b.emit("modulate", b.emit("layer_norm", x, eps=1e-6), s, t)
     y = b.emit("linear", n, b.param("w", (F, D), "f32"))
-    b.output(y, b.emit("gelu", n))
+    b.output(flat(b, y, F), b.emit("gelu", n))
     program, decisions = optimize(b.build(), target=ALL, passes=("fuse_norm_modulate", "quantize_int8"))
     assert "scaled_linear" not in program.op_histogram()
     (d,) = [d for d in decisions if d.pass_name == "quantize_int8"]
@@ -202,12 +209,12 @@ def test_a_target_without_the_storage_dtype_is_skipped() -> None:
 
 def test_a_glu_feeding_only_linears_emits_the_quantized_input() -> None:
     b = ProgramBuilder("ff")
-    x = b.input("x", (2, 6, 2 * F), "bf16")
+    x = b.input("x", (2, ROWS // 2, 2 * F), "bf16")
     y = b.emit("linear", b.emit("glu", x, act="silu", gated_half="first"), b.param("down", (D, F), "bf16"))
-    b.output(y)
+    b.output(flat(b, y, D))
     ff = b.build()
     program, decisions = optimize(ff, target=ALL, passes=("quantize_fp8",))
-    assert program.op_histogram() == {"glu_quant": 1, "scaled_linear": 1}
+    assert program.op_histogram() == {"glu_quant": 1, "scaled_linear": 1, "reshape": 1}
     glu = next(n for n in program.nodes if n.op == "glu_quant")
     assert glu.attrs == {"act": "silu", "dtype": "f8e4m3", "gated_half": "first"}
     assert [d.verdict for d in decisions] == ["applied"] and "glu_quant" in decisions[0].reason
@@ -224,15 +231,15 @@ def test_wide_linears_on_another_input_share_one_quantize_rows() -> None:
     W8A8 arithmetic by hand."""
     wide = ROWS_PASS_MIN_OUT
     b = ProgramBuilder("cat")
-    x1, x2 = b.input("x1", (3, 16), "f32"), b.input("x2", (3, 48), "f32")
+    x1, x2 = b.input("x1", (ROWS, 16), "f32"), b.input("x2", (ROWS, 48), "f32")
     c = b.emit("concat", x1, x2, axis=-1)
     y1 = b.emit("linear", c, b.param("w1", (wide, D), "f32"))
     y2 = b.emit("linear", c, b.param("w2", (wide, D), "f32"), b.param("b2", (wide,), "f32"))
     y3 = b.emit("linear", c, b.param("w3", (8, D), "f32"))
-    b.output(y1, y2, y3)
+    b.output(flat(b, y1, wide), flat(b, y2, wide), flat(b, y3, 8))
     program = b.build()
     rewritten, decisions = optimize(program, target=ALL, passes=("quantize_int8",))
-    assert rewritten.op_histogram() == {"concat": 1, "quantize_rows": 1, "scaled_linear": 2, "linear": 1}
+    assert rewritten.op_histogram() == {"concat": 1, "quantize_rows": 1, "scaled_linear": 2, "linear": 1, "reshape": 3}
     verdicts = sorted((d.verdict, d.reason.split(",")[0]) for d in decisions)
     assert verdicts == [
         ("applied", "concat -> quantize_rows + scaled_linear (int8)"),
@@ -245,3 +252,20 @@ def test_wide_linears_on_another_input_share_one_quantize_rows() -> None:
     want = _by_hand_int8(cat, weights["w2"].astype(np.float64), weights["b2"].astype(np.float64))
     np.testing.assert_allclose(out[program.outputs[1]], want, rtol=2e-4, atol=2e-4)
     np.testing.assert_allclose(out[program.outputs[2]], cat @ weights["w3"].T.astype(np.float64), rtol=1e-4, atol=1e-5)
+
+
+def test_an_output_linear_and_a_matrix_vector_product_stay_in_the_run_dtype() -> None:
+    """The linear whose result is the program's output, and one over a single row (a timestep projection),
+    are not quantized; the reasons say why."""
+    b = ProgramBuilder("tail")
+    t = b.input("t", (1, D), "f32")
+    x = b.input("x", (ROWS, D), "f32")
+    s, sh = b.input("s", (D,), "f32"), b.input("sh", (D,), "f32")
+    cond = b.emit("linear", b.emit("silu", t), b.param("w_t", (2048, D), "f32"))
+    n = b.emit("modulate", b.emit("layer_norm", x, eps=1e-6), s, sh)
+    b.output(b.emit("linear", n, b.param("w_out", (F, D), "f32")), b.emit("reshape", cond, shape=(2048,)))
+    program, decisions = optimize(b.build(), target=ALL, passes=("fuse_norm_modulate", "quantize_fp8"))
+    assert "scaled_linear" not in program.op_histogram()
+    reasons = sorted(d.reason for d in decisions if d.pass_name == "quantize_fp8")
+    assert len(reasons) == 2
+    assert "is a program output" in reasons[0] and "1 input rows: a matrix-vector product" in reasons[1]

@@ -10,7 +10,8 @@ format's quantized ops (`dif.ops.quant`). Not in the default pipeline: the forma
   of its input when it has at least `ROWS_PASS_MIN_OUT` output features, shared by every such linear reading
   the same input: that pass reads the input once (2 bytes per element in, 1 out), while the GEMM saves about
   2 x N x (1/bf16 - 1/fp8 rate) per input element, some five times more at N = 4096 on Hopper. Narrower ones
-  stay as they are, with the reason recorded.
+  stay as they are, with the reason recorded; so do a linear whose result is a program output (nothing after it
+  dilutes its rounding) and one of fewer than `MIN_ROWS` input rows.
 - `quantize_int4` (weight-only): every linear over a parameter weight whose inputs divide into groups of 128
   (else 64) becomes `int4_linear`.
 
@@ -31,6 +32,10 @@ from dif.weights.quantized import GROUP_FORMAT, ROW_FORMATS, derived_name
 
 W8A8_PRODUCERS = ("norm_modulate", "glu")
 """Ops with a quantizing variant (`<op>_quant`) that the W8A8 passes put in their place."""
+MIN_ROWS = 16
+"""Fewer input rows than this (the timestep / guidance projections of a DiT: one row per image) stay in the
+run dtype: such a GEMM is bound by reading its weights, so W8A8 saves little, and its result (AdaLN scales and
+shifts) multiplies every token, so its rounding error reaches all of them."""
 ROWS_PASS_MIN_OUT = 1024
 """The fewest output features for which a linear's input is quantized in a pass of its own (`quantize_rows`):
 the pass costs ~3 bytes of traffic per input element, the fp8 GEMM saves time in proportion to N; on an H200
@@ -118,8 +123,20 @@ def quantize_w8a8(program: Program, ctx: PassContext, fmt: str) -> Program:
         value = node.results[0].name
         producer = program.producers.get(node.operands[0])
         w = _param_weight(program, node)
+        rows = program.types[node.operands[0]].numel // max(1, program.types[node.operands[0]].shape[-1])
         if w is None:
             ctx.skipped("the weight is not a 2-D parameter", (node.id,), value)
+        elif value in program.outputs:
+            ctx.skipped(
+                f"{value} is a program output: its rounding would be the output's, undiluted", (node.id,), value
+            )
+        elif rows < MIN_ROWS:
+            ctx.skipped(
+                f"{rows} input rows: a matrix-vector product, bound by reading the weight, and its result "
+                "conditions every token (AdaLN)",
+                (node.id,),
+                value,
+            )
         elif producer is None or producer.op not in W8A8_PRODUCERS:
             by_input.setdefault(node.operands[0], []).append(node)
         else:
