@@ -1,6 +1,8 @@
-"""ComfyUI scaled fp8 and plain fp8 FLUX.2 transformer files render end to end: a scaled fp8 file
-(per-tensor `scale_weight`, `scale_input`, the `scaled_fp8` marker) gives the pixels of the same
-dequantized weights stored as plain bf16, where it used to fail with "unexpected tensors"."""
+"""ComfyUI scaled fp8 and plain fp8 FLUX.2 transformer files render end to end: on a backend that does not
+execute fp8 (the CPU reference emulates it) a scaled fp8 file (per-tensor `scale_weight`, `scale_input`, the
+`scaled_fp8` marker) gives the pixels of the same dequantized weights stored as plain bf16, with a note naming
+the backend; on one with fp8 matrix units (the CPU backend claiming them here) the denoiser gets quantize_fp8
+over the stored bytes, recorded in the run's settings and plan, without the note."""
 
 from __future__ import annotations
 
@@ -49,7 +51,7 @@ def test_scaled_fp8_file_renders_like_its_dequantized_weights(tmp_path: Path, bf
     ref = tmp_path / "klein-bf16.safetensors"
     save_tensors(ref, dequantized, dif_metadata=False)
     image, said = render(fp8, tmp_path / "a.png")
-    assert "warning:" in said and "scaled fp8 weights are dequantized to bf16" in said
+    assert "warning:" in said and "fp8 weights are dequantized to f32: backend 'cpu' does not execute fp8-e4m3" in said
     assert np.array_equal(image, render(ref, tmp_path / "b.png")[0])
 
 
@@ -66,3 +68,49 @@ def test_plain_fp8_file_runs_in_bf16(tmp_path: Path, bfl_tensors) -> None:  # ty
     assert result.exit_code == 0, result.output
     doc = json.loads(result.stdout)
     assert doc["data"]["settings"]["dtype"] == "bf16"
+    assert "fp8 weights are dequantized to bf16: backend 'cpu' does not execute fp8-e4m3" in result.stderr
+    (what,) = doc["data"]["settings"]["fp8_weights"].values()
+    assert what.endswith("dequantized to bf16")
+
+
+def fp8_matrix_units(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The CPU backend's profile with fp8-e4m3 matrix units: it then counts as executing fp8-e4m3 (it runs
+    the quantized ops' references, which the reference interpreter defines)."""
+    from attrs import evolve
+
+    device = pytest.importorskip("dif_backend_cpu.device", reason="the CPU backend is another distribution")
+    profile = device.CpuBackend.profile
+    monkeypatch.setattr(
+        device.CpuBackend, "profile", lambda self: evolve(profile(self), tensor_core_formats=("fp8-e4m3",))
+    )
+
+
+def test_an_fp8_file_keeps_fp8_where_the_backend_executes_it(  # type: ignore[no-untyped-def]
+    tmp_path: Path, bfl_tensors, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import json
+
+    weights = bfl_tensors(DEFAULT_CHECKPOINT / "transformer")
+    scaled: dict[str, np.ndarray] = {"scaled_fp8": np.zeros(0, E4M3)}
+    for name, w in weights.items():
+        if w.ndim == 2 and name.endswith(".weight"):
+            s = (np.abs(w).max(axis=1) / 300.0).astype(np.float32)  # per row, amax off 448: no re-quantization
+            scaled[name] = (w / s[:, None]).astype(E4M3)
+            scaled[name[: -len(".weight")] + ".weight_scale"] = s
+        else:
+            scaled[name] = w
+    path = tmp_path / "klein-fp8-scaled.safetensors"
+    save_tensors(path, scaled, dif_metadata=False)
+    fp8_matrix_units(monkeypatch)
+    args = ["flux2", "generate", "-m", str(path), "--base", str(DEFAULT_CHECKPOINT), *COMMON[:-2], "--json"]
+    result = CliRunner().invoke(cli, [*args, "-o", str(tmp_path / "o.png")])
+    assert result.exit_code == 0, result.output
+    assert "fp8" not in result.stderr  # no note: kept
+    doc = json.loads(result.stdout)
+    (what,) = doc["data"]["settings"]["fp8_weights"].values()
+    assert what.endswith("kept as stored (fp8-e4m3)") and int(what.split()[0]) > 0
+
+    monkeypatch.setenv("DIF_FP8_WEIGHTS", "dequantize")  # the opt-out
+    result = CliRunner().invoke(cli, [*args, "-o", str(tmp_path / "p.png")])
+    assert result.exit_code == 0, result.output
+    assert "fp8 weights are dequantized to f32: DIF_FP8_WEIGHTS=dequantize" in result.stderr

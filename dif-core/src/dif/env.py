@@ -84,6 +84,13 @@ DIF_PASSES = declare(
     "Optimizer passes `dif.runtime.prepare` runs: unset or `default` for the core pipeline plus plugin passes, "
     "`none` for no pass, or comma-separated pass names in order (`default` expands in place).",
 )
+DIF_FP8_WEIGHTS = declare(
+    "DIF_FP8_WEIGHTS",
+    "Linear weights a checkpoint stores as fp8-e4m3: `auto` keeps them in fp8 (the quantize_fp8 pass over the "
+    "stored bytes and scales) in the programs a frontend marks (its denoiser) where the backend executes "
+    "fp8-e4m3, else dequantizes them with a note; `dequantize` always dequantizes them to the run dtype.",
+    default="auto",
+)
 DIF_CUDA_GEMM = declare(
     "DIF_CUDA_GEMM",
     "GEMM path of the cuda backend: `auto` (cuBLASLt when nvmath-python is installed, else NVRTC), "

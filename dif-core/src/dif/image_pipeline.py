@@ -359,6 +359,7 @@ class TextToImagePipeline:
             warnings=warnings,
             full_steps=steps,
             **self.run_keys(),
+            **({"fp8_weights": dict(self._programs.fp8_weights)} if self._programs.fp8_weights else {}),
         )
 
     def prefetch_prompts(self, prompts: Sequence[str], /) -> None:

@@ -10,6 +10,7 @@ and weights still too large are streamed.
 from __future__ import annotations
 
 import time
+import warnings
 from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
@@ -18,7 +19,7 @@ import numpy as np
 from attrs import define, evolve, field
 
 from dif.backend import Backend, BackendInfo, Executable
-from dif.errors import PlanError
+from dif.errors import DifWarning, PlanError
 from dif.runtime import INTERP, Runner, capped_budget, create_backend, get_backend, optimize_for
 from dif.target import RuntimeBudget
 
@@ -27,6 +28,7 @@ if TYPE_CHECKING:
     from dif.plan.pipeline import PipelineResidency
     from dif.plan.plan import Decision, Plan
     from dif.weights.bind import PendingScan
+    from dif.weights.fp8 import Fp8Choice
 
 ALWAYS = "always"  # `dif.plan.pipeline.ALWAYS` (not imported: `import dif.program_cache` stays light)
 
@@ -90,6 +92,8 @@ class ProgramCache:
     residency: dict[str, dict[str, Any]] = field(init=False, factory=dict)  # by program name: `memory_report`
     decision: dict[str, PipelineResidency] = field(init=False, factory=dict)  # by backend name
     releases: list[str] = field(init=False, factory=list)  # "NAME before STAGE", in order
+    fp8_weights: dict[str, str] = field(init=False, factory=dict)  # by program name: what its fp8 weights do
+    _notes: set[str] = field(init=False, factory=set)  # fp8 notes warned already (one per source and reason)
     _runners: dict[Hashable, Runner] = field(init=False, factory=dict)  # under "interp"
     _entries: dict[Hashable, _Entry] = field(init=False, factory=dict)
     _run: list[_Entry] | None = field(init=False, default=None)  # the programs of the latest `planning()`
@@ -121,14 +125,18 @@ class ProgramCache:
         build: Callable[[], tuple[Program, Mapping[str, np.ndarray]]],
         stage: str = ALWAYS,
         group: str | None = None,
+        *,
+        keep_fp8: bool = False,
     ) -> Runner:
         """The runner cached under `key`; on a miss `build()` returns (program, bound weights), which is
         optimized and planned now (weights are not read). `stage`: the pipeline stage that runs it
         (`dif.plan.pipeline.STAGES`; `ALWAYS`: resident throughout). Programs of one `group` (a tiled
         decode's decoders, one per tile shape) run one after another: the decision counts the largest of
-        them, and preparing one releases the others. Outside `planning()` the program is also prepared now."""
+        them, and preparing one releases the others. `keep_fp8`: run the linear weights the checkpoint stores as
+        fp8-e4m3 in fp8 where the backend executes it (`dif.weights.fp8.choose_fp8`; a frontend's denoiser).
+        Outside `planning()` the program is also prepared now."""
         if self.backend == INTERP:
-            return self._interpreted(key, build)
+            return self._interpreted(key, build, keep_fp8)
         entry = self._entries.get(key)
         if entry is None:
             from dif.weights.bind import deferred_scans
@@ -137,7 +145,7 @@ class ProgramCache:
             with deferred_scans() as scans:
                 program, weights = build()
             built = time.perf_counter()
-            entry = self._entries[key] = self._register(key, stage, program, weights, scans)
+            entry = self._entries[key] = self._register(key, stage, program, weights, scans, keep_fp8)
             entry.timings = {"build_s": built - start, **entry.timings}
             entry.group = group
             self.load_seconds += time.perf_counter() - start
@@ -170,8 +178,11 @@ class ProgramCache:
         if self._run is not None and entry in self._run:
             self._run.remove(entry)
 
-    def _interpreted(self, key: Hashable, build: Callable[[], tuple[Program, Mapping[str, np.ndarray]]]) -> Runner:
+    def _interpreted(
+        self, key: Hashable, build: Callable[[], tuple[Program, Mapping[str, np.ndarray]]], keep_fp8: bool
+    ) -> Runner:
         from dif.interp import interpret
+        from dif.weights.fp8 import choose_fp8
 
         runner = self._runners.get(key)
         if runner is None:
@@ -182,6 +193,8 @@ class ProgramCache:
                 program, weights = build()
             for scan in scans:
                 scan.on_host()
+            if (fp8 := choose_fp8(program, weights, None, keep=keep_fp8)) is not None:
+                self._fp8_outcome(program.name, fp8, program)
             resolved = dict(weights)
             runner = self._runners[key] = lambda inputs: interpret(program, inputs, resolved)
             self.load_seconds += time.perf_counter() - start
@@ -194,7 +207,10 @@ class ProgramCache:
         program: Program,
         weights: Mapping[str, np.ndarray],
         scans: list[PendingScan],
+        keep_fp8: bool = False,
     ) -> _Entry:
+        from dif.weights.fp8 import choose_fp8
+
         backend = self._backend = get_backend(self.backend, program=program, create=self._instance)
         if not getattr(backend, "scans_weights_on_device", False):
             for scan in scans:  # checked now, before anything of the run is prepared
@@ -202,10 +218,14 @@ class ProgramCache:
             scans = []
         budget = self.budget = self._pipeline_budget(backend)
         start = time.perf_counter()
-        optimized, decisions = optimize_for(program, backend, backend.profile())
+        profile = backend.profile()
+        fp8 = choose_fp8(program, weights, profile, keep=keep_fp8)  # quantize_fp8 over weights stored as fp8
+        optimized, decisions = optimize_for(program, backend, profile, extra=fp8.passes if fp8 else ())
         optimized_at = time.perf_counter()
         taken = {e.name for e in self._entries.values()}
         name = program.name if program.name not in taken else f"{program.name} #{len(taken) + 1}"
+        if fp8 is not None:
+            decisions = (*decisions, self._fp8_outcome(name, fp8, optimized))
         alone = self._plan(optimized, backend, budget, decisions)
         from dif.weights.quantized import with_quantized_weights  # format passes derive weights at load
 
@@ -215,6 +235,18 @@ class ProgramCache:
         entry.plans[self._available(budget)] = alone
         entry.runner = lambda inputs: self._execute(entry, inputs)
         return entry
+
+    def _fp8_outcome(self, name: str, fp8: Fp8Choice, optimized: Program) -> Decision:
+        """The plan decision on program `name`'s fp8 weights, recorded in `fp8_weights`; its note warned
+        (`DifWarning`) once per pipeline when they run dequantized."""
+        from dif.plan.plan import Decision
+
+        summary, why, note = fp8.outcome(optimized)
+        self.fp8_weights[name] = summary
+        if note is not None and note not in self._notes:
+            self._notes.add(note)
+            warnings.warn(note, DifWarning, stacklevel=4)
+        return Decision(f"fp8 weights: {summary}", why)
 
     def _pipeline_budget(self, backend: Backend) -> RuntimeBudget:
         """The one budget of every program on `backend`: its free memory when the first was planned,

@@ -230,13 +230,20 @@ def capped_budget(budget: RuntimeBudget, cap: int | None) -> RuntimeBudget:
 
 
 def optimize_for(
-    program: Program, backend: Backend, profile: TargetProfile, passes: Sequence[str] | None = None
+    program: Program,
+    backend: Backend,
+    profile: TargetProfile,
+    passes: Sequence[str] | None = None,
+    *,
+    extra: Sequence[str] = (),
 ) -> tuple[Program, tuple[Decision, ...]]:
     """`program` through the optimizer pipeline for `profile` (None: `DIF_PASSES`, see
-    `dif.passes.selected_passes`), checked against what `backend` runs; with the passes' decisions."""
+    `dif.passes.selected_passes`) followed by the passes of `extra` it lacks, checked against what `backend`
+    runs; with the passes' decisions."""
     from dif.passes import optimize, selected_passes, summarize
 
     pipeline = selected_passes() if passes is None else tuple(passes)
+    pipeline += tuple(p for p in extra if p not in pipeline)
     optimized, decisions = optimize(program, target=profile, passes=pipeline)
     check_coverage(optimized, backend, profile)
     source = None if passes is None else "requested by the caller"

@@ -179,13 +179,15 @@ class Flux2Pipeline(TextToImagePipeline):
         group: str | None = None,
     ) -> Runner:
         lora = self.checkpoint.loras if source is self.checkpoint.transformer else None
+        # the transformer's linears stored as fp8-e4m3 run in fp8 where the backend executes it (`choose_fp8`)
+        keep_fp8 = source is self.checkpoint.transformer
 
         def build_and_bind() -> tuple[Program, Mapping[str, np.ndarray]]:
             # LoRA: side-GEMM slots when unmerged, the mode decision recorded in the program either way
             program = build() if lora is None else lora.build(key, build)
             return program, bind_weights(program, source, ignore=ignore)
 
-        run = self._programs.get(key, build_and_bind, stage, group)
+        run = self._programs.get(key, build_and_bind, stage, group, keep_fp8=keep_fp8)
         return run if lora is None else lora.feed(key, run, self.dtype)
 
     def size(self, req: ImageRequest, /) -> tuple[int, int]:

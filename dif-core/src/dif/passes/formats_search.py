@@ -34,7 +34,7 @@ from typing import Any
 
 from attrs import define, evolve, field, frozen
 
-from dif.env import DIF_PASSES
+from dif.env import DIF_FP8_WEIGHTS, DIF_PASSES
 from dif.errors import DifError, DifWarning, UsageError
 from dif.formats import FORMATS, assess, legal_on
 from dif.passes.quantize import FORMAT_PASSES
@@ -132,17 +132,22 @@ class FormatSearch:
 @contextmanager
 def passes_appended(extra: Sequence[str]) -> Iterator[None]:
     """`DIF_PASSES` set to the default pipeline followed by `extra` while the block runs (programs are
-    optimized when a pipeline first registers them), restored after."""
-    old = os.environ.get(DIF_PASSES.name)
+    optimized when a pipeline first registers them), restored after; `DIF_FP8_WEIGHTS=dequantize` with it, so
+    a checkpoint stored in fp8 gives the baseline in the run dtype and a candidate only its own format
+    (the fp8-e4m3 one still reads the stored bytes, `dif.weights.quantized`)."""
+    values = {DIF_FP8_WEIGHTS.name: "dequantize"}
     if extra:
-        os.environ[DIF_PASSES.name] = ",".join(("default", *extra))
+        values[DIF_PASSES.name] = ",".join(("default", *extra))
+    old = {name: os.environ.get(name) for name in values}
+    os.environ.update(values)
     try:
         yield
     finally:
-        if old is None:
-            os.environ.pop(DIF_PASSES.name, None)
-        else:
-            os.environ[DIF_PASSES.name] = old
+        for name, value in old.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 def capability_facts(fmt: str, profile: TargetProfile) -> dict[str, Any]:

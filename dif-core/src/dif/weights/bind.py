@@ -72,6 +72,13 @@ class BoundWeights(Mapping[str, np.ndarray]):
     def __len__(self) -> int:
         return len(self._names)
 
+    def __contains__(self, param: object) -> bool:  # without reading (Mapping's would load the tensor)
+        return param in self._names
+
+    def tensor_of(self, param: str) -> str:
+        """The name of the `source` tensor bound to parameter `param`."""
+        return self._names[param]
+
     def materialize(self) -> dict[str, np.ndarray]:
         """Every parameter read (and converted) now; returns a plain dict."""
         return {p: self[p] for p in self._names}

@@ -6,7 +6,8 @@ A format pass (`dif.passes.quantize`) replaces parameter `W` of a linear by para
 saved program stays self-describing. `QuantizedWeights` presents the bound weights with those names added,
 each pair computed once, on first read, from `W` (`dif.ops.quant.quantize_weight_rows` per output channel
 for fp8-e4m3 / int8, `quantize_weight_groups` for int4-group), so a streamed or mmap'd checkpoint is read
-as it would be anyway and nothing quantizes the weights again at run time.
+as it would be anyway and nothing quantizes the weights again at run time. A weight the checkpoint already
+stores as fp8-e4m3 (plain, or ComfyUI scaled: `dif.weights.fp8`) gives its fp8-e4m3 pair as stored.
 """
 
 from __future__ import annotations
@@ -112,8 +113,20 @@ class QuantizedWeights(Mapping[str, Any]):
                         f"parameter '{name}' is derived from '{source}', which is missing from the weights",
                         hint="bind the checkpoint's weights for the program before the format pass ran",
                     )
-                pair = self._cache[key] = derive(self.base[source], fmt, group)
+                pair = self._cache[key] = self._derive(source, fmt, group)
         return pair[part]
+
+    def _derive(self, source: str, fmt: str, group: int) -> dict[str, np.ndarray]:
+        """The pair of `source` in `fmt`: a weight the checkpoint stores as fp8-e4m3 is taken as stored
+        (`dif.weights.fp8.stored_fp8`: bytes and scale), since quantizing its dequantized values again
+        with new per-row scales would round them anew; any other is `derive`d."""
+        from dif.weights.fp8 import E4M3, FORMAT, stored_fp8
+
+        stored = stored_fp8(self.base, source) if fmt == FORMAT else None
+        if stored is not None and stored.dtype == E4M3:
+            q, scale = stored.load()
+            return {"q": q, "scale": scale}
+        return derive(self.base[source], fmt, group)
 
     def __contains__(self, name: object) -> bool:
         return name in self._derived or name in self.base
