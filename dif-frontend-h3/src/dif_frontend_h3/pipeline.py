@@ -193,7 +193,7 @@ class H3Pipeline:
             prog = build_denoiser(self.configs.transformer, layout, dtype=self.dtype)
             return prog, bind_denoiser(prog, self.checkpoint.transformer)
 
-        return self._programs.get(key, build, "denoise")
+        return self._programs.get(key, build, "denoise", keep_fp8=True)  # fp8-e4m3 weights stay fp8 where executed
 
     # -- stages --------------------------------------------------------------------------------
     def encode(self, prompt: str) -> np.ndarray:

@@ -179,7 +179,8 @@ class Krea2Pipeline(TextToImagePipeline):
             prog = build() if lora is None else lora.build(key, build)
             return prog, bind(prog, self.checkpoint.transformer)
 
-        run = self._programs.get(key, build_and_bind, stage)
+        # its linears stored as fp8-e4m3 run in fp8 where the backend executes it (`dif.weights.fp8.choose_fp8`)
+        run = self._programs.get(key, build_and_bind, stage, keep_fp8=True)
         return run if lora is None else lora.feed(key, run, self.dtype)
 
     def _fusion_runner(self) -> Runner:
