@@ -202,3 +202,21 @@ def test_choose_fp8_by_target_frontend_setting_and_dtype(tmp_path: Path, monkeyp
     bf16 = tmp_path / "bf16.safetensors"
     save_tensors(bf16, {"lin.weight": np.ones((F, D), ml_dtypes.bfloat16)}, dif_metadata=False)
     assert choose_fp8(program, bind_weights(program, open_safetensors(bf16)), FP8_TARGET, keep=True) is None
+
+
+def test_a_merged_lora_hides_only_the_weights_it_adapts(tmp_path: Path) -> None:
+    """Under a merged LoRA the weights it adapts are the merge's values (derived again from them); the others
+    are still found as stored."""
+    from dif.lora.merge import LoraMergedSource
+
+    rng = np.random.default_rng(6)
+    path = tmp_path / "two.safetensors"
+    save_tensors(
+        path, {n: rng.standard_normal((F, D)).astype(E4M3) for n in ("a.weight", "b.weight")}, dif_metadata=False
+    )
+    merged = LoraMergedSource(
+        open_safetensors(path), {"a.weight": ()}, ()
+    )  # which weights it adapts is all that counts
+    assert locate_fp8(merged, "a.weight") is None
+    stored = locate_fp8(merged, "b.weight")
+    assert stored is not None and stored.dtype == "F8_E4M3"

@@ -130,11 +130,17 @@ class StoredFp8:
 
 def locate_fp8(source: TensorSource, name: str) -> StoredFp8 | None:
     """The stored fp8 form of tensor `name` of `source`, looking through renames (a whole tensor, or a chunk
-    of its rows) and scaled fp8; None when it is not stored as fp8 or a source between changes its values
-    (a merged LoRA, any other transform). Reads headers only."""
+    of its rows), merged LoRAs that leave it as it is, and scaled fp8; None when it is not stored as fp8 or a
+    source between changes its values (a LoRA adapting it, any other transform). Reads headers only."""
+    from dif.lora.merge import LoraMergedSource  # dif.lora builds on dif.weights
+
     rows: list[Chunk] = []
     while True:
-        if isinstance(source, ScaledFp8Source):
+        if isinstance(source, LoraMergedSource):
+            if name in source.merged:  # an adapted weight: its values are the merge's, not the file's
+                return None
+            source = source.base
+        elif isinstance(source, ScaledFp8Source):
             if name in source.scales:
                 base = source.base
                 return StoredFp8(base, name, base.info(name).dtype, source.scales[name], tuple(reversed(rows)))
