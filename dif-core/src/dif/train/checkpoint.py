@@ -18,7 +18,7 @@ import numpy as np
 from attrs import frozen
 
 from dif.errors import CheckpointError, DifError, FormatError
-from dif.serialize.diftensor import load_tensors, save_tensors
+from dif.serialize.diftensor import load_tensors, read_safetensors_header, save_tensors
 
 SUFFIX = ".diftrain"
 META_KEY = "dif.train"
@@ -92,6 +92,16 @@ def load_state(path: str | Path, *, model: str | None = None) -> TrainState:
             if f"adam.{kind}.{name}" not in state.moments:
                 raise FormatError(f"{path}: optimizer moment adam.{kind}.{name} is missing")
     return state
+
+
+def recorded_settings(path: str | Path) -> dict[str, Any]:
+    """The run settings a `.diftrain` records, from its header alone (no tensor is read); {} when the
+    file is not a readable `.diftrain` (`load_state` then refuses it by name)."""
+    try:
+        header, _ = read_safetensors_header(path)
+        return dict(json.loads(header["__metadata__"][META_KEY])["settings"])
+    except (DifError, OSError, ValueError, KeyError, TypeError):
+        return {}
 
 
 def check_shapes(path: str | Path, state: TrainState, expected: Mapping[str, tuple[int, ...]]) -> None:

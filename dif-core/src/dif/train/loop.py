@@ -16,7 +16,7 @@ from typing import Any, Protocol
 import numpy as np
 from attrs import define, field, frozen
 
-from dif.errors import DifError, NonFiniteError
+from dif.errors import CheckpointError, DifError, NonFiniteError
 from dif.interp import interpret
 from dif.train.checkpoint import TrainState, check_shapes, load_state, save_state
 from dif.train.optim import BC1, BC2, GRAD_SCALE, LR, accum_name, moment_names
@@ -179,9 +179,16 @@ class Trainer:
         return save_state(path, self.state())
 
     def resume(self, path: str | Path) -> None:
-        """Continue from a `.diftrain` of this model (refused, naming the file, otherwise)."""
+        """Continue from a `.diftrain` of this model (refused, naming the file, otherwise; also when both
+        record a `timestep_shift` setting and they differ: the resumed run would train on other sigmas)."""
         state = load_state(path, model=self.task.model_key)
         check_shapes(path, state, {n: p.shape for n, p in self.params.items()})
+        ours, theirs = self.settings.get("timestep_shift"), state.settings.get("timestep_shift")
+        if ours is not None and theirs is not None and float(ours) != float(theirs):
+            raise CheckpointError(
+                f"{path}: trained with timestep shift {theirs:g}, this run has {ours:g}",
+                hint=f"resume with --timestep-shift {theirs:g}, or leave the option out to keep the checkpoint's",
+            )
         self.params = {n: state.params[n].astype(self.params[n].dtype) for n in self.params}
         self.moments = {m: state.moments[m] for m in self.moments}
         self.step, self.data, self.losses = state.step, dict(state.data), list(state.losses)

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import importlib
+import math
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -37,11 +38,18 @@ class LoraSettings:
     timestep_sampling: str = "uniform"
     cache_dir: Path | None = None
     max_text_tokens: int | None = None  # caption length the text features are padded to (None: the model's default)
+    timestep_shift: float | None = None  # shift of the training sigmas (`dif.train.flow`); None: the scheduler's
 
     def __attrs_post_init__(self) -> None:
         if self.rank < 1 or self.alpha <= 0 or self.steps < 1 or self.accumulate < 1 or self.resolution < 16:
             raise UsageError(
                 f"LoRA settings out of range: rank, alpha, steps, accumulate >= 1, resolution >= 16 ({self})"
+            )
+        s = self.timestep_shift
+        if s is not None and not (math.isfinite(s) and s > 0):
+            raise UsageError(
+                f"--timestep-shift must be a finite number > 0, got {s}",
+                hint="1 trains on the unshifted sigmas; the sampler's shift (e.g. 3) favours high noise",
             )
 
 
