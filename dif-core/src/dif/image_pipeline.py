@@ -3,7 +3,8 @@ denoise -> decode stages after its "load" stage, and the `dif.report.ImageRun` t
 
 Where it sits: a frontend's pipeline (FLUX.2's, Krea 2's) subclasses `TextToImagePipeline` and
 implements the model-specific work: `fit_size`, `resolve`, `schedule`, `initial_noise`,
-`prepare_all`, `encode` / `encode_images` / `predictor` / `decode`, `run_keys`. `denoise` is the kit's
+`prepare_all`, `encode` / `encode_images` / `predictor` / `decode`, `run_keys` (and, optionally,
+`prefetch_prompts`: tokenizing beside the load). `denoise` is the kit's
 one sampling loop (`dif.kit.sampling.sample`), with the img2img start and the inpainting blend, and
 `generate_batch` the one order of a run: resolve the request (size, steps, guidance, CFG, images), draw
 the noise, make the schedule and prepare the programs in its "load" stage, then `run_batch` (a batch of
