@@ -1,7 +1,8 @@
 """LoRA training of the embedded tiny klein on the CPU backend: the loss on held batches falls, a run
 stopped and resumed from its `.diftrain` ends bit-identical to an uninterrupted one (with gradient
 accumulation and clipping), bad data / resume files are refused by name, and the exported file is
-one diffusers' `load_lora_weights` applies exactly as dif's program does."""
+one diffusers' `load_lora_weights` applies exactly as dif's program does. The timestep shift moves the
+drawn sigmas as the scheduler's formula says; a caption shared by several images is encoded once."""
 
 from __future__ import annotations
 
@@ -13,10 +14,10 @@ from PIL import Image
 
 from dif.errors import CheckpointError, DifError
 from dif.train import AdamW, LrSchedule, Trainer
-from dif.train.data import DataError, scan_folder
+from dif.train.data import DataError, DataOrder, scan_folder
 from dif.train.lora import init_factors, match_targets, write_diffusers_lora
 from dif_frontend_flux2 import DEFAULT_CHECKPOINT
-from dif_frontend_flux2.train import ATTENTION_TARGETS, KleinLoraTask, linear_shapes
+from dif_frontend_flux2.train import ATTENTION_TARGETS, KleinLoraTask, linear_shapes, training_sigma_shift
 
 RANK, ALPHA = 4, 8.0
 
@@ -81,6 +82,58 @@ def test_stop_and_resume_is_bit_identical(pipeline, data: Path, tmp_path: Path) 
         np.testing.assert_array_equal(resumed.moments[name], value, err_msg=name)
     assert resumed.losses == straight.losses
     assert any(np.any(v != 0) for n, v in straight.params.items() if n.endswith(".up"))  # training moved B
+
+
+def _task(pipeline, data: Path, **kwargs) -> KleinLoraTask:  # type: ignore[no-untyped-def]
+    modules = match_targets(linear_shapes(pipeline), ATTENTION_TARGETS)
+    return KleinLoraTask(pipeline, scan_folder(data), modules, RANK, ALPHA, AdamW(lr=1e-2), resolution=64, **kwargs)
+
+
+def _drawn_sigma(task: KleinLoraTask, seed: int) -> float:
+    """The sigma of a micro-batch, read off its inputs: noisy = (1 - s) x0 + s noise and target = noise - x0,
+    so noisy - noise = -(1 - s) target (the noise is the generator's draw after the sigma's)."""
+    rng = np.random.default_rng(seed)
+    _, inputs = task.micro_batch(rng, {"epoch": 0, "position": 0})
+    replay = np.random.default_rng(seed)
+    replay.random(1)
+    noise = replay.standard_normal(inputs["target"].shape).astype(np.float32)
+    t = inputs["target"].astype(np.float64)
+    return float(1 + np.sum((inputs["latents"] - noise) * t) / np.sum(t * t))
+
+
+def test_timestep_shift_moves_the_sigmas_as_the_scheduler_formula(pipeline, data: Path) -> None:  # type: ignore[no-untyped-def]
+    default, shifted = _task(pipeline, data), _task(pipeline, data, timestep_shift=3.0)
+    today = training_sigma_shift(pipeline.checkpoint.root)  # the default before the option existed
+    assert default.shift == today == 1.0 and shifted.shift == 3.0
+    for seed in range(4):
+        sigma = 1.0 - int(np.random.default_rng(seed).random() * 1000) / 1000  # the uniform training grid
+        expected = 3.0 * sigma / (1 + 2.0 * sigma)
+        assert abs(expected - sigma) > 1e-2  # the seeds draw sigmas the shift moves
+        assert _drawn_sigma(default, seed) == pytest.approx(sigma, abs=1e-4)
+        assert _drawn_sigma(shifted, seed) == pytest.approx(expected, abs=1e-4)
+
+
+def test_a_shared_caption_runs_the_text_encoder_once(pipeline, tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    folder, captions = make_folder(tmp_path / "data", n=4), ["a white square", "a white square, small"]
+    for i in range(4):
+        (folder / f"img{i}.txt").write_text(captions[i % 2])
+    encode, calls = pipeline.encode, []
+
+    def counting(caption: str) -> np.ndarray:
+        calls.append(caption)
+        return encode(caption)
+
+    monkeypatch.setattr(pipeline, "encode", counting)
+    for cache_dir, encoded in [(None, captions), (tmp_path / "cache", captions), (tmp_path / "cache", [])]:
+        calls.clear()  # the last pass reads every sample's features from the disk cache the second wrote
+        task = _task(pipeline, folder, cache_dir=cache_dir)
+        task.encode_all()
+        assert sorted(calls) == encoded, cache_dir
+        for position in range(4):
+            _, inputs = task.micro_batch(np.random.default_rng(0), {"epoch": 0, "position": position})
+            caption = task.samples[DataOrder(task.seed, 4).index(0, position)].caption
+            np.testing.assert_array_equal(inputs["text_features"], encode(caption))
+        assert len(calls) == len(encoded)  # micro-batches read the encoded features
 
 
 def test_bad_data_is_reported_by_name(tmp_path: Path) -> None:

@@ -1,11 +1,13 @@
 """`dif train lora` on the embedded tiny klein: writes a LoRA dif itself then loads, a resumable
 `.diftrain`, the loss curve and a dif-telemetry/1 document; resuming continues the step count; bad
-data exits non-zero with one line naming the file and writes nothing."""
+data exits non-zero with one line naming the file and writes nothing; `--timestep-shift` is checked,
+recorded and kept on resume."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from click.testing import CliRunner
@@ -13,6 +15,7 @@ from PIL import Image
 
 from dif.lora.file import read_lora
 from dif.telemetry import validate_document
+from dif.train.checkpoint import recorded_settings
 from dif_tools.cli import build_cli
 
 
@@ -46,6 +49,7 @@ def test_train_lora_writes_lora_checkpoint_curve_and_document(tmp_path: Path) ->
     assert (out / "last.diftrain").is_file() and (out / "loss.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert json.loads((out / "train.json").read_text())["steps"] == 4
     assert d["plans"] and all(p["peak_bytes"] > 0 for p in d["plans"])  # the planner states the step's peak
+    assert d["timestep_shift"] == 1.0  # the default: the embedded scheduler shifts dynamically, so unshifted
 
     r = CliRunner().invoke(build_cli(), ["train", "lora", "--data", str(data), "--output", str(out), "--steps", "6",
                                          *ARGS, "--resume", str(out / "last.diftrain"), "--json"])  # fmt: skip
@@ -94,3 +98,41 @@ def test_train_full_writes_a_model_folder_dif_generates_from(tmp_path: Path) -> 
     r = CliRunner().invoke(build_cli(), gen)
     assert r.exit_code == 0, r.output
     assert (tmp_path / "img.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_bad_timestep_shift_exits_naming_the_option_and_writes_nothing(tmp_path: Path) -> None:
+    data = _data(tmp_path / "data")
+    for kind, bad in [("lora", "0"), ("full", "-1"), ("lora", "nan"), ("full", "inf")]:
+        out = tmp_path / f"out-{kind}-{bad}"
+        args = ["train", kind, "--data", str(data), "--output", str(out), "--steps", "1", "--resolution", "64",
+                "--backend", "cpu", "--timestep-shift", bad]  # fmt: skip
+        r = CliRunner().invoke(build_cli(), args)
+        assert r.exit_code == 1, (bad, r.output)
+        assert len(r.output.strip().splitlines()) == 1 and "--timestep-shift must be a finite number > 0" in r.output
+        assert "Traceback" not in r.output and not out.exists()
+
+
+def test_timestep_shift_is_recorded_and_kept_on_resume(tmp_path: Path) -> None:
+    data, out = _data(tmp_path / "data"), tmp_path / "out"
+
+    def train(output: Path, steps: int, *extra: str) -> Any:
+        args = ["train", "lora", "--data", str(data), "--output", str(output), "--steps", str(steps), *ARGS,
+                *extra, "--json"]  # fmt: skip
+        return CliRunner().invoke(build_cli(), args)
+
+    r = train(tmp_path / "straight", 3, "--timestep-shift", "3")
+    assert r.exit_code == 0, r.output
+    straight = json.loads(r.stdout)["data"]
+    assert straight["timestep_shift"] == 3.0
+    r = train(tmp_path / "unshifted", 3)
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["data"]["losses"] != straight["losses"]  # the shift changes the run
+    r = train(out, 1, "--timestep-shift", "3")
+    assert r.exit_code == 0, r.output
+    assert recorded_settings(out / "last.diftrain")["timestep_shift"] == 3.0
+    r = train(out, 3, "--resume", str(out / "last.diftrain"))  # no --timestep-shift: the checkpoint's
+    assert r.exit_code == 0, r.output
+    resumed = json.loads(r.stdout)["data"]
+    assert resumed["timestep_shift"] == 3.0 and resumed["losses"] == straight["losses"]
+    r = train(tmp_path / "other", 3, "--timestep-shift", "2", "--resume", str(out / "last.diftrain"))
+    assert r.exit_code == 1 and "last.diftrain: trained with timestep shift 3, this run has 2" in r.output

@@ -3,8 +3,8 @@
 Frontend stage: klein's facts only — which linears a LoRA may target, the denoiser program at a
 bucket's token grid with the adapters as differentiable inputs, how a sample becomes the denoiser's
 inputs (packed VAE latents, the Qwen3 text features of its caption, the flow-matching target with the
-scheduler's training sigmas) and the diffusers key layout of the result. The step programs, the
-optimizer, checkpoints and the loop are `dif.train`'s.
+scheduler's training sigmas, or those of `timestep_shift`) and the diffusers key layout of the result.
+The step programs, the optimizer, checkpoints and the loop are `dif.train`'s.
 """
 
 from __future__ import annotations
@@ -73,12 +73,14 @@ class KleinLoraTask:
     seed: int = 0
     cache_dir: Path | None = None
     full: bool = False  # train every transformer parameter (`dif train full`) instead of LoRA adapters
+    timestep_shift: float | None = None  # shift of the training sigmas; None: the scheduler's (`training_sigma_shift`)
     model_key: str = field(init=False, default="")
+    shift: float = field(init=False, default=1.0)  # the shift the sigmas are drawn with
     _programs: dict[Hashable, StepPrograms] = field(init=False, factory=dict)
     _encoded: dict[int, Encoded] = field(init=False, factory=dict)
     _buckets: list[tuple[int, int]] = field(init=False, factory=list)
     _order: DataOrder = field(init=False)
-    _shift: float = field(init=False, default=1.0)
+    _features: FeatureCache = field(init=False)
     _tables: dict[Hashable, tuple[np.ndarray, np.ndarray]] = field(init=False, factory=dict)
     _params: list[str] = field(init=False, factory=list)
 
@@ -86,7 +88,9 @@ class KleinLoraTask:
         ppt = self.pipeline.pixels_per_token
         self._buckets = bucket_sizes(self.resolution, ppt)
         self._order = DataOrder(self.seed, len(self.samples))
-        self._shift = training_sigma_shift(self.pipeline.checkpoint.root)
+        root = self.pipeline.checkpoint.root
+        self.shift = training_sigma_shift(root) if self.timestep_shift is None else self.timestep_shift
+        self._features = FeatureCache(self.cache_dir, f"{root}|{self.dtype.value}")
         probe = self._forward((1, 1))
         self._params = [p.name for p in probe.params]
         kind = "full" if self.full else f"r{self.rank}:a{self.alpha}"
@@ -130,20 +134,11 @@ class KleinLoraTask:
         return {n: np.array(bound[n], dtype=np.float32) for n in self._params}
 
     def encode_all(self, on_sample: Any = None) -> None:
-        """Latents and text features of every sample (cached on disk when `cache_dir` is set)."""
-        ck = self.pipeline.checkpoint
-        cache = FeatureCache(self.cache_dir, f"{ck.root}|{self.dtype.value}") if self.cache_dir else None
+        """Latents and text features of every sample (text once per distinct caption; cached on disk
+        when `cache_dir` is set)."""
         for i, sample in enumerate(self.samples):
             size = assign_bucket(sample, self._buckets)
-            if cache is not None:
-                enc = cache.get(sample, size, self.pipeline.encode_image, self.pipeline.encode)
-            else:
-                from dif.train.data import bucket_pixels
-
-                enc = Encoded(
-                    self.pipeline.encode_image(bucket_pixels(sample, size)), self.pipeline.encode(sample.caption), size
-                )
-            self._encoded[i] = enc
+            self._encoded[i] = self._features.get(sample, size, self.pipeline.encode_image, self.pipeline.encode)
             if on_sample is not None:
                 on_sample(i, sample, size)
 
@@ -155,7 +150,7 @@ class KleinLoraTask:
         enc = self._encoded[idx]
         ppt = self.pipeline.pixels_per_token
         grid = (enc.size[1] // ppt, enc.size[0] // ppt)
-        sigmas = sample_sigmas(rng, 1, scheme=self.scheme, shift=self._shift)
+        sigmas = sample_sigmas(rng, 1, scheme=self.scheme, shift=self.shift)
         batch = flow_batch(enc.latents.astype(np.float32), rng, sigmas)
         cfg = self.pipeline.checkpoint.configs.transformer
         if grid not in self._tables:
@@ -189,13 +184,14 @@ def lora_session(model: Path, data: Path, settings: LoraSettings, *, backend: st
     task = KleinLoraTask(
         pipeline, scan_folder(data), modules, s.rank, s.alpha, opt, resolution=s.resolution, accumulate=s.accumulate,
         max_grad_norm=s.max_grad_norm, checkpoint_blocks=s.checkpoint_blocks, dtype=DType(s.dtype),
-        scheme=s.timestep_sampling, seed=s.seed, cache_dir=s.cache_dir,
+        scheme=s.timestep_sampling, seed=s.seed, cache_dir=s.cache_dir, timestep_shift=s.timestep_shift,
     )  # fmt: skip
     params = init_factors(np.random.default_rng(s.seed), {m: shapes[m] for m in modules}, s.rank)
     schedule = LrSchedule(s.lr, s.steps, warmup=s.warmup, cosine=s.cosine)
     trainer = Trainer(
         task, task.frozen_weights(), params, opt, schedule, accumulate=s.accumulate, backend=backend, seed=s.seed,
-        settings={"family": "flux2", "model": str(model), "rank": s.rank, "alpha": s.alpha, "modules": list(modules)},
+        settings={"family": "flux2", "model": str(model), "rank": s.rank, "alpha": s.alpha, "modules": list(modules),
+                  "timestep_shift": task.shift},
     )  # fmt: skip
     return LoraSession(task, trainer, s)
 
@@ -251,11 +247,11 @@ def full_session(model: Path, data: Path, settings: LoraSettings, *, backend: st
     task = KleinLoraTask(
         pipeline, scan_folder(data), (), s.rank, s.alpha, opt, resolution=s.resolution, accumulate=s.accumulate,
         max_grad_norm=s.max_grad_norm, checkpoint_blocks=s.checkpoint_blocks, dtype=DType(s.dtype),
-        scheme=s.timestep_sampling, seed=s.seed, cache_dir=s.cache_dir, full=True,
+        scheme=s.timestep_sampling, seed=s.seed, cache_dir=s.cache_dir, full=True, timestep_shift=s.timestep_shift,
     )  # fmt: skip
     schedule = LrSchedule(s.lr, s.steps, warmup=s.warmup, cosine=s.cosine)
     trainer = Trainer(
         task, {}, task.initial_full_params(), opt, schedule, accumulate=s.accumulate, backend=backend, seed=s.seed,
-        settings={"family": "flux2", "model": str(model), "full": True},
+        settings={"family": "flux2", "model": str(model), "full": True, "timestep_shift": task.shift},
     )  # fmt: skip
     return FullSession(task, trainer, s)

@@ -2,8 +2,9 @@
 
 Training recipe stage 3 (outside the package): the klein full fine-tune of every transformer weight on
 the shapes data (latents from the trained VAE's encoder, text features from the frozen text encoder),
-exactly what `dif train full --data DATA -m CHECKPOINT --resolution 256` runs, driven from Python so the
-text features are computed once per distinct caption (the dataset has ~190 captions over 810 images).
+exactly what `dif train full --data DATA -m CHECKPOINT --resolution 256 [--timestep-shift S]` runs, driven
+from Python for the report (the kit's `FeatureCache` encodes each distinct caption once: the dataset has
+~190 captions over 810 images; its per-sample files under RUN/cache make a restart encode nothing).
 
     python train_transformer.py --data DATA -m CHECKPOINT --out RUN [--steps 20000] [--lr 1e-3]
 """
@@ -24,31 +25,15 @@ from dif_frontend_flux2.train import full_session
 
 def train(data: Path, model: Path, out: Path, *, steps: int, lr: float, warmup: int, seed: int,
           save_every: int, shift: float | None = None) -> dict[str, Any]:  # fmt: skip
+    # shift: train on the sigmas the 4-step sampler visits (256 tokens: 1, .955, .877, .704)
     settings = LoraSettings(steps=steps, lr=lr, warmup=warmup, resolution=256, seed=seed, weight_decay=0.0,
-                            cache_dir=out / "cache")  # fmt: skip
+                            cache_dir=out / "cache", timestep_shift=shift)  # fmt: skip
     session = full_session(model, data, settings, backend="cpu")
-    if shift is not None:  # train on the sigmas the 4-step sampler visits (256 tokens: 1, .955, .877, .704)
-        session.task._shift = shift
-    pipeline = session.task.pipeline
-    cached = out / "text_features.npz"  # caption -> features, kept across restarts of a run
-    texts: dict[str, np.ndarray] = {}
-    if cached.is_file():
-        with np.load(cached) as z:
-            texts = {str(k): z[k] for k in z.files}
-    encode = pipeline.encode
-
-    def encode_once(caption: str) -> np.ndarray:
-        if caption not in texts:
-            texts[caption] = encode(caption)
-        return texts[caption]
-
-    pipeline.encode = encode_once
+    captions = len({sample.caption for sample in session.task.samples})
     t0 = time.time()
     session.encode_all()
-    out.mkdir(parents=True, exist_ok=True)
-    np.savez(cached, **texts)
     encode_seconds = time.time() - t0
-    print(f"encoded {len(session.task.samples)} samples ({len(texts)} captions) in {encode_seconds:.0f}s", flush=True)
+    print(f"encoded {len(session.task.samples)} samples ({captions} captions) in {encode_seconds:.0f}s", flush=True)
     resume = out / "last.diftrain"
     if resume.is_file():
         session.trainer.resume(resume)
@@ -62,9 +47,9 @@ def train(data: Path, model: Path, out: Path, *, steps: int, lr: float, warmup: 
     session.trainer.run(steps, on_step=log, save_every=save_every, save_path=resume)
     seconds = time.time() - t1
     session.export(out / "model")
-    report = {"steps": steps, "lr": lr, "shift": shift, "model": str(model), "warmup": warmup,
+    report = {"steps": steps, "lr": lr, "shift": session.task.shift, "model": str(model), "warmup": warmup,
               "samples": len(session.task.samples),
-              "captions": len(texts), "encode_seconds": round(encode_seconds, 1), "train_seconds": round(seconds, 1),
+              "captions": captions, "encode_seconds": round(encode_seconds, 1), "train_seconds": round(seconds, 1),
               "loss_first_200": float(np.mean(session.trainer.losses[:200])),
               "loss_last_200": float(np.mean(session.trainer.losses[-200:]))}  # fmt: skip
     (out / "train_transformer.json").write_text(json.dumps(report, indent=2) + "\n")

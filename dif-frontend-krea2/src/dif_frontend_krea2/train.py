@@ -73,6 +73,7 @@ class Krea2LoraTask:
     dtype: DType = DType.F32
     scheme: str = "uniform"
     seed: int = 0
+    timestep_shift: float | None = None  # shift of the training sigmas; None: 1 (the scheduler shifts dynamically)
     model_key: str = field(init=False, default="")
     _programs: dict[Hashable, StepPrograms] = field(init=False, factory=dict)
     _encoded: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray, tuple[int, int]]] = field(init=False, factory=dict)
@@ -87,6 +88,10 @@ class Krea2LoraTask:
     @property
     def trainable(self) -> list[str]:
         return [n for m in self.modules for n in slot_inputs(m)]
+
+    @property
+    def shift(self) -> float:
+        return 1.0 if self.timestep_shift is None else self.timestep_shift
 
     @property
     def text_len(self) -> int:
@@ -129,7 +134,7 @@ class Krea2LoraTask:
             self.encode_all()
         lat, embeds, mask, grid = self._encoded[idx]
         cfg = self.pipeline.configs.transformer
-        sigmas = sample_sigmas(rng, 1, scheme=self.scheme)  # the scheduler shifts dynamically: unshifted table
+        sigmas = sample_sigmas(rng, 1, scheme=self.scheme, shift=self.shift)
         batch = flow_batch(lat, rng, sigmas)
         cos, sin = rope_tables(cfg, self.text_len, *grid)
         dt = self.dtype.np
@@ -165,12 +170,13 @@ def lora_session(model: Path, data: Path, settings: LoraSettings, *, backend: st
     task = Krea2LoraTask(
         pipeline, scan_folder(data), modules, s.rank, s.alpha, opt, resolution=s.resolution, accumulate=s.accumulate,
         max_grad_norm=s.max_grad_norm, checkpoint_blocks=s.checkpoint_blocks, dtype=DType(s.dtype),
-        scheme=s.timestep_sampling, seed=s.seed,
+        scheme=s.timestep_sampling, seed=s.seed, timestep_shift=s.timestep_shift,
     )  # fmt: skip
     params = init_factors(np.random.default_rng(s.seed), {m: shapes[m] for m in modules}, s.rank)
     trainer = Trainer(
         task, task.frozen_weights(), params, opt, LrSchedule(s.lr, s.steps, warmup=s.warmup, cosine=s.cosine),
         accumulate=s.accumulate, backend=backend, seed=s.seed,
-        settings={"family": "krea2", "model": str(model), "rank": s.rank, "alpha": s.alpha, "modules": list(modules)},
+        settings={"family": "krea2", "model": str(model), "rank": s.rank, "alpha": s.alpha, "modules": list(modules),
+                  "timestep_shift": task.shift},
     )  # fmt: skip
     return LoraSession(task, trainer, s)

@@ -107,18 +107,30 @@ class Encoded:
 
 
 class FeatureCache:
-    """Latents and text features computed once per (image bytes, caption, size, encoder key) and kept
-    as one safetensors file each under `folder`."""
+    """Latents and text features of the training samples, each computed once. Text features are shared
+    by every sample with the same caption (kept in memory: one cache holds one encoder, named by `key`,
+    so the caption is all they depend on): N images with K distinct captions run the text encoder K
+    times. With a `folder`, each sample's latents and text are also kept as one safetensors file under
+    it, named by (image bytes, caption, size, key), so a restarted run encodes nothing again."""
 
-    def __init__(self, folder: str | Path, key: str) -> None:
-        self.folder = Path(folder)
+    def __init__(self, folder: str | Path | None, key: str) -> None:
+        self.folder = None if folder is None else Path(folder)
         self.key = key
+        self._texts: dict[str, np.ndarray] = {}
 
-    def _path(self, sample: Sample, size: tuple[int, int]) -> Path:
+    def _path(self, sample: Sample, size: tuple[int, int]) -> Path | None:
+        if self.folder is None:
+            return None
         h = hashlib.sha256()
         h.update(sample.image.read_bytes())
         h.update(f"|{sample.caption}|{size}|{self.key}".encode())
         return self.folder / f"{h.hexdigest()[:24]}.safetensors"
+
+    def text(self, caption: str, encode_text: Callable[[str], np.ndarray]) -> np.ndarray:
+        """The caption's text features: `encode_text(caption)` the first time, the same array after."""
+        if caption not in self._texts:
+            self._texts[caption] = encode_text(caption)
+        return self._texts[caption]
 
     def get(
         self,
@@ -128,13 +140,15 @@ class FeatureCache:
         encode_text: Callable[[str], np.ndarray],
     ) -> Encoded:
         path = self._path(sample, size)
-        if path.is_file():
+        if path is not None and path.is_file():
             tensors, _ = load_tensors(path)
-            return Encoded(np.array(tensors["latents"]), np.array(tensors["text"]), size)
+            text = self._texts.setdefault(sample.caption, np.array(tensors["text"]))
+            return Encoded(np.array(tensors["latents"]), text, size)
         latents = encode_image(bucket_pixels(sample, size))
-        text = encode_text(sample.caption)
-        self.folder.mkdir(parents=True, exist_ok=True)
-        save_tensors(path, {"latents": latents, "text": text}, {"image": str(sample.image)})
+        text = self.text(sample.caption, encode_text)
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            save_tensors(path, {"latents": latents, "text": text}, {"image": str(sample.image)})
         return Encoded(latents, text, size)
 
 

@@ -2,7 +2,8 @@
 
     dif train lora --data DIR --output DIR [-m MODEL] [--rank 16] [--alpha 16] [--target PATTERN ...]
                    [--steps N] [--lr LR] [--warmup N] [--accumulate K] [--max-grad-norm G] [--resolution PX]
-                   [--dtype f32|bf16] [--checkpoint-blocks PATTERN ...] [--save-every N] [--resume FILE]
+                   [--dtype f32|bf16] [--checkpoint-blocks PATTERN ...] [--timestep-shift S]
+                   [--save-every N] [--resume FILE]
                    [--backend NAME] [--seed S] [--json]
     dif train full --data DIR --output DIR [-m MODEL] [same options, no LoRA ones]
 
@@ -64,6 +65,9 @@ COMMON: list[Callable[[Any], Any]] = [
                  help="Recompute these blocks in the backward (fnmatch on block names, repeatable)."),
     click.option("--timestep-sampling", type=click.Choice(["uniform", "logit_normal"]), default="uniform",
                  show_default=True),
+    click.option("--timestep-shift", type=float, default=None,
+                 help="Shift the training sigmas: s*sigma/(1+(s-1)*sigma), s > 0 (default: the scheduler's training "
+                      "shift, 1 where it shifts dynamically; a resumed run keeps its checkpoint's)."),
     click.option("--max-text-tokens", type=click.IntRange(1), default=None,
                  help="Pad / cut captions to this many tokens where the model allows it (Krea 2; klein uses 512)."),
     click.option("--save-every", type=click.IntRange(0), default=0, help="Also write last.diftrain every N steps."),
@@ -112,6 +116,7 @@ def _run(kind: str, o: dict[str, Any]) -> None:
     from dif.errors import UsageError
     from dif.frontend import detect_frontend
     from dif.plugins.manager import frontends
+    from dif.train.checkpoint import recorded_settings
     from dif.train.loop import eta_seconds
     from dif.train.plot import write_loss_curve
     from dif.train.tasks import LoraSettings, full_trainer, lora_trainer
@@ -124,20 +129,23 @@ def _run(kind: str, o: dict[str, Any]) -> None:
         model = Path(infos["flux2"].default_checkpoint)
     family = detect_frontend(model, infos).name
     output: Path = o["output"]
-    output.mkdir(parents=True, exist_ok=True)
-    reason = unwritable_reason(output / "train.json")
-    if reason:
-        raise UsageError(f"{output}: {reason}")
     rank = o.get("rank", 16)
     steps = o["steps"]
+    shift = o["timestep_shift"]
+    if shift is None and o["resume"] is not None:  # a resumed run trains on the sigmas it started with
+        shift = recorded_settings(o["resume"]).get("timestep_shift")
     settings = LoraSettings(
         rank=rank, alpha=o.get("alpha") or float(rank), targets=o.get("targets", ()), steps=steps, lr=o["lr"],
         warmup=o["warmup"], cosine=not o["constant_lr"], accumulate=o["accumulate"],
         max_grad_norm=o["max_grad_norm"] or None, weight_decay=o["weight_decay"], resolution=o["resolution"],
         seed=o["seed"], dtype=o["dtype"], checkpoint_blocks=o["checkpoint_blocks"],
         timestep_sampling=o["timestep_sampling"], cache_dir=output / "cache" if o["cache"] else None,
-        max_text_tokens=o["max_text_tokens"],
+        max_text_tokens=o["max_text_tokens"], timestep_shift=shift,
     )  # fmt: skip
+    output.mkdir(parents=True, exist_ok=True)
+    reason = unwritable_reason(output / "train.json")
+    if reason:
+        raise UsageError(f"{output}: {reason}")
     started = time.perf_counter()
     factory = lora_trainer(family) if kind == "lora" else full_trainer(family)
     session = factory(model, o["data"], settings, backend=o["backend"])
@@ -180,6 +188,7 @@ def _run(kind: str, o: dict[str, Any]) -> None:
         "modules": list(session.modules) if kind == "lora" else len(session.modules),
         "rank": rank if kind == "lora" else None,
         "alpha": settings.alpha if kind == "lora" else None,
+        "timestep_shift": trainer.settings.get("timestep_shift"),
         "first_loss": trainer.losses[0] if trainer.losses else None,
         "last_loss": trainer.losses[-1] if trainer.losses else None,
         "losses": trainer.losses,
