@@ -70,3 +70,26 @@ def test_missing_latents_are_named(tmp_path: Path) -> None:
     session = lora_session(DEFAULT_CHECKPOINT, folder, LoraSettings(steps=2, **SETTINGS), backend="cpu")
     with pytest.raises(DataError, match=r"img0\.png: no pre-encoded latents img0\.latents\.safetensors"):
         session.encode_all()
+
+
+def test_a_shared_caption_runs_the_text_encoder_once(tmp_path: Path) -> None:
+    folder = make_folder(tmp_path / "data")
+    for i in range(2, 4):  # two more images with the first two's captions
+        (folder / f"img{i}.png").write_bytes((folder / f"img{i - 2}.png").read_bytes())
+        (folder / f"img{i}.txt").write_text((folder / f"img{i - 2}.txt").read_text())
+        (folder / f"img{i}{LATENTS_SUFFIX}").write_bytes((folder / f"img{i - 2}{LATENTS_SUFFIX}").read_bytes())
+    session = lora_session(DEFAULT_CHECKPOINT, folder, LoraSettings(steps=2, **SETTINGS), backend="cpu")
+    pipeline = session.trainer.task.pipeline
+    encode, calls = pipeline.encode, []
+
+    def counting(caption: str):  # type: ignore[no-untyped-def]
+        calls.append(caption)
+        return encode(caption)
+
+    pipeline.encode = counting
+    session.encode_all()
+    assert sorted(calls) == ["a flat dark picture", "a flat light picture"]
+    encoded = session.trainer.task._encoded
+    assert len(encoded) == 4
+    for i, sample in enumerate(session.trainer.task.samples):
+        np.testing.assert_array_equal(encoded[i][1], np.asarray(encode(sample.caption).embeds))

@@ -116,13 +116,17 @@ class Krea2LoraTask:
         return bind_weights(self.programs((1, 1)).step, source, ignore=lambda n: n.startswith(TEXT_FUSION_PREFIXES))
 
     def encode_all(self, on_sample: Any = None) -> None:
+        """Every sample's latents (read from its file) and text features (once per distinct caption)."""
         ppt = self.pipeline.pixels_per_token
         channels = self.pipeline.configs.transformer.in_channels
+        prompts: dict[str, Any] = {}
         for i, sample in enumerate(self.samples):
             size = assign_bucket(sample, self._buckets)
             grid = (size[1] // ppt, size[0] // ppt)
             lat = read_latents(sample, grid[0] * grid[1], channels)
-            prompt = self.pipeline.encode(sample.caption)
+            if sample.caption not in prompts:
+                prompts[sample.caption] = self.pipeline.encode(sample.caption)
+            prompt = prompts[sample.caption]
             self._encoded[i] = (lat, np.asarray(prompt.embeds), np.asarray(prompt.mask), grid)
             if on_sample is not None:
                 on_sample(i, sample, size)
