@@ -37,7 +37,7 @@ sys.stdout.write(json.dumps(answer))
 
 
 @define(frozen=True)
-class Encoded:
+class PrefetchedIds:
     """The child's answer: token ids per text (nothing added around them) and the ids of the named tokens."""
 
     ids: dict[str, list[int]]
@@ -53,7 +53,7 @@ class EncodeInChild:
     tokens: tuple[str, ...]
     _process: subprocess.Popen[bytes] | None = field(init=False, default=None)
     _thread: threading.Thread | None = field(init=False, default=None)
-    _answer: Encoded | None = field(init=False, default=None)
+    _answer: PrefetchedIds | None = field(init=False, default=None)
 
     @classmethod
     def start(cls, serialized: str, texts: Sequence[str], tokens: Sequence[str] = ()) -> EncodeInChild:
@@ -86,15 +86,15 @@ class EncodeInChild:
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
             return
         if len(ids) == len(self.texts) and set(token_ids) == set(self.tokens):
-            self._answer = Encoded(dict(zip(self.texts, ids, strict=True)), token_ids)
+            self._answer = PrefetchedIds(dict(zip(self.texts, ids, strict=True)), token_ids)
 
-    def wait(self) -> Encoded | None:
+    def wait(self) -> PrefetchedIds | None:
         """The child's answer, waiting for it to finish (None when it failed)."""
         if self._thread is not None:
             self._thread.join()
         return self.result()
 
-    def result(self) -> Encoded | None:
+    def result(self) -> PrefetchedIds | None:
         """The child's answer when it has given it; None when it failed or is still working (then it is
         stopped: parsing in-process from here is no slower than waiting for it)."""
         if self._thread is not None:

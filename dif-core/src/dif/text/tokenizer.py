@@ -24,7 +24,7 @@ from attrs import define
 
 from dif.errors import CheckpointError, DifError
 from dif.text.chat import ChatTemplate, Message, find_chat_template, missing_template_error, token_text
-from dif.text.prefetch import Encoded, EncodeInChild
+from dif.text.prefetch import EncodeInChild, PrefetchedIds
 
 # Qwen2/Qwen3 pre-tokenization: contractions, letter runs with one optional leading non-letter,
 # single digits, punctuation runs with trailing newlines, newline runs, and whitespace (a space
@@ -63,7 +63,7 @@ class TextTokenizer:
         self.pad_token = pad_token
         self._pad_id: int | None = None
         self._child: EncodeInChild | None = None
-        self._prefetched = Encoded({}, {})
+        self._prefetched = PrefetchedIds({}, {})
 
     @property
     def backend(self) -> Any:
@@ -137,7 +137,7 @@ class TextTokenizer:
             tokens = () if self.pad_token is None else (self.pad_token,)
             self._child = EncodeInChild.start(self._serialized.text, texts, tokens)
 
-    def _from_child(self) -> Encoded:
+    def _from_child(self) -> PrefetchedIds:
         """What the prefetching child answered (waited for here); empty when there was none or it failed."""
         if self._child is not None:
             self._prefetched = self._child.result() or self._prefetched

@@ -45,12 +45,13 @@ MARKER = "scaled_fp8"
 
 def row_scale(source: TensorSource, scale: str, weight: str) -> np.ndarray:
     """[out] f32: scale tensor `scale` of `source` (one value, or one per output row) for weight `weight`."""
-    rows = source.info(weight).shape[0]
+    shape = source.info(weight).shape
+    rows = shape[0]
     s = np.asarray(source[scale], dtype=np.float32)
     if s.size not in (1, rows):
         raise WeightError(
             f"'{scale}' in {source.file_of(scale)} has {s.size} values; "
-            f"a scale for '{weight}' {list(source.info(weight).shape)} is one value or one per output row"
+            f"a scale for '{weight}' {list(shape)} is one value or one per output row"
         )
     return np.broadcast_to(s.reshape(-1), (rows,)).astype(np.float32)
 
