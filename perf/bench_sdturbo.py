@@ -275,6 +275,11 @@ def time_dif(args: argparse.Namespace, dev: Device, ck: SdCheckpoint, backend: s
     keys = sorted({k for s in stages for k in s})
     out["stages_ms"] = {k: median_ms([s.get(k, 0.0) for s in stages]) for k in keys}
     out["plan_peak_bytes"] = pipe.plan_peak_bytes
+    if backend == "cuda" and args.profile_iters:  # where each stage's device time goes, by shape
+        out["profile_by_shape"] = {
+            name: dict(list(dev.profile(exe, args.profile_iters, by="shape").items())[: args.profile_top])
+            for name, exe in pipe._programs.prepared().items()
+        }
     return out, run.pixels
 
 
@@ -366,6 +371,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--opencl-dtypes", default="f32,f16")
     ap.add_argument("--opencl-runs", type=int, default=3)
     ap.add_argument("--profile-iters", type=int, default=3)
+    ap.add_argument("--profile-top", type=int, default=15, help="shapes listed per pipeline program")
     ap.add_argument("--skip", default="", help="comma-separated phases to skip: unet, pipeline")
     ap.add_argument("--deadline-s", type=float, default=540.0)
     ap.add_argument("--out-dir", type=Path, default=None)

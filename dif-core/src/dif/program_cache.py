@@ -459,6 +459,10 @@ class ProgramCache:
         registered so far (the format search reads what a candidate's passes did)."""
         return {e.name: (e.stage, e.program, e.decisions) for e in self._entries.values()}
 
+    def prepared(self) -> dict[str, Executable]:
+        """By program name: the executables prepared now (what a profiler times)."""
+        return {e.name: e.executable for e in self._entries.values() if e.executable is not None}
+
     def memory_report(self) -> dict[str, Any]:
         """What the plans were made against and what they stream, for run reports: the cap
         (`vram_budget_bytes`, None without one), the pipeline's budget (`free_memory_bytes`), parameter
