@@ -6,6 +6,7 @@ over the stored bytes, recorded in the run's settings and plan, without the note
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import ml_dtypes
@@ -56,7 +57,6 @@ def test_scaled_fp8_file_renders_like_its_dequantized_weights(tmp_path: Path, bf
 
 
 def test_plain_fp8_file_runs_in_bf16(tmp_path: Path, bfl_tensors) -> None:  # type: ignore[no-untyped-def]
-    import json
 
     weights = {
         n: (w.astype(E4M3) if w.ndim == 2 else w) for n, w in bfl_tensors(DEFAULT_CHECKPOINT / "transformer").items()
@@ -85,22 +85,26 @@ def fp8_matrix_units(monkeypatch: pytest.MonkeyPatch) -> None:
     )
 
 
-def test_an_fp8_file_keeps_fp8_where_the_backend_executes_it(  # type: ignore[no-untyped-def]
-    tmp_path: Path, bfl_tensors, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    import json
-
-    weights = bfl_tensors(DEFAULT_CHECKPOINT / "transformer")
+def per_row_scaled_file(folder: Path, bfl_tensors) -> Path:  # type: ignore[no-untyped-def]
+    """The embedded transformer as a scaled fp8 file with per-row `weight_scale`s whose amax sits off 448,
+    so that re-quantizing the stored bytes would change them."""
     scaled: dict[str, np.ndarray] = {"scaled_fp8": np.zeros(0, E4M3)}
-    for name, w in weights.items():
+    for name, w in bfl_tensors(DEFAULT_CHECKPOINT / "transformer").items():
         if w.ndim == 2 and name.endswith(".weight"):
-            s = (np.abs(w).max(axis=1) / 300.0).astype(np.float32)  # per row, amax off 448: no re-quantization
+            s = (np.abs(w).max(axis=1) / 300.0).astype(np.float32)
             scaled[name] = (w / s[:, None]).astype(E4M3)
             scaled[name[: -len(".weight")] + ".weight_scale"] = s
         else:
             scaled[name] = w
-    path = tmp_path / "klein-fp8-scaled.safetensors"
+    path = folder / "klein-fp8-scaled.safetensors"
     save_tensors(path, scaled, dif_metadata=False)
+    return path
+
+
+def test_an_fp8_file_keeps_fp8_where_the_backend_executes_it(  # type: ignore[no-untyped-def]
+    tmp_path: Path, bfl_tensors, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = per_row_scaled_file(tmp_path, bfl_tensors)
     fp8_matrix_units(monkeypatch)
     args = ["flux2", "generate", "-m", str(path), "--base", str(DEFAULT_CHECKPOINT), *COMMON[:-2], "--json"]
     result = CliRunner().invoke(cli, [*args, "-o", str(tmp_path / "o.png")])
@@ -114,3 +118,56 @@ def test_an_fp8_file_keeps_fp8_where_the_backend_executes_it(  # type: ignore[no
     result = CliRunner().invoke(cli, [*args, "-o", str(tmp_path / "p.png")])
     assert result.exit_code == 0, result.output
     assert "fp8 weights are dequantized to f32: DIF_FP8_WEIGHTS=dequantize" in result.stderr
+
+
+# -- on CUDA: the same scaled file keeps fp8 through cuBLASLt's fp8 path over the stored bytes and scales, and
+# draws the image the CPU backend draws with the same fp8 arithmetic emulated by the quantized ops'
+# references; widened to bf16 (DIF_FP8_WEIGHTS=dequantize) only the activations' fp8 rounding is gone.
+# Skips with the reason where CUDA cannot run.
+
+CUDA_ARGS = ["-p", "a fox", "-W", "64", "-H", "64", "--seed", "3", "--steps", "2", "--json"]
+
+
+def _cuda_skip() -> str | None:
+    try:
+        from dif_backend_cuda.device import cuda_availability
+    except ImportError as exc:
+        return f"dif-backend-cuda is not installed ({exc})"
+    avail = cuda_availability()
+    return None if avail.ok else avail.reason
+
+
+def render_on(model: Path, out: Path, backend: str) -> tuple[np.ndarray, dict, str]:  # type: ignore[type-arg]
+    from PIL import Image
+
+    args = ["flux2", "generate", "-m", str(model), "--base", str(DEFAULT_CHECKPOINT), *CUDA_ARGS]
+    result = CliRunner().invoke(cli, [*args, "--backend", backend, "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    with Image.open(out) as im:
+        return np.asarray(im.convert("RGB"), np.float64), json.loads(result.stdout), result.stderr
+
+
+@pytest.mark.cuda
+def test_scaled_fp8_file_runs_fp8_on_cuda(tmp_path: Path, bfl_tensors, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    if (why := _cuda_skip()) is not None:
+        pytest.skip(f"CUDA backend unavailable: {why}")
+    path = per_row_scaled_file(tmp_path, bfl_tensors)
+
+    kept, doc, said = render_on(path, tmp_path / "cuda.png", "cuda")
+    assert "fp8 weights are dequantized" not in said
+    (what,) = doc["data"]["settings"]["fp8_weights"].values()
+    assert what.endswith("kept as stored (fp8-e4m3)") and int(what.split()[0]) > 0
+
+    fp8_matrix_units(monkeypatch)  # the CPU backend emulating the same fp8 arithmetic
+    emulated, _, _ = render_on(path, tmp_path / "cpu.png", "cpu")
+    monkeypatch.setenv("DIF_FP8_WEIGHTS", "dequantize")
+    widened, _, said = render_on(path, tmp_path / "bf16.png", "cuda")
+    assert "fp8 weights are dequantized to bf16: DIF_FP8_WEIGHTS=dequantize" in said
+
+    vs_emulated = np.abs(kept - emulated)
+    # the CUDA fp8 GEMM and the reference differ only in accumulation order and bf16 rounding of partial
+    # results: a level or two in a few pixels
+    assert vs_emulated.mean() < 1.0 and vs_emulated.max() <= 16, (vs_emulated.mean(), vs_emulated.max())
+    # widening the weights removes the activations' fp8 rounding only: the picture stays the same one
+    assert np.abs(kept - widened).mean() < 6.0
+    assert not np.array_equal(kept, widened)  # ... but it is another computation
