@@ -57,7 +57,6 @@ def test_scaled_fp8_file_renders_like_its_dequantized_weights(tmp_path: Path, bf
 
 
 def test_plain_fp8_file_runs_in_bf16(tmp_path: Path, bfl_tensors) -> None:  # type: ignore[no-untyped-def]
-
     weights = {
         n: (w.astype(E4M3) if w.ndim == 2 else w) for n, w in bfl_tensors(DEFAULT_CHECKPOINT / "transformer").items()
     }
