@@ -112,20 +112,33 @@ def test_elementwise_fast_paths(op: str, shapes: list[tuple[int, ...]], dtype: s
     assert _run(b.build(), 1e-2 if dtype != "f32" else 1e-5) == [kernel]
 
 
-@pytest.mark.parametrize("causal", [False, True])
-def test_key_mask_runs_through_cudnn(causal: bool) -> None:
-    """Key padding, keys masked at the start (causal: the first query rows see no key), and a batch row with
-    every key masked (its output must be zeros, not cuDNN's average over the masked keys)."""
+ATTENDED_KEYS_FIRST = ["sdpa_key_order", "sdpa_gather_keys_{dt}", "cudnn", "sdpa_zero_masked_rows_{dt}"]
+SCORE_BIAS = ["sdpa_mask_bias_{dt}", "cudnn", "sdpa_zero_masked_rows_{dt}"]
+
+
+@pytest.mark.parametrize(
+    ("causal", "dtype", "heads", "kernels"),
+    [
+        (False, "bf16", (4, 4), ATTENDED_KEYS_FIRST),  # cuDNN's padding mask over the attended keys
+        (False, "f16", (8, 2), ATTENDED_KEYS_FIRST),  # grouped-query heads, as Krea 2's
+        (True, "bf16", (4, 4), SCORE_BIAS),  # causal: the keys keep their order
+    ],
+)
+def test_key_mask_runs_through_cudnn(causal: bool, dtype: str, heads: tuple[int, int], kernels: list[str]) -> None:
+    """Key padding, keys masked at the start (causal: the first query rows see no key), keys masked in the
+    middle (Krea 2's pads sit before its prompt suffix), and a batch row with every key masked (its output
+    must be zeros, not cuDNN's average over the masked keys)."""
     b = ProgramBuilder("masked_sdpa")
-    q, k, v = (b.input(n, (4, 80, 4, 128), "bf16") for n in "qkv")
-    mask = b.input("mask", (4, 80), "bool")
+    q = b.input("q", (5, 80, heads[0], 128), dtype)
+    k, v = (b.input(n, (5, 80, heads[1], 128), dtype) for n in "kv")
+    mask = b.input("mask", (5, 80), "bool")
     b.output(b.emit("sdpa", q, k, v, mask, causal=causal))
-    given = np.ones((4, 80), bool)
+    given = np.ones((5, 80), bool)
     given[1, 57:] = False
     given[2, :9] = False
     given[3, :] = False
-    kernels = _run(b.build(), 1e-2, {"mask": given})
-    assert kernels == ["sdpa_mask_bias_bf16", "cudnn", "sdpa_zero_masked_rows_bf16"]
+    given[4, 20:71] = False
+    assert _run(b.build(), 1e-2, {"mask": given}) == [name.format(dt=dtype) for name in kernels]
 
 
 @pytest.mark.parametrize("half", ["first", "second"])

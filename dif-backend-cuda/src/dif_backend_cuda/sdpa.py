@@ -14,10 +14,13 @@ deserializes it instead of building, as long as the plan choice it was built for
 `Choices` makes.
 
 Eligibility (else the NVRTC flash kernel runs): fp16/bf16, D == Dv, D a multiple of 8 and at most 256,
-and causal only when Sq == Skv (cuDNN's causal mask is top-left aligned). A key mask reaches cuDNN as an
-additive score bias [B, 1, 1, Skv] (`key_bias`; [B, 1, Sq, Skv] where cuDNN refuses to broadcast over the
-queries), which the lowering fills from the mask on every run and follows with a kernel zeroing the query
-rows whose keys are all masked (kernels/attention.cu).
+and causal only when Sq == Skv (cuDNN's causal mask is top-left aligned). A key mask without causal is
+met by reordering: the lowering gathers each batch row's attended keys and values to the front of a scratch
+copy and cuDNN's padding mask attends over the first `seq_lens` of them (a score bias makes cuDNN take a
+slower kernel). With causal, or where cuDNN refuses the padding mask, the mask reaches cuDNN as an additive
+score bias [B, 1, 1, Skv] (`key_bias`; [B, 1, Sq, Skv] where cuDNN refuses to broadcast over the queries),
+filled from the mask on every run. Either way a kernel then zeroes the query rows whose keys are all masked
+(kernels/attention.cu).
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ WORKSPACE_BYTES = 256 << 20
 
 REFUSED = b"refused\n"  # a stored artifact saying cuDNN refused the problem, then why
 
-UIDS = {"q": 1, "k": 2, "v": 3, "o": 4, "bias": 5, "x": 6, "w": 7, "y": 8}
+UIDS = {"q": 1, "k": 2, "v": 3, "o": 4, "bias": 5, "x": 6, "w": 7, "y": 8, "seq_q": 9, "seq_kv": 10}
 """The uid of each graph tensor by name: what a variant pack is keyed by, and what survives serialization."""
 
 
@@ -242,9 +245,11 @@ class CudnnSdpa:
         token_strides: list[int],
         key_bias: int = 0,
         bias_rows: int = 1,
+        seq_lens: int = 0,
     ) -> None:
         qt, kt, vt, ot = token_strides  # elements between tokens: h * d, or more for a view in a wider buffer
-        key = ("sdpa", dtype, b, sq, skv, hq, hkv, d, scale, causal, bool(key_bias), bias_rows, *token_strides)
+        padded = bool(seq_lens)  # int32 [2, B] at seq_lens: query and key lengths (cuDNN's padding mask)
+        key = ("sdpa", dtype, b, sq, skv, hq, hkv, d, scale, causal, bool(key_bias), bias_rows, padded, *token_strides)
 
         def build(limit: int | None) -> Any:
             cudnn = ctx.lib
@@ -262,6 +267,13 @@ class CudnnSdpa:
                 kwargs["bias"] = g.tensor(
                     name="bias", dim=[b, 1, bias_rows, skv], stride=[n, n, skv, 1], data_type=dt, uid=UIDS["bias"]
                 )
+            if padded:
+                for name in ("seq_q", "seq_kv"):
+                    kwargs[f"seq_len_{name[4:]}"] = g.tensor(
+                        name=name, dim=[b, 1, 1, 1], stride=[1, 1, 1, 1], data_type=cudnn.data_type.INT32,
+                        uid=UIDS[name],
+                    )  # fmt: skip
+                kwargs["use_padding_mask"] = True
             try:
                 out, _stats = g.sdpa(generate_stats=False, **kwargs)
             except TypeError:  # older frontends spell it is_inference
@@ -272,6 +284,8 @@ class CudnnSdpa:
             return g
 
         pointers = {"q": q, "k": k, "v": v, "o": o, **({"bias": key_bias} if key_bias else {})}
+        if padded:
+            pointers.update(seq_q=seq_lens, seq_kv=seq_lens + 4 * b)
         self.ctx = ctx
         self.built, shared = ctx.shared_graph(key, build, pointers)
         self.pack = SharedGraph.pack(pointers)

@@ -126,3 +126,52 @@ FLASH(bf16)
 SDPA_MASK(f32)
 SDPA_MASK(f16)
 SDPA_MASK(bf16)
+
+// ---- cuDNN's SDPA over the attended keys only (a key mask, not causal) ---------------------------------
+// A score bias sends cuDNN to a slower kernel (about a third more time on Krea 2's 4,608 keys). The result
+// does not depend on the order of the keys, so each batch row's attended keys are gathered first, in
+// order, its masked keys after them, and cuDNN's padding mask attends over the first seq_kv[b] of them.
+// sdpa_key_order: one block per batch row; src[b, i] = the key that goes to slot i; seq_q[b] = Sq.
+KERNEL_ENTRY sdpa_key_order(const b8* __restrict__ mask, int* __restrict__ src, int* __restrict__ seq_q,
+                            int* __restrict__ seq_kv, i64 sq, i64 skv) {
+  __shared__ int before[1024];  // per thread: attended keys up to and including its segment (a scan)
+  const i64 b = blockIdx.x;
+  const b8* m = mask + b * skv;
+  int* s = src + b * skv;
+  const i64 per = (skv + blockDim.x - 1) / blockDim.x;  // each thread a contiguous segment, in key order
+  const i64 lo = min((i64)threadIdx.x * per, skv), hi = min(lo + per, skv);
+  int mine = 0;
+  for (i64 j = lo; j < hi; ++j) mine += m[j].x ? 1 : 0;
+  before[threadIdx.x] = mine;
+  __syncthreads();
+  for (int off = 1; off < (int)blockDim.x; off <<= 1) {  // inclusive scan over the threads
+    const int add = (int)threadIdx.x >= off ? before[threadIdx.x - off] : 0;
+    __syncthreads();
+    before[threadIdx.x] += add;
+    __syncthreads();
+  }
+  const int total = before[blockDim.x - 1];
+  int attended = before[threadIdx.x] - mine;   // attended keys before this segment: their slots come first
+  int masked = total + (int)lo - attended;     // masked keys before it: their slots follow all attended ones
+  for (i64 j = lo; j < hi; ++j) s[m[j].x ? attended++ : masked++] = (int)j;
+  if (threadIdx.x == 0) {
+    seq_q[b] = (int)sq;
+    seq_kv[b] = total;
+  }
+}
+// k, v rows (token strides kt, vt) gathered in src's order into dense kp [B, Skv, kw], vp [B, Skv, vw]
+#define SDPA_GATHER(TN)                                                                                    \
+  KERNEL_ENTRY sdpa_gather_keys_##TN(const TN* __restrict__ k, const TN* __restrict__ v,                   \
+                                     const int* __restrict__ src, TN* __restrict__ kp, TN* __restrict__ vp, \
+                                     i64 skv, i64 kw, i64 vw, i64 kt, i64 vt, i64 n) {                      \
+    for (i64 e = THREAD_FIRST; e < n; e += THREAD_STEP) {                                                  \
+      const i64 w = kw + vw, r = e / w, c = e - r * w;                                                     \
+      const i64 from = r / skv * skv + src[r];                                                             \
+      if (c < kw)                                                                                          \
+        kp[r * kw + c] = k[from * kt + c];                                                                 \
+      else                                                                                                 \
+        vp[r * vw + c - kw] = v[from * vt + c - kw];                                                       \
+    }                                                                                                      \
+  }
+SDPA_GATHER(f16)
+SDPA_GATHER(bf16)

@@ -6,6 +6,7 @@ rope (the rotation kernels of `kernels/norm.cu`).
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 from attrs import evolve
@@ -166,6 +167,10 @@ def _cudnn_steps(
     handle = ctx.backend.cudnn() if not reason else None
     if handle is None and not reason:
         reason = f"cuDNN unavailable: {ctx.backend._cudnn_error}"
+    if handle is not None and mask is not None and not causal and not reason:
+        steps = _cudnn_over_attended_keys(ctx, node, handle, q, k, v, mask, o, scale, strides)
+        if steps is not None:
+            return steps
     if handle is not None and not reason:
         import cupy
 
@@ -196,3 +201,55 @@ def _cudnn_steps(
         raise unsupported(node, f"cuDNN SDPA requested but not possible: {reason}")
     ctx.choices[node.id] = f"nvrtc-flash ({reason})"
     return None
+
+
+def _cudnn_over_attended_keys(
+    ctx: LowerCtx,
+    node: Node,
+    handle: Any,
+    q: DevTensor,
+    k: DevTensor,
+    v: DevTensor,
+    mask: DevTensor,
+    o: DevTensor,
+    scale: float,
+    strides: list[int],
+) -> Steps | None:
+    """A key mask without a score bias: each batch row's attended keys (and their values) gathered to the
+    front of a scratch copy, then cuDNN's padding mask over the first seq_kv[b] keys, then the fully
+    masked query rows zeroed (kernels/attention.cu). None when cuDNN refuses its padding mask here."""
+    import cupy
+
+    from dif_backend_cuda.sdpa import CudnnSdpa
+
+    b, sq, hq, d = q.shape
+    skv, hkv = k.shape[1], k.shape[2]
+    if v.shape[3] != d:
+        return None
+    dt, item = q.dtype.value, q.dtype.itemsize
+    # int32 seq_q [B], seq_kv [B], this node's: whole lengths until the first run computes them, so that a
+    # plan timed at prepare reads only keys that exist
+    whole = np.array([sq] * b + [skv] * b, np.int32)
+    lens = cupy.cuda.Memory(whole.nbytes)
+    cupy.cuda.runtime.memcpy(lens.ptr, whole.ctypes.data, whole.nbytes, 1)  # 1: host to device
+    order = cupy.cuda.Memory(b * skv * 4)
+    rows = b * skv * hkv * d  # elements of the dense k copy (and of the v copy)
+    kv = ctx.shared_scratch(("sdpa_attended_keys", dt), 2 * rows * item)
+    try:
+        step = CudnnSdpa(
+            handle, q.dtype, b, sq, skv, hq, hkv, d, q.ptr, kv.ptr, kv.ptr + rows * item, o.ptr, scale, False,
+            [strides[0], hkv * d, hkv * d, strides[3]], seq_lens=lens.ptr,
+        )  # fmt: skip
+    except Exception:  # noqa: BLE001 - cuDNN's own words go with the bias path's choice, if that one fails too
+        return None
+    step.scratch = (lens, order, kv)
+    ctx.choices[node.id] = f"cudnn-sdpa ({step.choice}, over the attended keys gathered first)"
+    seq_q, seq_kv = np.uint64(lens.ptr), np.uint64(lens.ptr + 4 * b)
+    to_order = ctx.kernel("attention", "sdpa_key_order", (b,), (THREADS,), [
+        ptr(mask), np.uint64(order.ptr), seq_q, seq_kv, i64(sq), i64(skv)])  # fmt: skip
+    gather = ctx.flat("attention", f"sdpa_gather_keys_{dt}", b * skv * 2 * hkv * d, [
+        ptr(k), ptr(v), np.uint64(order.ptr), np.uint64(kv.ptr), np.uint64(kv.ptr + rows * item), i64(skv),
+        i64(hkv * d), i64(hkv * d), i64(strides[1]), i64(strides[2]), i64(b * skv * 2 * hkv * d)])  # fmt: skip
+    zero_rows = ctx.kernel("attention", f"sdpa_zero_masked_rows_{dt}", (b,), (THREADS,), [
+        ptr(mask), ptr(o), i64(sq), i64(skv), i64(hq * d), i64(strides[3]), np.int32(0)])  # fmt: skip
+    return [to_order, gather, step, zero_rows]

@@ -9,7 +9,7 @@ one CUDA graph.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from typing import Any
 
 import numpy as np
@@ -133,6 +133,18 @@ class LowerCtx:
         self.meta_chunks: list[np.ndarray] = []
         self.meta_len = 0
         self.choices: dict[int, str] = {}
+        self._scratch: dict[Hashable, Any] = {}
+
+    def shared_scratch(self, key: Hashable, nbytes: int) -> Any:
+        """Device memory (a cupy Memory, outside the plan's arena) that every step asking for `key` shares:
+        a program's steps run one after another on one stream, so one buffer serves all the nodes that
+        only need it for the length of their own step."""
+        import cupy
+
+        held = self._scratch.get(key)
+        if held is None or held.size < nbytes:
+            held = self._scratch[key] = cupy.cuda.Memory(nbytes)
+        return held
 
     def meta(self, values: Sequence[int]) -> MetaRef:
         arr = np.asarray(values, dtype=np.int64)
