@@ -26,7 +26,6 @@ from dif.ir.program import Program
 from dif.kit.admission import admit_image
 from dif.kit.finite import require_finite
 from dif.kit.sampling import Predict, StepCallback
-from dif.media import to_uint8
 from dif.noise import initial_latents
 from dif.program_cache import ProgramCache
 from dif.runtime import Runner
@@ -141,17 +140,20 @@ class SdPipeline(TextToImagePipeline):
 
         return self._programs.get(("unet", h, w, batch), build, "denoise")
 
-    def _decoder_runner(self, h: int, w: int) -> Runner:
+    def _decoder_runner(self, h: int, w: int, *, pixels: bool = True) -> Runner:
+        """The decoder at this latent size; with `pixels` it ends in the picture's 8-bit pixels and their
+        finiteness probe (`dif.layers.pixels`: made on the device, as `to_uint8` would on the host)."""
         taesd = self.checkpoint.taesd
 
         def build() -> tuple[Program, Mapping[str, np.ndarray]]:
             if self.fast_vae and taesd is not None:
-                prog = build_taesd_decoder(taesd.config, latent_h=h, latent_w=w, dtype=self.dtype)
+                prog = build_taesd_decoder(taesd.config, latent_h=h, latent_w=w, dtype=self.dtype, pixels=pixels)
                 return prog, bind_taesd(prog, taesd.source)
-            prog = build_vae_decoder(self.configs.vae, latent_h=h, latent_w=w, dtype=self.vae_dtype)
+            prog = build_vae_decoder(self.configs.vae, latent_h=h, latent_w=w, dtype=self.vae_dtype, pixels=pixels)
             return prog, bind_vae(prog, self.checkpoint.vae)
 
-        return self._programs.get(("taesd" if self.fast_vae else "vae", h, w), build, "decode")
+        key = ("taesd" if self.fast_vae else "vae", h, w, "pixels" if pixels else "image")
+        return self._programs.get(key, build, "decode")
 
     def prepare_all(self, width: int, height: int, req: ImageRequest | None = None) -> None:
         """Build, bind and plan every program for this (already rounded) size and `req`'s batch now."""
@@ -227,17 +229,21 @@ class SdPipeline(TextToImagePipeline):
     def decode_image(self, latents: np.ndarray) -> np.ndarray:
         """(1, 3, H, W) from unpacked latents (1, 4, h, w): the KL decoder's output in [-1, 1], or TAESD's
         in [0, 1] with `fast_vae`."""
+        return next(iter(self._decode(latents, pixels=False).values()))
+
+    def _decode(self, latents: np.ndarray, *, pixels: bool) -> dict[str, np.ndarray]:
         h, w = latents.shape[2:]
-        run = self._decoder_runner(h, w)
+        run = self._decoder_runner(h, w, pixels=pixels)
         if self.fast_vae:
-            return next(iter(run({"latent": latents.astype(self.dtype.np)}).values()))
-        z = vae_latents(self.configs.vae, latents).astype(self.vae_dtype.np)
-        return next(iter(run({"latent": z}).values()))
+            return run({"latent": latents.astype(self.dtype.np)})
+        return run({"latent": vae_latents(self.configs.vae, latents).astype(self.vae_dtype.np)})
 
     def decode(self, latents: np.ndarray, grid_h: int, grid_w: int) -> np.ndarray:
-        """(H, W, 3) uint8 from packed latents (1, h*w, 4), rounded as the reference image processor does."""
-        image = require_finite("decoded image", self.decode_image(unpack_latents(latents, grid_h, grid_w)))[0]
-        return to_uint8(image, value_range="0,1" if self.fast_vae else "-1,1")
+        """(H, W, 3) uint8 from packed latents (1, h*w, 4), rounded as the reference image processor does
+        (`to_uint8`), on the decoder's backend; a non-finite picture is refused as the host check would."""
+        pixels, probe = self._decode(unpack_latents(latents, grid_h, grid_w), pixels=True).values()
+        require_finite("decoded image", probe)
+        return pixels
 
     # -- the whole path ------------------------------------------------------------------------
     def resolve(self, req: ImageRequest) -> tuple[int, float, bool, list[str]]:

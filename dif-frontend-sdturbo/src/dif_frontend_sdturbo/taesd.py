@@ -19,6 +19,7 @@ from dif.dtypes import DType
 from dif.ir.builder import ProgramBuilder, Var
 from dif.ir.program import Program
 from dif.layers import conv2d
+from dif.layers.pixels import output_picture
 from dif_frontend_sdturbo.config import TaesdConfig
 
 MODULE = "taesd"
@@ -34,10 +35,17 @@ def _block(b: ProgramBuilder, x: Var, name: str, c: int) -> Var:
 
 
 def build_taesd_decoder(
-    cfg: TaesdConfig, *, latent_h: int, latent_w: int, batch: int = 1, dtype: DType | str = "f32"
+    cfg: TaesdConfig,
+    *,
+    latent_h: int,
+    latent_w: int,
+    batch: int = 1,
+    dtype: DType | str = "f32",
+    pixels: bool = False,
 ) -> Program:
     """Input `latent` (B, latent_channels, h, w), the raw sampled latents -> output `image`
-    (B, out_channels, f h, f w) in [0, 1], f = upsampling_scaling_factor ** (levels - 1)."""
+    (B, out_channels, f h, f w) in [0, 1], f = upsampling_scaling_factor ** (levels - 1); with `pixels`
+    (batch 1) its 8-bit pixels and their finiteness probe instead (`dif.layers.pixels`)."""
     dt = DType(dtype)
     b = ProgramBuilder("sd_taesd_decoder")
     b.meta.update({"family": "sdturbo", "component": "taesd", "dtype": dt.value, "outputs": "image"})
@@ -61,5 +69,5 @@ def build_taesd_decoder(
             out = cfg.out_channels if i == last else c
             x = conv2d(b, x, f"decoder.layers.{k}", out, 3, padding=1, bias=i == last)
             k += 1
-    b.output(x)
+    output_picture(b, x, pixels=pixels, value_range="0,1")
     return b.build()

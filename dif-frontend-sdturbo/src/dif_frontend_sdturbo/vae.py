@@ -16,6 +16,7 @@ from dif.dtypes import DType
 from dif.ir.builder import ProgramBuilder
 from dif.ir.program import Program
 from dif.layers import attention_block_2d, conv2d, norm_act_conv, resnet_block_2d, upsample_2d
+from dif.layers.pixels import output_picture
 from dif_frontend_sdturbo.config import VaeConfig
 
 MODULE = "vae"
@@ -34,9 +35,11 @@ def vae_latents(cfg: VaeConfig, latents: np.ndarray) -> np.ndarray:
 
 
 def build_vae_decoder(
-    cfg: VaeConfig, *, latent_h: int, latent_w: int, batch: int = 1, dtype: DType | str = "f32"
+    cfg: VaeConfig, *, latent_h: int, latent_w: int, batch: int = 1, dtype: DType | str = "f32", pixels: bool = False
 ) -> Program:
-    """Input `latent` (B, latent_channels, h, w), already scaled -> output `image` (B, out_channels, 8h, 8w)."""
+    """Input `latent` (B, latent_channels, h, w), already scaled -> output `image` (B, out_channels, 8h, 8w)
+    in [-1, 1]; with `pixels` (batch 1) its 8-bit pixels (8h, 8w, out_channels) and their finiteness probe
+    instead (`dif.layers.pixels`)."""
     dt = DType(dtype)
     b = ProgramBuilder("sd_vae_decoder")
     b.meta.update({"family": "sdturbo", "component": "vae", "dtype": dt.value, "outputs": "image"})
@@ -65,5 +68,6 @@ def build_vae_decoder(
             with b.scope(module=MODULE, block=name, section="upsample"):
                 x = upsample_2d(b, x, f"{name}.upsamplers.0")
     with b.scope(module=MODULE, block="decoder.conv_out", section="out"):
-        b.output(norm_act_conv(b, x, "decoder.conv_norm_out", "decoder.conv_out", cfg.out_channels, groups=g, eps=EPS))
+        image = norm_act_conv(b, x, "decoder.conv_norm_out", "decoder.conv_out", cfg.out_channels, groups=g, eps=EPS)
+    output_picture(b, image, pixels=pixels, value_range="-1,1")
     return b.build()

@@ -7,7 +7,7 @@ typedef int i32;
 typedef unsigned char u8;
 
 enum UnaryOp { U_NEG, U_ABS, U_EXP, U_LOG, U_SQRT, U_RSQRT, U_SIN, U_COS, U_TANH, U_SIGMOID, U_SILU, U_RELU,
-               U_RECIP, U_SQUARE, U_GELU, U_GELU_TANH, U_CLAMP, U_AFFINE };
+               U_RECIP, U_SQUARE, U_GELU, U_GELU_TANH, U_CLAMP, U_AFFINE, U_ROUND };
 
 template <int OP>
 __device__ __forceinline__ float unary_math(float x, float p0, float p1) {
@@ -30,6 +30,7 @@ __device__ __forceinline__ float unary_math(float x, float p0, float p1) {
     case U_GELU_TANH: return gelu_tanh_f(x);
     case U_CLAMP: return fminf(fmaxf(x, p0), p1);
     case U_AFFINE: return __fadd_rn(__fmul_rn(x, p0), p1);
+    case U_ROUND: return rintf(x);  // ties to even
   }
   return x;
 }
@@ -59,7 +60,8 @@ __device__ __forceinline__ void unary_impl(const T* __restrict__ x, T* __restric
   UNARY(sqrt, U_SQRT, TN) UNARY(rsqrt, U_RSQRT, TN) UNARY(sin, U_SIN, TN) UNARY(cos, U_COS, TN)          \
   UNARY(tanh, U_TANH, TN) UNARY(sigmoid, U_SIGMOID, TN) UNARY(silu, U_SILU, TN) UNARY(relu, U_RELU, TN)  \
   UNARY(reciprocal, U_RECIP, TN) UNARY(square, U_SQUARE, TN) UNARY(gelu, U_GELU, TN)                     \
-  UNARY(gelu_tanh, U_GELU_TANH, TN) UNARY(clamp, U_CLAMP, TN) UNARY(scalar_affine, U_AFFINE, TN)
+  UNARY(gelu_tanh, U_GELU_TANH, TN) UNARY(clamp, U_CLAMP, TN) UNARY(scalar_affine, U_AFFINE, TN)         \
+  UNARY(round, U_ROUND, TN)
 UNARY_ALL(f32)
 UNARY_ALL(f16)
 UNARY_ALL(bf16)
@@ -87,7 +89,7 @@ __device__ __forceinline__ void unary_vec_impl(const C16<T>* __restrict__ x, C16
   UNARY_VEC(cos, U_COS, TN) UNARY_VEC(tanh, U_TANH, TN) UNARY_VEC(sigmoid, U_SIGMOID, TN)                 \
   UNARY_VEC(silu, U_SILU, TN) UNARY_VEC(relu, U_RELU, TN) UNARY_VEC(reciprocal, U_RECIP, TN)              \
   UNARY_VEC(square, U_SQUARE, TN) UNARY_VEC(gelu, U_GELU, TN) UNARY_VEC(gelu_tanh, U_GELU_TANH, TN)       \
-  UNARY_VEC(clamp, U_CLAMP, TN) UNARY_VEC(scalar_affine, U_AFFINE, TN)
+  UNARY_VEC(clamp, U_CLAMP, TN) UNARY_VEC(scalar_affine, U_AFFINE, TN) UNARY_VEC(round, U_ROUND, TN)
 UNARY_VEC_ALL(f32)
 UNARY_VEC_ALL(f16)
 UNARY_VEC_ALL(bf16)

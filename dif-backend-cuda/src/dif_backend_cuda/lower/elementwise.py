@@ -45,6 +45,7 @@ UNARY = (
     "gelu",
     "clamp",
     "scalar_affine",
+    "round",
 )
 
 

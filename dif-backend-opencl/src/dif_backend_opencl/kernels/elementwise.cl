@@ -25,6 +25,7 @@ UNARY(tanh, tanh(v))
 UNARY(sigmoid, sigm(v))
 UNARY(silu, v * sigm(v))
 UNARY(relu, (v < 0.0f ? 0.0f : v))
+UNARY(round, rint(v))  /* ties to even (the default rounding mode) */
 UNARY(gelu, gelu_erf(v))
 UNARY(gelu_tanh, gelu_tanh(v))
 UNARY(clamp, (v < p0 ? p0 : (v > p1 ? p1 : v)))

@@ -24,7 +24,7 @@ from dif_backend_opencl.lower.base import (
 
 EW = "elementwise"
 UNARY: tuple[str, ...] = ("neg", "abs", "exp", "log", "sqrt", "rsqrt", "reciprocal", "square")
-UNARY += ("sin", "cos", "tanh", "sigmoid", "silu", "relu")
+UNARY += ("sin", "cos", "tanh", "sigmoid", "silu", "relu", "round")
 INT_UNARY: tuple[str, ...] = ("neg", "abs")
 BINARY = ("add", "sub", "mul", "div", "maximum", "minimum", "pow")
 INT_BINARY = ("add", "sub", "mul", "maximum", "minimum")

@@ -58,6 +58,7 @@ _unary("tanh", np.tanh, "tanh(x): hyperbolic tangent.")
 _unary("sigmoid", _sigmoid, "sigmoid(x) = 1/(1+e^-x), computed without overflow.")
 _unary("silu", lambda x: x * _sigmoid(x), "silu(x) = x*sigmoid(x) (a.k.a. swish).")
 _unary("relu", lambda x: np.maximum(x, 0), "relu(x) = max(x, 0).")
+_unary("round", np.rint, "round(x): the nearest integer, ties to even (as numpy and torch round).")
 
 
 def gelu_math(x: np.ndarray, approximate: str) -> np.ndarray:

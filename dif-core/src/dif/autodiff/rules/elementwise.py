@@ -8,7 +8,7 @@ from dif.autodiff.emit import const, mask_of, scale, sum_to
 from dif.autodiff.registry import VjpArgs, non_differentiable, vjp
 from dif.ir.builder import ProgramBuilder, Var
 
-non_differentiable("less", "greater", "equal", "full")
+non_differentiable("less", "greater", "equal", "full", "round")  # round: zero almost everywhere
 
 
 def _mul(b: ProgramBuilder, *xs: Var) -> Var:
