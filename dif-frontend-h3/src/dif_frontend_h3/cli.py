@@ -156,13 +156,7 @@ def generate(
                                     "video_noise": noise[0], "audio_noise": noise[1]}, dif_metadata=False)  # fmt: skip
         written["latents"] = str(save_latents)
     if not latents_only:
-        from dif.media.mp4 import write_mp4
-
-        parameters = (f"{prompt}\nSteps: {req.steps}, Seed: {seed}, Size: {req.width}x{req.height}, "
-                      f"Frames: {req.frames}, FPS: {FPS}, Model: {run['model']}")  # fmt: skip
-        assert result.frames is not None and result.audio is not None
-        write_mp4(out, result.frames, FPS, audio=result.audio, sample_rate=pipe.configs.audio_vae.sampling_rate,
-                  parameters=parameters, metadata={"dif": run})  # fmt: skip
+        pipe.save_mp4(result, out, version=INFO.revision)
         written["output"] = str(out)
     timings = {**result.timings, "total": time.perf_counter() - started}
     summary = {

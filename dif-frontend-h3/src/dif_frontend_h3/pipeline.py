@@ -21,6 +21,7 @@ from __future__ import annotations
 import time
 import warnings
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -151,7 +152,72 @@ class H3Pipeline:
             self.require_decoders(audio=False)  # the keyframes go through the video VAE's encoder
         if decode:
             self.require_decoders()
+            self._check_decodable(req.frames, layout.num_latent_frames)
         return layout
+
+    def _check_decodable(self, frames: int, num_latent_frames: int) -> None:
+        """`UsageError` when the video VAE cannot decode `num_latent_frames` (it decodes whole chunks: 17n + 5
+        frames with n = 0 give 2 latent frames, fewer than one chunk), before any program is built."""
+        from dif_frontend_h3.layout import latent_frames
+        from dif_frontend_h3.vae_config import VideoVaeConfig
+        from dif_frontend_h3.video_vae_tiling import chunk_plan
+
+        assert self.configs.vae_config is not None
+        vcfg = VideoVaeConfig.from_dict(self.configs.vae_config)
+        v = self.configs.video_vae
+
+        def decodable(t: int) -> bool:
+            try:
+                chunk_plan(vcfg, t)
+            except DifError:
+                return False
+            return True
+
+        if decodable(num_latent_frames):
+            return
+        counts = range(v.latents_per_clip, 100 * v.clip_length, v.clip_length)  # 17n + 5 for n = 0 .. 99
+        fewest = next((f for f in counts if decodable(latent_frames(f, v.clip_length, v.latents_per_clip))), None)
+        raise UsageError(
+            f"--frames {frames}: the video VAE decodes whole chunks and {frames} frames ({num_latent_frames} latent "
+            f"frames) are fewer than one" + ("" if fewest is None else f"; the fewest frames it decodes is {fewest}")
+        )
+
+    def video_request(
+        self,
+        prompt: str,
+        *,
+        frames: int | None = None,
+        width: int | None = None,
+        height: int | None = None,
+        steps: int | None = None,
+        seed: int = 0,
+        first_frame: np.ndarray | None = None,
+        last_frame: np.ndarray | None = None,
+    ) -> VideoRequest:
+        """A `VideoRequest` from plain values, settings left None taking the checkpoint's defaults (as `dif h3
+        generate`); keyframes (H, W, 3) uint8. For callers that reach this frontend only through
+        `FrontendInfo.pipeline` (`dif serve`: dif-tools imports no frontend); `check` still judges it."""
+        from dif_frontend_h3.cli import checkpoint_defaults
+
+        given = {"frames": frames, "width": width, "height": height, "steps": steps}
+        d = {**checkpoint_defaults(self.checkpoint.root), **{k: v for k, v in given.items() if v is not None}}
+        ends = (("first", first_frame), ("last", last_frame))
+        keyframes = tuple(Keyframe(anchor, pixels, f"{anchor}_frame") for anchor, pixels in ends if pixels is not None)
+        return VideoRequest(prompt, d["frames"], d["width"], d["height"], d["steps"], seed, keyframes=keyframes)
+
+    def save_mp4(self, result: VideoResult, path: str | Path, *, version: str = "") -> Path:
+        """Write a decoded `result` as `dif h3 generate` does (`dif.media.mp4.write_mp4`: H.264 + AAC, by temp +
+        rename): an A1111-style parameters line in `comment`, the run's settings and `version` as JSON."""
+        from dif.media.mp4 import write_mp4
+
+        if result.frames is None or result.audio is None:
+            raise UsageError("this result was not decoded (latents only): there are no frames or sound to write")
+        s = result.settings
+        parameters = (f"{s['prompt']}\nSteps: {s['steps']}, Seed: {s['seed']}, Size: {s['width']}x{s['height']}, "
+                      f"Frames: {s['frames']}, FPS: {s['fps']}, Model: {s['model']}")  # fmt: skip
+        rate = self.configs.audio_vae.sampling_rate
+        return write_mp4(path, result.frames, s["fps"], audio=result.audio, sample_rate=rate, parameters=parameters,
+                         metadata={"dif": {**s, "version": version}})  # fmt: skip
 
     def require_decoders(self, *, video: bool = True, audio: bool = True) -> None:
         """`CheckpointError` naming the folder when a VAE needed to decode is missing."""

@@ -1,5 +1,6 @@
-"""`dif serve`: an OpenAI-style image endpoint over one warm pipeline (starlette + uvicorn).
+"""`dif serve`: OpenAI-style image and video endpoints over one warm pipeline (starlette + uvicorn).
 
-`requests` parses and checks a request body, `worker` keeps the prepared pipeline and runs jobs one at a
-time from a bounded queue, `app` is the starlette application, `server` runs it with uvicorn.
+`requests` / `video_requests` parse and check a request body, `generate` runs one request on a pipeline and
+writes its files (PNG / MP4), `worker` keeps the prepared pipeline and runs jobs one at a time from a bounded
+queue (`replicas`: in Ray actors), `app` is the starlette application, `server` runs it with uvicorn.
 """

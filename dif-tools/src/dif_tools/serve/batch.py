@@ -22,6 +22,7 @@ from typing import Any
 from attrs import frozen
 
 from dif.errors import UsageError
+from dif_tools.serve.generate import JobRequest
 from dif_tools.serve.requests import BadRequest, ImageJobRequest, parse_request
 
 _ID_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-")
@@ -31,7 +32,7 @@ _ID_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_
 class BatchJob:
     id: str
     line: int
-    request: ImageJobRequest
+    request: JobRequest  # `dif batch` reads image requests; `dif serve --replicas` hands either kind
 
 
 @frozen
@@ -100,39 +101,42 @@ class GenerateWorker:
         """This worker's name, once its pipeline is loaded (callers wait on it)."""
         return self.name
 
+    def kind(self) -> str:
+        """What the pipeline makes: "image" or "video" (`dif_tools.serve.generate.model_kind`)."""
+        from dif_tools.serve.generate import model_kind
+
+        return model_kind(self.pipe)
+
     def run(self, job: BatchJob) -> dict[str, Any]:
-        """(PNG bytes per image, settings, seconds) of one job."""
-        req = job.request
+        """One job: its files ({name, data: the bytes, seed, settings}, named after `job.id`), seconds."""
+        from dif_tools.serve.generate import generate_files
+
         started = time.perf_counter()
-        made = self.pipe(
-            req.prompt, negative_prompt=req.negative_prompt, batch=req.n if req.n > 1 else None, **req.settings()
-        )
-        images = made if isinstance(made, list) else [made]
-        pngs, settings = [], []
-        with tempfile.TemporaryDirectory() as tmp:
-            for i, image in enumerate(images):
-                path = Path(tmp) / f"{i}.png"
-                image.save(path)  # the PNG `dif NAME generate` writes, parameters chunk included
-                pngs.append(path.read_bytes())
-                settings.append(image.settings)
+        with tempfile.TemporaryDirectory() as tmp:  # the bytes travel back: the driver may be on another node
+            made = generate_files(self.pipe, job.request, Path(tmp), job.id)
+            files = [
+                {"name": f.name, "data": f.path.read_bytes(), "seed": f.seed, "settings": f.settings} for f in made
+            ]
         self.jobs += 1
         return {
-            "pngs": pngs, "settings": settings, "run_s": time.perf_counter() - started,
+            "files": files, "run_s": time.perf_counter() - started,
             "worker": self.name, "worker_load_s": self.load_s, "worker_jobs": self.jobs,
         }  # fmt: skip
 
 
 def image_names(job: BatchJob) -> list[str]:
-    return [f"{job.id}.png"] if job.request.n == 1 else [f"{job.id}-{i}.png" for i in range(job.request.n)]
+    n = job.request.n if isinstance(job.request, ImageJobRequest) else 1  # `read_jobs` reads image requests only
+    return [f"{job.id}.png"] if n == 1 else [f"{job.id}-{i}.png" for i in range(n)]
 
 
 def _save(out: Path, job: BatchJob, result: Mapping[str, Any], attempts: int) -> dict[str, Any]:
     names = image_names(job)
-    for name, png in zip(names, result["pngs"], strict=True):
-        write_atomic(out / name, png)
+    for name, made in zip(names, result["files"], strict=True):
+        write_atomic(out / name, made["data"])
     meta = {
         "id": job.id, "line": job.line, "status": "ok", "images": names, "attempts": attempts,
-        "settings": result["settings"], "run_s": round(result["run_s"], 4), "worker": result["worker"],
+        "settings": [f["settings"] for f in result["files"]], "run_s": round(result["run_s"], 4),
+        "worker": result["worker"],
     }  # fmt: skip
     write_atomic(out / f"{job.id}.json", (json.dumps(meta, indent=2, default=str) + "\n").encode())
     return meta

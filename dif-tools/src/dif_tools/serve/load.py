@@ -1,4 +1,4 @@
-"""A bounded load test of a running `dif serve`: N requests, C at a time, every image decoded.
+"""A bounded load test of a running `dif serve`: N requests, C at a time, every image (or video) decoded.
 
 Used by the tests and by perf/serve_load.py (which records the result in perf/results/). Latency is per
 request, from send to the decoded images; p50/p99 are nearest-rank percentiles.
@@ -30,9 +30,37 @@ def decode_png(data: bytes) -> tuple[int, int]:
         return im.size
 
 
-async def _one(client: Any, url: str, body: Mapping[str, Any], errors: list[str]) -> tuple[float, int]:
+def decode_mp4(data: bytes) -> dict[str, Any]:
+    """What an MP4's bytes hold, every packet decoded (a truncated file raises): {"frames", "width", "height",
+    "video_codec", "audio_codec", "channels", "sample_rate", "samples"} (the audio keys None without sound)."""
+    import av  # PyAV, as dif.media.mp4
+
+    out: dict[str, Any] = {"audio_codec": None, "channels": None, "sample_rate": None, "samples": None}
+    with av.open(io.BytesIO(data), mode="r") as src:
+        video = src.streams.video[0]
+        frames = sum(1 for _ in src.decode(video))
+        out |= {"frames": frames, "width": video.codec_context.width, "height": video.codec_context.height,
+                "video_codec": video.codec_context.name}  # fmt: skip
+        if src.streams.audio:
+            src.seek(0)
+            audio = src.streams.audio[0]
+            samples = sum(f.samples for f in src.decode(audio))
+            out |= {"audio_codec": audio.codec_context.name, "channels": audio.codec_context.channels,
+                    "sample_rate": audio.codec_context.sample_rate, "samples": samples}  # fmt: skip
+    if not out["frames"]:
+        raise ValueError("no video frame decodes")
+    return out
+
+
+ROUTES = {"image": ("/v1/images/generations", decode_png), "video": ("/v1/videos/generations", decode_mp4)}
+
+
+async def _one(
+    client: Any, url: str, body: Mapping[str, Any], errors: list[str], kind: str = "image"
+) -> tuple[float, int]:
+    path, decode = ROUTES[kind]
     started = time.perf_counter()
-    r = await client.post(f"{url}/v1/images/generations", json=dict(body))
+    r = await client.post(f"{url}{path}", json=dict(body))
     if r.status_code != 200:
         errors.append(f"{r.status_code}: {r.text[:200]}")
         return time.perf_counter() - started, 0
@@ -47,14 +75,14 @@ async def _one(client: Any, url: str, body: Mapping[str, Any], errors: list[str]
                 continue
             data = got.content
         try:
-            decode_png(data)
+            decode(data)
             decoded += 1
         except Exception as exc:
-            errors.append(f"undecodable image: {exc}")
+            errors.append(f"undecodable {kind}: {exc}")
     return time.perf_counter() - started, decoded
 
 
-async def _load(url: str, body: Mapping[str, Any], requests: int, concurrency: int) -> dict[str, Any]:
+async def _load(url: str, body: Mapping[str, Any], requests: int, concurrency: int, kind: str) -> dict[str, Any]:
     import httpx
 
     errors: list[str] = []
@@ -67,7 +95,7 @@ async def _load(url: str, body: Mapping[str, Any], requests: int, concurrency: i
         async def task(i: int) -> None:
             nonlocal images
             async with gate:
-                seconds, decoded = await _one(client, url, {**body, "seed": i}, errors)
+                seconds, decoded = await _one(client, url, {**body, "seed": i}, errors, kind)
                 latencies.append(seconds)
                 images += decoded
 
@@ -77,6 +105,7 @@ async def _load(url: str, body: Mapping[str, Any], requests: int, concurrency: i
     return {
         "requests": requests,
         "concurrency": concurrency,
+        "kind": kind,
         "body": dict(body),
         "errors": len(errors),
         "error_samples": errors[:5],
@@ -93,7 +122,10 @@ async def _load(url: str, body: Mapping[str, Any], requests: int, concurrency: i
     }
 
 
-def run_load(url: str, body: Mapping[str, Any], *, requests: int = 200, concurrency: int = 8) -> dict[str, Any]:
-    """`requests` POSTs of `body` (seed = the request's index) to the server at `url`, `concurrency` at a
-    time; errors, images decoded, wall time and latency percentiles."""
-    return asyncio.run(_load(url, body, requests, concurrency))
+def run_load(
+    url: str, body: Mapping[str, Any], *, requests: int = 200, concurrency: int = 8, kind: str = "image"
+) -> dict[str, Any]:
+    """`requests` POSTs of `body` (seed = the request's index) to the `kind` ("image" | "video") route of the
+    server at `url`, `concurrency` at a time; errors, files decoded ("images_decoded"), wall time and
+    latency percentiles."""
+    return asyncio.run(_load(url, body, requests, concurrency, kind))

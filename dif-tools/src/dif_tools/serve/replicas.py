@@ -2,7 +2,8 @@
 
 Where it sits: a `PipelineWorker` whose runners are Ray actors (`dif_tools.serve.batch.GenerateWorker`, the
 one `dif batch` uses) instead of a pipeline in this process: one runner thread per actor takes the next
-queued job, the actor generates it and sends the PNG bytes back, and the images are written here. Actors
+queued job, the actor generates it and sends the file's bytes back (PNGs, or an MP4 for a video model), and
+the files are written here. Actors
 may be on other nodes of a Ray cluster; the HTTP front and the files stay on this machine. A replica that
 dies is replaced before its runner takes another job (the job it held answers 500).
 """
@@ -16,7 +17,8 @@ from attrs import define, field
 
 from dif.errors import UsageError
 from dif_tools.serve.batch import BatchJob, GenerateWorker, LoadSpec, write_atomic
-from dif_tools.serve.worker import GeneratedFile, Job, PipelineWorker, Runner
+from dif_tools.serve.generate import GeneratedFile, warmup_request
+from dif_tools.serve.worker import Job, PipelineWorker, Runner
 
 
 @define
@@ -37,8 +39,9 @@ class RayReplicas(PipelineWorker):
         actor_cls = self.ray.remote(num_cpus=1, num_gpus=self.gpus_per_replica)(GenerateWorker)
         actors = [actor_cls.remote(self.spec) for _ in range(self.replicas)]
         self.names = list(self.ray.get([a.ping.remote() for a in actors]))
-        if warmup is not None:  # one one-step image at the default size on every replica
-            probe = BatchJob("warm-up", 0, _warmup_request())
+        self.kind = self.ray.get(actors[0].kind.remote())  # every replica loads the same spec
+        if warmup is not None:  # one short generation at the default size on every replica
+            probe = BatchJob("warm-up", 0, warmup_request(self.kind))
             self.ray.get([a.run.remote(probe) for a in actors])
         self.pipeline = actors
         self.start_runners([self._remote(actor_cls, a) for a in actors])
@@ -56,17 +59,10 @@ class RayReplicas(PipelineWorker):
                 cause = getattr(exc, "cause", None)
                 raise (cause if isinstance(cause, BaseException) else exc) from None
             files = []
-            for i, (png, settings) in enumerate(zip(result["pngs"], result["settings"], strict=True)):
-                name = f"{job.id}-{i}.png"
-                path = Path(self.out_dir) / name
-                write_atomic(path, png)
-                files.append(GeneratedFile(name, path, int(settings["seed"]), settings))
+            for made in result["files"]:  # named after the job's id by the actor, as in-process
+                path = Path(self.out_dir) / made["name"]
+                write_atomic(path, made["data"])
+                files.append(GeneratedFile(made["name"], path, int(made["seed"]), made["settings"]))
             return tuple(files), result["worker"]
 
         return run
-
-
-def _warmup_request() -> Any:
-    from dif_tools.serve.requests import ImageJobRequest
-
-    return ImageJobRequest("warm-up", seed=0, steps=1)

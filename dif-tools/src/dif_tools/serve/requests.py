@@ -2,7 +2,9 @@
 plus dif's own (seed, steps, guidance, negative_prompt, sampler, scheduler, lora).
 
 Where it sits: the HTTP edge of `dif serve`; what it returns is what the worker hands to `dif.load`'s
-pipeline. Every problem is a `BadRequest` whose message names the field (the app answers 400 with it).
+pipeline. Every problem is a `BadRequest` whose message names the field (the app answers 400 with it). The
+field readers here (`check_body`, `int_field`, `str_field`, `prompt_field`, ...) are shared with the video
+route's body (`dif_tools.serve.video_requests`).
 """
 
 from __future__ import annotations
@@ -61,7 +63,7 @@ class ImageJobRequest:
         return {k: v for k, v in out.items() if v is not None}
 
 
-def _int(body: Mapping[str, Any], key: str, lo: int, hi: int) -> int | None:
+def int_field(body: Mapping[str, Any], key: str, lo: int, hi: int) -> int | None:
     value = body.get(key)
     if value is None:
         return None
@@ -72,7 +74,7 @@ def _int(body: Mapping[str, Any], key: str, lo: int, hi: int) -> int | None:
     return value
 
 
-def _str(body: Mapping[str, Any], key: str, *, default: str | None = None) -> str | None:
+def str_field(body: Mapping[str, Any], key: str, *, default: str | None = None) -> str | None:
     value = body.get(key, default)
     if value is not None and not isinstance(value, str):
         raise BadRequest(f"'{key}' must be a string, got {type(value).__name__}")
@@ -108,38 +110,59 @@ def _loras(value: Any) -> tuple[LoraChoice, ...]:
     return tuple(out)
 
 
-def parse_request(body: Any) -> ImageJobRequest:
-    """A JSON body (already decoded) -> `ImageJobRequest`; `BadRequest` naming the first bad field."""
+def check_body(body: Any, fields: tuple[str, ...]) -> dict[str, Any]:
+    """`body` when it is a JSON object of known `fields` only; `BadRequest` otherwise."""
     if not isinstance(body, dict):
         raise BadRequest(f"the body must be a JSON object, got {type(body).__name__}")
-    unknown = sorted(set(body) - set(FIELDS))
+    unknown = sorted(set(body) - set(fields))
     if unknown:
-        raise BadRequest(f"unknown field(s) {', '.join(map(repr, unknown))}", hint=f"fields: {', '.join(FIELDS)}")
-    prompt = _str(body, "prompt")
+        raise BadRequest(f"unknown field(s) {', '.join(map(repr, unknown))}", hint=f"fields: {', '.join(fields)}")
+    return body
+
+
+def prompt_field(body: Mapping[str, Any]) -> str:
+    prompt = str_field(body, "prompt")
     if not prompt or not prompt.strip():
         raise BadRequest("'prompt' is required and must be a non-empty string")
     if len(prompt) > MAX_PROMPT:
         raise BadRequest(f"'prompt' has {len(prompt)} characters, more than {MAX_PROMPT}")
-    fmt = _str(body, "response_format", default="url")
+    return prompt
+
+
+def response_format_field(body: Mapping[str, Any]) -> str:
+    fmt = str_field(body, "response_format", default="url")
     if fmt not in RESPONSE_FORMATS:
         raise BadRequest(f"'response_format' must be one of {', '.join(RESPONSE_FORMATS)}, got {fmt!r}")
-    size = _str(body, "size")
+    return fmt
+
+
+def seed_field(body: Mapping[str, Any]) -> int | None:
+    """'seed' (-1 or left out: None, a fresh random one at run time)."""
+    seed = int_field(body, "seed", -1, 2**32 - 1)
+    return None if seed == -1 else seed
+
+
+def parse_request(body: Any) -> ImageJobRequest:
+    """A JSON body (already decoded) -> `ImageJobRequest`; `BadRequest` naming the first bad field."""
+    body = check_body(body, FIELDS)
+    prompt = prompt_field(body)
+    fmt = response_format_field(body)
+    size = str_field(body, "size")
     width, height = parse_size(size) if size is not None else (None, None)
     guidance = body.get("guidance")
     if guidance is not None and (isinstance(guidance, bool) or not isinstance(guidance, int | float)):
         raise BadRequest(f"'guidance' must be a number, got {guidance!r}")
-    seed = _int(body, "seed", -1, 2**32 - 1)
     return ImageJobRequest(
         prompt=prompt,
-        n=_int(body, "n", 1, MAX_N) or 1,
+        n=int_field(body, "n", 1, MAX_N) or 1,
         width=width,
         height=height,
         response_format=fmt,
-        seed=None if seed == -1 else seed,
-        steps=_int(body, "steps", 1, 1000),
+        seed=seed_field(body),
+        steps=int_field(body, "steps", 1, 1000),
         guidance=None if guidance is None else float(guidance),
-        negative_prompt=_str(body, "negative_prompt", default="") or "",
-        sampler=_str(body, "sampler"),
-        scheduler=_str(body, "scheduler"),
+        negative_prompt=str_field(body, "negative_prompt", default="") or "",
+        sampler=str_field(body, "sampler"),
+        scheduler=str_field(body, "scheduler"),
         lora=_loras(body.get("lora")),
     )

@@ -1,7 +1,8 @@
 """The warm pipeline(s) of `dif serve` and the bounded queue in front of them.
 
-Where it sits: between the HTTP app (`dif_tools.serve.app`) and `dif.load`'s `ImagePipeline`. A runner
-thread takes one job at a time from the queue: `PipelineWorker` has one, over the pipeline it loaded in this
+Where it sits: between the HTTP app (`dif_tools.serve.app`) and `dif.load`'s pipeline, for an image or a
+video model alike (a job is made and saved by `dif_tools.serve.generate`). A runner thread takes one job at
+a time from the queue: `PipelineWorker` has one, over the pipeline it loaded in this
 process (a pipeline's prepared programs are not shared across threads); `dif_tools.serve.replicas` has one
 per Ray actor, each actor with its own pipeline. The queue holds at most `queue_size` waiting jobs, so
 `submit` refuses a job (`QueueFull`, the app's 429) instead of letting latency grow without bound. A job whose
@@ -24,21 +25,22 @@ from typing import Any
 from attrs import define, field, frozen
 
 from dif.errors import UsageError
-from dif_tools.serve.requests import ImageJobRequest, LoraChoice
+from dif_tools.serve.generate import GeneratedFile, JobRequest, generate_files, model_kind, request_kind
+from dif_tools.serve.requests import BadRequest, ImageJobRequest, LoraChoice
+
+__all__ = ["GeneratedFile", "Job", "JobResult", "PipelineWorker", "QueueFull", "Runner", "WrongKind"]
 
 
 class QueueFull(Exception):
     """The request queue holds its bound of waiting jobs."""
 
 
-@frozen
-class GeneratedFile:
-    """One image a job wrote: its file name under the output folder and the settings it ran with."""
+class WrongKind(BadRequest):
+    """A request of one kind (image, video) to a server whose model makes the other."""
 
-    name: str
-    path: Path
-    seed: int
-    settings: dict[str, Any]
+    def __init__(self, served: str, asked: str) -> None:
+        super().__init__(f"this server serves a {served} model, not {asked}s")
+        self.served, self.asked = served, asked
 
 
 @frozen
@@ -53,7 +55,7 @@ class JobResult:
 @define
 class Job:
     id: str
-    request: ImageJobRequest
+    request: JobRequest
     future: Future[JobResult]
     submitted: float
 
@@ -64,16 +66,18 @@ Runner = Callable[[Job], tuple[tuple[GeneratedFile, ...], str]]
 
 @define
 class PipelineWorker:
-    """Runs `ImageJobRequest`s on the pipeline `load()` returns (called once, in `start`).
+    """Runs requests on the pipeline `load()` returns (called once, in `start`); `kind` ("image" | "video")
+    is what that pipeline makes, known once it is loaded, and a request of the other kind is refused.
 
-    `out_dir`: where images are written (`<job id>-<i>.png`); `lora_dir`: the adapters a request may name
-    (`NAME.safetensors`), None: requests may not select LoRAs."""
+    `out_dir`: where files are written (`<job id>-<i>.png`, `<job id>.mp4`); `lora_dir`: the adapters an image
+    request may name (`NAME.safetensors`), None: requests may not select LoRAs."""
 
     load: Callable[[], Any]
     out_dir: Path
     queue_size: int = 16
     lora_dir: Path | None = None
     pipeline: Any = None
+    kind: str = "image"
     served: int = 0
     failed: int = 0
     _queue: deque[Job | None] = field(init=False, factory=deque)
@@ -100,6 +104,9 @@ class PipelineWorker:
         """Load (and with `warmup`, prepare) the pipeline here, then start the runner thread."""
         self.out_dir.mkdir(parents=True, exist_ok=True)
         self.pipeline = self.load()
+        self.kind = model_kind(self.pipeline)
+        if self.kind == "video" and self.lora_dir is not None:
+            raise UsageError("--lora-dir: the video model takes no LoRA selection", hint="leave --lora-dir out")
         if warmup is not None:
             warmup(self.pipeline)
         self.start_runners([self._run])
@@ -118,9 +125,12 @@ class PipelineWorker:
             thread.join()
         self._threads.clear()
 
-    def submit(self, request: ImageJobRequest) -> Future[JobResult]:
-        """Queue `request`; `QueueFull` when `queue_size` jobs already wait."""
-        if request.lora and self.lora_dir is None:
+    def submit(self, request: JobRequest) -> Future[JobResult]:
+        """Queue `request`; `WrongKind` for a request the model does not make, `QueueFull` when `queue_size`
+        jobs already wait."""
+        if request_kind(request) != self.kind:
+            raise WrongKind(self.kind, request_kind(request))
+        if isinstance(request, ImageJobRequest) and request.lora and self.lora_dir is None:
             raise UsageError("this server takes no LoRA selection", hint="start dif serve with --lora-dir DIR")
         job = Job(uuid.uuid4().hex, request, Future(), time.perf_counter())
         with self._ready:
@@ -168,16 +178,6 @@ class PipelineWorker:
         self._loras = wanted
 
     def _run(self, job: Job) -> tuple[tuple[GeneratedFile, ...], str]:
-        req = job.request
-        if self.lora_dir is not None:
-            self._select_loras(req.lora)
-        batch = req.n if req.n > 1 else None
-        made = self.pipeline(req.prompt, negative_prompt=req.negative_prompt, batch=batch, **req.settings())
-        images = made if isinstance(made, list) else [made]
-        out = []
-        for i, image in enumerate(images):
-            name = f"{job.id}-{i}.png"
-            path = self.out_dir / name
-            image.save(path)  # PNG with the parameters chunk, written atomically
-            out.append(GeneratedFile(name, path, int(image.settings["seed"]), image.settings))
-        return tuple(out), f"local:{os.getpid()}"
+        if self.lora_dir is not None and isinstance(job.request, ImageJobRequest):
+            self._select_loras(job.request.lora)
+        return generate_files(self.pipeline, job.request, self.out_dir, job.id), f"local:{os.getpid()}"
