@@ -74,7 +74,7 @@ def ours(klein):  # type: ignore[no-untyped-def]
 
 def _decoded(ours: Flux2Pipeline, latents: np.ndarray, h: int, w: int) -> np.ndarray:
     """(H, W, 3) float image in [0, 1] as diffusers' postprocess(output_type="np") gives it."""
-    raw = next(iter(ours._vae_runner(h, w)({"latents": latents}).values()))[0]
+    raw = next(iter(ours._vae_runner(h, w, pixels=False)({"latents": latents}).values()))[0]
     return np.clip(raw.transpose(1, 2, 0) * np.float32(0.5) + np.float32(0.5), 0.0, 1.0)
 
 

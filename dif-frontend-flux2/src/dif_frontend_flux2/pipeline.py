@@ -293,13 +293,15 @@ class Flux2Pipeline(TextToImagePipeline):
             "denoise",
         )
 
-    def _vae_runner(self, h: int, w: int) -> Runner:
+    def _vae_runner(self, h: int, w: int, *, pixels: bool = True) -> Runner:
+        """The whole-image decoder of an h x w token grid; with `pixels` it ends in the picture's 8-bit pixels
+        and their finiteness probe (`dif.layers.pixels`: made on the device, as `to_uint8` would on the host)."""
         cfg = self.checkpoint.configs.vae
         ph, pw = cfg.patch_size  # one token is a patch of latent pixels
         return self._runner(
-            ("vae", h, w),
+            ("vae", h, w) if pixels else ("vae", h, w, "image"),
             lambda: build_vae_decoder(
-                cfg, batch=1, latent_h=ph * h, latent_w=pw * w, dtype=self.dtype, from_packed=True
+                cfg, batch=1, latent_h=ph * h, latent_w=pw * w, dtype=self.dtype, from_packed=True, pixels=pixels
             ),
             self.checkpoint.vae,
             VAE_DECODER_UNUSED,
@@ -448,18 +450,20 @@ class Flux2Pipeline(TextToImagePipeline):
         return predict
 
     def decode(self, latents: np.ndarray, h: int, w: int) -> np.ndarray:
-        """(H, W, 3) uint8 from packed latents, rounded as the reference image processor does."""
+        """(H, W, 3) uint8 from packed latents, rounded as the reference image processor does (whole: on the
+        decoder's backend; by tiles: on the host, after the tiles are blended)."""
         layout = self._tiles.get((h, w))
         if layout is None:
-            image = next(iter(self._vae_runner(h, w)({"latents": latents}).values()))
-        else:
-            latent = next(iter(self._latent_runner(h, w)({"latents": latents}).values()))
+            pixels, probe = self._vae_runner(h, w)({"latents": latents}).values()
+            require_finite("decoded image", probe)
+            return pixels
+        latent = next(iter(self._latent_runner(h, w)({"latents": latents}).values()))
 
-            def decode_tile(tile: np.ndarray) -> np.ndarray:
-                run = self._vae_tile_runner(tile.shape[2], tile.shape[3])
-                return next(iter(run({"latent": tile.astype(self.dtype.np)}).values()))
+        def decode_tile(tile: np.ndarray) -> np.ndarray:
+            run = self._vae_tile_runner(tile.shape[2], tile.shape[3])
+            return next(iter(run({"latent": tile.astype(self.dtype.np)}).values()))
 
-            image = decode_tiled(latent, layout, decode_tile)
+        image = decode_tiled(latent, layout, decode_tile)
         return to_uint8(require_finite("decoded image", image)[0])
 
     # -- the whole path ------------------------------------------------------------------------

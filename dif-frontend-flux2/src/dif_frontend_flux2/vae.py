@@ -22,6 +22,7 @@ from dif.layers import (
     resnet_block_2d,
     upsample_2d,
 )
+from dif.layers.pixels import output_picture
 from dif_frontend_flux2.config import Flux2VaeConfig
 
 MODULE = "vae"
@@ -95,13 +96,15 @@ def build_vae_decoder(
     latent_w: int,
     dtype: DType | str = "f32",
     from_packed: bool = False,
+    pixels: bool = False,
 ) -> Program:
     """AutoencoderKLFlux2.decode as one program.
 
     Input `latent` (B, latent_channels, latent_h, latent_w) — or, with from_packed=True, `latents`
     (B, (latent_h/2)(latent_w/2), 4*latent_channels) straight from the sampler, de-normalized and
     unpatchified in-program (adds bn.running_mean/var params).
-    Output (meta["outputs"] = "image"): (B, out_channels, 8*latent_h, 8*latent_w), unclamped."""
+    Output (meta["outputs"] = "image"): (B, out_channels, 8*latent_h, 8*latent_w), unclamped; with `pixels`
+    (batch 1) its 8-bit pixels and their finiteness probe instead (`dif.layers.pixels`)."""
     _check_latent(latent_h, latent_w)
     dt = DType(dtype)
     b = ProgramBuilder("flux2_vae_decoder")
@@ -111,7 +114,7 @@ def build_vae_decoder(
         z = _emit_unpack(b, cfg, packed, latent_h, latent_w)
     else:
         z = b.input("latent", (batch, cfg.latent_channels, latent_h, latent_w), dt)
-    b.output(_decoder(b, cfg, z))
+    output_picture(b, _decoder(b, cfg, z), pixels=pixels, value_range="-1,1")
     return b.build()
 
 
