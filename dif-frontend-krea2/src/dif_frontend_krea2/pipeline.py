@@ -30,7 +30,6 @@ from dif.ir.program import Program
 from dif.kit.admission import admit_image
 from dif.kit.finite import require_finite
 from dif.kit.sampling import Predict, StepCallback
-from dif.media import to_uint8
 from dif.noise import initial_latents
 from dif.program_cache import ProgramCache
 from dif.runtime import Runner
@@ -201,14 +200,17 @@ class Krea2Pipeline(TextToImagePipeline):
         key = ("denoiser", image_len) if batch == 1 else ("denoiser", image_len, batch)
         return self._transformer_runner(key, build, bind_denoiser, "denoise")
 
-    def _vae_runner(self, grid_h: int, grid_w: int) -> Runner:
+    def _vae_runner(self, grid_h: int, grid_w: int, *, pixels: bool = True) -> Runner:
+        """The decoder of a grid; with `pixels` it ends in the picture's 8-bit pixels and their finiteness
+        probe (`dif.layers.pixels`: made on the device, as `to_uint8` would on the host)."""
         cfg, p = self.configs.vae, self.configs.pipeline.patch_size
 
         def build() -> tuple[Program, Mapping[str, np.ndarray]]:
-            prog = build_vae_decoder(cfg, latent_h=p * grid_h, latent_w=p * grid_w, dtype=self.dtype)
+            prog = build_vae_decoder(cfg, latent_h=p * grid_h, latent_w=p * grid_w, dtype=self.dtype, pixels=pixels)
             return prog, bind_vae(prog, self.checkpoint.vae)
 
-        return self._programs.get(("vae", grid_h, grid_w), build, "decode")
+        key = ("vae", grid_h, grid_w) if pixels else ("vae", grid_h, grid_w, "image")
+        return self._programs.get(key, build, "decode")
 
     def prepare_all(self, width: int, height: int, req: ImageRequest | None = None) -> None:
         """Build, bind and plan every program for this (already rounded) size and `req`'s batch now."""
@@ -262,13 +264,19 @@ class Krea2Pipeline(TextToImagePipeline):
 
     def decode_image(self, latents: np.ndarray, grid_h: int, grid_w: int) -> np.ndarray:
         """(1, 3, H, W) in [-1, 1] from packed latents (denormalized, then the VAE decoder)."""
+        return next(iter(self._decode(latents, grid_h, grid_w, pixels=False).values()))
+
+    def _decode(self, latents: np.ndarray, grid_h: int, grid_w: int, *, pixels: bool) -> dict[str, np.ndarray]:
         vae = self.configs.vae
         z = denormalize(unpack_latents(latents, grid_h, grid_w), vae.latents_mean, vae.latents_std)
-        return next(iter(self._vae_runner(grid_h, grid_w)({"latents": z}).values()))
+        return self._vae_runner(grid_h, grid_w, pixels=pixels)({"latents": z})
 
     def decode(self, latents: np.ndarray, grid_h: int, grid_w: int) -> np.ndarray:
-        """(H, W, 3) uint8, rounded as the reference image processor does."""
-        return to_uint8(require_finite("decoded image", self.decode_image(latents, grid_h, grid_w))[0])
+        """(H, W, 3) uint8, rounded as the reference image processor does (`to_uint8`), on the decoder's
+        backend; a non-finite picture is refused as the host check would."""
+        pixels, probe = self._decode(latents, grid_h, grid_w, pixels=True).values()
+        require_finite("decoded image", probe)
+        return pixels
 
     # -- the whole path ------------------------------------------------------------------------
     def resolve(self, req: GenerationRequest) -> tuple[int, float, bool, list[str]]:

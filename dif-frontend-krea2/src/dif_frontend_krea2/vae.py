@@ -17,6 +17,7 @@ from dif.dtypes import DType
 from dif.ir.builder import ProgramBuilder, Var
 from dif.ir.program import Program
 from dif.layers.basic import activation, conv2d
+from dif.layers.pixels import output_picture
 from dif_frontend_krea2 import __version__
 from dif_frontend_krea2.config import QwenImageVaeConfig
 
@@ -106,17 +107,24 @@ def decode(b: ProgramBuilder, cfg: QwenImageVaeConfig, z: Var) -> Var:
 
 
 def build_vae_decoder(
-    cfg: QwenImageVaeConfig, *, latent_h: int, latent_w: int, batch: int = 1, dtype: DType | str = "f32"
+    cfg: QwenImageVaeConfig,
+    *,
+    latent_h: int,
+    latent_w: int,
+    batch: int = 1,
+    dtype: DType | str = "f32",
+    pixels: bool = False,
 ) -> Program:
     """Decode one frame. Input `latents` (B, z_dim, latent_h, latent_w), already denormalized
     (`latents * std + mean`, see `pipeline.denormalize`). Output (meta["outputs"] = "image"):
-    (B, input_channels, latent_h * scale_factor, latent_w * scale_factor) in [-1, 1]."""
+    (B, input_channels, latent_h * scale_factor, latent_w * scale_factor) in [-1, 1]; with `pixels` (batch 1)
+    its 8-bit pixels and their finiteness probe instead (`dif.layers.pixels`)."""
     dt = DType(dtype)
     b = ProgramBuilder("krea2_vae_decoder", frontend_revision=REVISION)
     b.meta.update({"family": "krea2", "component": "vae", "dtype": dt.value})
     z = b.input("latents", (batch, cfg.z_dim, latent_h, latent_w), dt)
-    b.output(decode(b, cfg, z))
     b.meta["outputs"] = "image"
+    output_picture(b, decode(b, cfg, z), pixels=pixels, value_range="-1,1")
     return b.build()
 
 
