@@ -19,9 +19,12 @@ from .conftest import cuda_skip_reason
 pytestmark = pytest.mark.cuda
 
 
-def _run(program: Program, tol: float, given: dict[str, np.ndarray] | None = None, **options: str) -> list[str]:
+def _run(
+    program: Program, tol: float, given: dict[str, np.ndarray] | None = None, seen: list[str] | None = None,
+    **options: str,
+) -> list[str]:  # fmt: skip
     """Run `program` on the GPU against the interpreter (inputs random unless `given`); returns the names of
-    the kernels it launched (a library step by its kind)."""
+    the kernels it launched (a library step by its kind); `seen` gets the lowering's choices."""
     reason = cuda_skip_reason()
     if reason is not None:
         pytest.skip(f"no usable GPU: {reason}")
@@ -36,6 +39,8 @@ def _run(program: Program, tol: float, given: dict[str, np.ndarray] | None = Non
     got = exe.run(inputs)[program.outputs[0]].astype(np.float64)
     rel = np.linalg.norm(got - want) / np.linalg.norm(want)
     assert rel <= tol, f"rel-L2 {rel:.2e}"
+    if seen is not None:
+        seen.extend(exe.choices.values())
     return [getattr(step, "name", step.kind) for step in exe.steps]
 
 
@@ -166,3 +171,25 @@ def test_cudnn_convolution_matches(bias: bool) -> None:
     operands = (x, w, b.input("b", (96,), "bf16")) if bias else (x, w)
     b.output(b.emit("conv2d", *operands, padding=(1, 1, 1, 1)))
     _run(b.build(), 1e-2)
+
+
+@pytest.mark.parametrize("bias", [False, True])
+def test_convolution_in_two_halves_of_its_outputs(bias: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where the tuning store picks the split (forced here: which is faster depends on the device), the two
+    half-output convolutions write the same result as the whole one."""
+    from dif_backend_cuda.tuning import Choices
+
+    choose = Choices.choose
+
+    def halves_win(self, problem, count, measure):  # type: ignore[no-untyped-def]
+        return (1, "cached") if problem[0] == "conv-halves" else choose(self, problem, count, measure)
+
+    monkeypatch.setattr(Choices, "choose", halves_win)
+    b = ProgramBuilder("conv")
+    x = b.input("x", (1, 32, 20, 18), "f16")
+    w = b.input("w", (256, 32, 3, 3), "f16")
+    operands = (x, w, b.input("b", (256,), "f16")) if bias else (x, w)
+    b.output(b.emit("conv2d", *operands, padding=(1, 1, 1, 1)))
+    chosen: list[str] = []
+    _run(b.build(), 1e-2, seen=chosen)
+    assert [c.split(",")[0] for c in chosen] == ["cudnn-conv (two halves of the output channels"], chosen

@@ -69,6 +69,7 @@ class CudnnConv:
             return g
 
         pointers = {"x": x, "w": w, "y": y}
+        self.key = key
         self.ctx = ctx
         self.built, shared = ctx.shared_graph(key, build, pointers)
         self.pack = SharedGraph.pack(pointers)

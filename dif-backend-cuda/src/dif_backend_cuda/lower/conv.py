@@ -71,18 +71,68 @@ def _cudnn_conv_step(ctx: LowerCtx, node: Node, x: DevTensor, w: DevTensor, y: D
         reason = f"cuDNN unavailable: {ctx.backend._cudnn_error}"
     if not reason:
         pt, _pb, pl, _pr = attrs["padding"]
-        try:
-            step = CudnnConv(
-                handle, x.dtype, x.shape, w.shape, y.shape, x.ptr, w.ptr, y.ptr, (pt, pl), attrs["stride"],
+
+        def conv(outputs: int, first: int = 0) -> Any:  # output channels [first, first + outputs) of the node
+            w_at, y_at = first * w.numel // w.shape[0], first * y.numel // y.shape[1]
+            return CudnnConv(
+                handle, x.dtype, x.shape, (outputs, *w.shape[1:]), (y.shape[0], outputs, *y.shape[2:]), x.ptr,
+                w.ptr + w_at * w.dtype.itemsize, y.ptr + y_at * y.dtype.itemsize, (pt, pl), attrs["stride"],
                 attrs["dilation"],
             )  # fmt: skip
+
+        try:
+            step = conv(w.shape[0])
         except Exception as exc:
             reason = f"cuDNN rejected it: {type(exc).__name__}: {str(exc)[:200]}"
         else:
+            halves = _halves_if_faster(handle, step, conv, w.shape[0], y.shape[0])
+            if halves is not None:
+                ctx.choices[node.id] = f"cudnn-conv (two halves of the output channels, {halves[0].choice})"
+                return _Steps(halves)
             ctx.choices[node.id] = f"cudnn-conv ({step.choice})"
             return step
     ctx.choices[node.id] = f"nvrtc-implicit-gemm ({reason})"
     return None
+
+
+SPLIT_MIN_OUTPUTS = 256
+"""Output channels from which a convolution is also tried as two convolutions of half the output channels each.
+cuDNN has no fast plan in this layout for some problems that have one at half the outputs: the SD VAE decoder's
+256 -> 256 3x3 at 512^2 ran at 34 TFLOP/s on the H200 with its best plan, its 256 -> 128 sibling at 285."""
+
+
+class _Steps:
+    """Several library steps run as one (what the conv2d lowering returns before its bias add)."""
+
+    kind = "cudnn"
+
+    def __init__(self, steps: list[Any]) -> None:
+        self.steps = steps
+
+    def __call__(self, stream: Any) -> None:
+        for step in self.steps:
+            step(stream)
+
+
+def _halves_if_faster(handle: Any, whole: Any, conv: Any, outputs: int, batch: int) -> list[Any] | None:
+    """The two half-output convolutions when the tuning store says (or, tuning on, timing shows) they beat
+    `whole`; None otherwise, and always where halves are not contiguous slices of the output (batch > 1)."""
+    choices = handle.choices
+    if choices is None or batch != 1 or outputs < SPLIT_MIN_OUTPUTS or outputs % 2:
+        return None
+    halves: list[Any] = []
+
+    def measure() -> int:
+        from dif_backend_cuda.tuning import fastest
+
+        halves.extend([conv(outputs // 2), conv(outputs // 2, outputs // 2)])
+        candidates = [whole, _Steps(halves)]
+        return fastest(lambda i: candidates[i](handle.stream), 2, handle.stream)[0]
+
+    index, _how = choices.choose(("conv-halves", *whole.key), 2, measure)
+    if index == 0:
+        return None
+    return halves or [conv(outputs // 2), conv(outputs // 2, outputs // 2)]
 
 
 @lowering("upsample_nearest")
