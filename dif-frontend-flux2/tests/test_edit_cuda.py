@@ -12,6 +12,7 @@ import pytest
 
 from dif.dtypes import DType
 from dif.image_pipeline import image_request
+from dif.testing.backends import backend_skip_reason
 from dif_frontend_flux2.pipeline import Flux2Pipeline
 from dif_frontend_flux2.weights import open_checkpoint
 
@@ -22,18 +23,9 @@ pytestmark = [pytest.mark.cuda, pytest.mark.oracle]
 TOL = 1e-4  # CUDA fp32 kernels vs numpy; not measured in this session (no GPU here)
 
 
-def _cuda_skip() -> str | None:
-    try:
-        from dif_backend_cuda.device import cuda_availability
-    except ImportError as exc:
-        return f"dif-backend-cuda is not installed ({exc})"
-    avail = cuda_availability()
-    return None if avail.ok else avail.reason
-
-
 @pytest.fixture(autouse=True)
 def _needs_cuda() -> None:
-    if (why := _cuda_skip()) is not None:
+    if (why := backend_skip_reason("cuda")) is not None:
         pytest.skip(f"CUDA backend unavailable: {why}")
 
 

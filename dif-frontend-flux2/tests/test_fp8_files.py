@@ -15,6 +15,7 @@ import pytest
 from click.testing import CliRunner
 
 from dif.serialize.diftensor import save_tensors
+from dif.testing.backends import backend_skip_reason
 from dif_frontend_flux2 import DEFAULT_CHECKPOINT
 
 cli = pytest.importorskip("dif_tools.cli", reason="the `dif` command lives in dif-tools").cli
@@ -128,15 +129,6 @@ def test_an_fp8_file_keeps_fp8_where_the_backend_executes_it(  # type: ignore[no
 CUDA_ARGS = ["-p", "a fox", "-W", "64", "-H", "64", "--seed", "3", "--steps", "2", "--json"]
 
 
-def _cuda_skip() -> str | None:
-    try:
-        from dif_backend_cuda.device import cuda_availability
-    except ImportError as exc:
-        return f"dif-backend-cuda is not installed ({exc})"
-    avail = cuda_availability()
-    return None if avail.ok else avail.reason
-
-
 def render_on(model: Path, out: Path, backend: str) -> tuple[np.ndarray, dict, str]:  # type: ignore[type-arg]
     from PIL import Image
 
@@ -149,7 +141,7 @@ def render_on(model: Path, out: Path, backend: str) -> tuple[np.ndarray, dict, s
 
 @pytest.mark.cuda
 def test_scaled_fp8_file_runs_fp8_on_cuda(tmp_path: Path, bfl_tensors, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
-    if (why := _cuda_skip()) is not None:
+    if (why := backend_skip_reason("cuda")) is not None:
         pytest.skip(f"CUDA backend unavailable: {why}")
     path = per_row_scaled_file(tmp_path, bfl_tensors)
 

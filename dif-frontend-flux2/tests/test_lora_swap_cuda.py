@@ -15,6 +15,7 @@ from dif.interp import interpret
 from dif.lora import LoraSpec, adapter_inputs, lora_slots, match_loras
 from dif.runtime import prepare
 from dif.serialize.diftensor import save_tensors
+from dif.testing.backends import backend_skip_reason
 from dif.weights import bind_weights, open_component
 from dif_frontend_flux2 import DEFAULT_CHECKPOINT
 from dif_frontend_flux2.config import Flux2TransformerConfig
@@ -24,15 +25,6 @@ from dif_frontend_flux2.weights import lora_table, merge_transformer_loras
 pytestmark = pytest.mark.cuda
 TOL = 1e-4
 SLOT_RANK = 8
-
-
-def _cuda_skip() -> str | None:
-    try:
-        from dif_backend_cuda.device import cuda_availability
-    except ImportError as exc:
-        return f"dif-backend-cuda is not installed ({exc})"
-    avail = cuda_availability()
-    return None if avail.ok else avail.reason
 
 
 def make_lora(path: Path, seed: int, rank: int) -> Path:
@@ -54,7 +46,7 @@ def rel(a: np.ndarray, b: np.ndarray) -> float:
 
 
 def test_swap_without_recapture(tmp_path: Path) -> None:
-    if (why := _cuda_skip()) is not None:
+    if (why := backend_skip_reason("cuda")) is not None:
         pytest.skip(f"CUDA backend unavailable: {why}")
     folder = DEFAULT_CHECKPOINT / "transformer"
     cfg = Flux2TransformerConfig.from_json(folder / "config.json")

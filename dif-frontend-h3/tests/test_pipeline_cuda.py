@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from dif.dtypes import DType
+from dif.testing.backends import backend_skip_reason
 from dif_frontend_h3 import DEFAULT_CHECKPOINT
 from dif_frontend_h3.pipeline import H3Pipeline, VideoRequest
 from dif_frontend_h3.weights import open_checkpoint
@@ -15,18 +16,9 @@ from dif_frontend_h3.weights import open_checkpoint
 pytestmark = pytest.mark.cuda
 
 
-def _cuda_skip() -> str | None:
-    try:
-        from dif_backend_cuda.device import cuda_availability
-    except ImportError as exc:
-        return f"dif-backend-cuda is not installed ({exc})"
-    avail = cuda_availability()
-    return None if avail.ok else avail.reason
-
-
 @pytest.fixture(autouse=True)
 def _needs_cuda() -> None:
-    if (why := _cuda_skip()) is not None:
+    if (why := backend_skip_reason("cuda")) is not None:
         pytest.skip(f"CUDA backend unavailable: {why}")
 
 

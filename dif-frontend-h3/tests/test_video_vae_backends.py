@@ -13,6 +13,7 @@ import pytest
 from dif.interp import interpret
 from dif.ir.program import Program
 from dif.runtime import prepare
+from dif.testing.backends import backend_skip_reason
 from dif_frontend_h3.audio_vae import build_audio_decoder
 from dif_frontend_h3.vae_config import AudioVaeConfig, VideoVaeConfig
 from dif_frontend_h3.video_vae import build_video_decoder, video_decoder_inputs
@@ -60,15 +61,6 @@ def _cases() -> list[tuple[str, Program, dict[str, np.ndarray]]]:
     ]
 
 
-def _cuda_skip() -> str | None:
-    try:
-        from dif_backend_cuda.device import cuda_availability
-    except ImportError as exc:
-        return f"dif-backend-cuda is not installed ({exc})"
-    avail = cuda_availability()
-    return None if avail.ok else avail.reason
-
-
 def _opencl_skip() -> str | None:
     try:
         from dif_backend_opencl.device import availability
@@ -88,7 +80,7 @@ BACKENDS = [
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("case", range(3), ids=["video-decoder", "video-encoder", "audio-decoder"])
 def test_program_runs_on_backend(backend: str, case: int) -> None:
-    why = {"cuda": _cuda_skip, "opencl": _opencl_skip}.get(backend, lambda: None)()
+    why = {"cuda": lambda: backend_skip_reason("cuda"), "opencl": _opencl_skip}.get(backend, lambda: None)()
     if why is not None:
         pytest.skip(f"{backend} backend unavailable: {why}")
     _, program, inputs = _cases()[case]

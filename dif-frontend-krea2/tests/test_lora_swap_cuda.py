@@ -18,6 +18,7 @@ from dif.interp import interpret
 from dif.lora import LoraSpec, adapter_inputs, lora_slots, match_loras, merge_loras
 from dif.runtime import prepare
 from dif.serialize.diftensor import save_tensors
+from dif.testing.backends import backend_skip_reason
 from dif.weights import ArraySource, bind_weights, open_component
 from dif_frontend_krea2 import DEFAULT_CHECKPOINT
 from dif_frontend_krea2.config import load_configs
@@ -28,15 +29,6 @@ pytestmark = pytest.mark.cuda
 TOL = 1e-4
 SLOT_RANK = 8
 N_TXT, GH, GW = 5, 2, 3
-
-
-def _cuda_skip() -> str | None:
-    try:
-        from dif_backend_cuda.device import cuda_availability
-    except ImportError as exc:
-        return f"dif-backend-cuda is not installed ({exc})"
-    avail = cuda_availability()
-    return None if avail.ok else avail.reason
 
 
 def make_lora(path: Path, seed: int, rank: int, scale: float = 0.3) -> Path:
@@ -58,7 +50,7 @@ def rel(a: np.ndarray, b: np.ndarray) -> float:
 
 
 def test_swap_without_recapture(tmp_path: Path) -> None:
-    if (why := _cuda_skip()) is not None:
+    if (why := backend_skip_reason("cuda")) is not None:
         pytest.skip(f"CUDA backend unavailable: {why}")
     cfg = load_configs(DEFAULT_CHECKPOINT).transformer
     stored = open_component(DEFAULT_CHECKPOINT / "transformer")  # bf16: widened, so merging rounds nothing
@@ -98,7 +90,7 @@ def test_swap_without_recapture(tmp_path: Path) -> None:
 
 
 def test_pipeline_set_loras_keeps_the_graph(tmp_path: Path) -> None:
-    if (why := _cuda_skip()) is not None:
+    if (why := backend_skip_reason("cuda")) is not None:
         pytest.skip(f"CUDA backend unavailable: {why}")
     import dif
 

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from dif.image_pipeline import ImageRequest
+from dif.testing.backends import backend_skip_reason
 from dif_frontend_sdturbo import DEFAULT_CHECKPOINT
 from dif_frontend_sdturbo.plugin import INFO
 
@@ -34,15 +35,6 @@ def _opencl_skip() -> str | None:
         last = [line for line in str(exc).splitlines() if "error" in line.lower()]
         return f"the OpenCL compiler cannot build a trivial kernel here ({(last or [str(exc)])[-1].strip()})"
     return None
-
-
-def _cuda_skip() -> str | None:
-    try:
-        from dif_backend_cuda.device import cuda_availability
-    except ImportError as exc:
-        return f"dif-backend-cuda is not installed ({exc})"
-    avail = cuda_availability()
-    return None if avail.ok else avail.reason
 
 
 def _run(backend: str, dtype: str, fast_vae: bool):  # type: ignore[no-untyped-def]
@@ -70,7 +62,7 @@ def test_opencl_matches_cpu(fast_vae: bool) -> None:
 @pytest.mark.cuda
 @pytest.mark.parametrize("fast_vae", [False, True], ids=["kl-vae", "taesd"])
 def test_cuda_matches_cpu(fast_vae: bool) -> None:
-    if (why := _cuda_skip()) is not None:
+    if (why := backend_skip_reason("cuda")) is not None:
         pytest.skip(why)
     _check_against_cpu("cuda", fast_vae)
 
@@ -78,7 +70,7 @@ def test_cuda_matches_cpu(fast_vae: bool) -> None:
 @pytest.mark.cuda
 @pytest.mark.parametrize("dtype", ["f16", "bf16"])
 def test_cuda_half_precision(dtype: str) -> None:
-    if (why := _cuda_skip()) is not None:
+    if (why := backend_skip_reason("cuda")) is not None:
         pytest.skip(why)
     ref = _run("cpu", "f32", False).pixels.astype(np.float64).ravel()
     got = _run("cuda", dtype, False).pixels.astype(np.float64).ravel()
