@@ -48,7 +48,8 @@ def load(
     checkpoint of `family` (default "flux2"). `backend` as the CLI's --backend (None: the best
     available), `dtype` "auto" | "f32" | "bf16" | "f16", `vram_budget` in bytes for the whole pipeline
     (text encoder + denoiser + VAE together; see `dif.program_cache.ProgramCache`). `lora`: adapters
-    for the denoiser, each "FILE", "FILE:SCALE" or (FILE, SCALE), as the CLI's --lora (`dif.lora`);
+    for the denoiser (and the text encoder, always merged, where a file adapts it), each "FILE",
+    "FILE:SCALE" or (FILE, SCALE), as the CLI's --lora (`dif.lora`);
     `lora_allow_unmatched` as --lora-allow-unmatched; `lora_mode` (an option of FLUX.2 and Krea 2,
     --lora-mode) "auto" (default: the planner decides, `dif.lora.mode`), "merged", or "unmerged": side
     GEMMs that `ImagePipeline.set_loras` swaps without preparing again; `lora_swappable=True` (an
@@ -102,7 +103,8 @@ class ImagePipeline:
     ) -> None:
         """Swap the adapters (or their scales; empty: none) of a pipeline loaded with
         `lora_mode="unmerged"` or `lora_swappable=True`: new side-GEMM inputs for the programs already
-        prepared, no rebuild."""
+        prepared, no rebuild. The text encoder's adapters were merged at load: a set that changes them
+        (another file or scale adapting the text encoder) is refused with a `UsageError`."""
         from dif.lora import LoraSpec
 
         unmerged = getattr(getattr(self.pipeline, "checkpoint", None), "unmerged", None)

@@ -40,8 +40,8 @@ def _pipeline(
 ) -> Any:
     """A `Flux2Pipeline` for the checkpoint at `path` (dtype "auto": the transformer's storage dtype,
     by its first float tensor; `lora`: `FILE[:SCALE]` specs for the transformer, merged or unmerged
-    by `lora_mode` ("auto": `dif.lora.mode` decides, unmerged when `lora_swappable`); options:
-    backend, vram_budget, on_step, on_stage)."""
+    by `lora_mode` ("auto": `dif.lora.mode` decides, unmerged when `lora_swappable`), their text-encoder
+    adapters merged always; options: backend, vram_budget, on_step, on_stage)."""
     from dif.checkpoint import storage_dtype
     from dif.dtypes import DType
     from dif_frontend_flux2.pipeline import Flux2Pipeline

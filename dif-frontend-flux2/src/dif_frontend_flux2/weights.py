@@ -28,7 +28,17 @@ import attrs
 from attrs import frozen
 
 from dif.errors import CheckpointError
-from dif.lora import DEFAULT_SLOT_RANK, LoraApplication, LoraSpec, Target, UnmergedLoras, apply_loras, merge_loras
+from dif.lora import (
+    DEFAULT_SLOT_RANK,
+    LoraApplication,
+    LoraComponent,
+    LoraSpec,
+    Target,
+    UnmergedLoras,
+    apply_loras,
+    merge_loras,
+    text_encoder_table,
+)
 from dif.weights import Chunk, DropUnitAxes, MappedSource, Rule, SwapHalves, TensorSource, open_component
 from dif.weights import open_safetensors as open_file
 from dif.weights.fp8 import scaled_fp8
@@ -59,7 +69,7 @@ class Flux2Checkpoint:
     text_encoder: TensorSource
     vae: TensorSource
     unmerged: UnmergedLoras | None = None  # LoRAs as side-GEMM inputs (`--lora-mode unmerged`)
-    loras: LoraApplication | None = None  # how the transformer's LoRAs run, and why (`dif.lora.mode`)
+    loras: LoraApplication | None = None  # how the LoRAs run (transformer; text encoder merged), and why
 
     @property
     def is_distilled(self) -> bool:
@@ -164,7 +174,8 @@ def open_checkpoint(
     into the transformer's weights, or kept as side-GEMM inputs of slots of `lora_rank` on every
     linear (`dif.lora.UnmergedLoras`; swap them with `checkpoint.unmerged.set(...)`): `lora_mode`
     "merged" | "unmerged", or "auto" (`dif.lora.mode`: unmerged when `lora_swappable`, else merged
-    unless the merged weights do not fit the host), the decision in `checkpoint.loras.mode`."""
+    unless the merged weights do not fit the host), the decision in `checkpoint.loras.mode`. Their
+    text-encoder adapters (`text_encoder_lora_table`) are merged into the Qwen3 weights in every mode."""
     from dif_frontend_flux2.single_files import open_single_files, open_text_encoder_file
 
     path = Path(path)
@@ -222,11 +233,14 @@ def open_checkpoint(
     applied = apply_loras(
         transformer, loras, lora_table(transformer), family="flux2", model="FLUX.2 [klein]", mode=lora_mode,
         swappable=lora_swappable, rank=lora_rank, allow_unmatched=lora_allow_unmatched,
+        text_encoder=LoraComponent(text_encoder, text_encoder_lora_table(text_encoder)),
     )  # fmt: skip
     name += applied.describe()
+    assert applied.text_encoder is not None  # given above: the base, or the adapters merged into it
     return Flux2Checkpoint(
-        root, name, layout, configs, tokenizer_dir, applied.source, text_encoder, vae, applied.unmerged, applied
-    )
+        root, name, layout, configs, tokenizer_dir, applied.source, applied.text_encoder, vae, applied.unmerged,
+        applied,
+    )  # fmt: skip
 
 
 def open_single_file(path: str | Path, component: str) -> TensorSource:
@@ -362,6 +376,25 @@ def merge_transformer_loras(
         model="FLUX.2 [klein]",
         allow_unmatched=allow_unmatched,
     )
+
+
+def text_encoder_lora_table(source: TensorSource) -> dict[str, tuple[Target, ...]]:
+    """The Qwen3 text encoder's linears (`model.layers.N.self_attn.q_proj` ... `mlp.down_proj`) as LoRA
+    files name them: a Qwen3ForCausalLM's module names (`model.layers.N...`, what diffusers' and PEFT's
+    saves of the text encoder hold) and its inner Qwen3Model's (`layers.N...`); kohya's flattened
+    `lora_te_model_layers_N_self_attn_q_proj` match either through `dif.lora`'s flattened lookup."""
+    return text_encoder_table(source, "model.", ("model.", ""))
+
+
+def merge_text_encoder_loras(
+    text_encoder: TensorSource, loras: Sequence[LoraSpec | str | Path], *, allow_unmatched: bool = False
+) -> TensorSource:
+    """The text encoder source with the text-encoder adapters of `loras` merged (their denoiser keys are
+    unmatched here: `open_checkpoint` applies both parts of a file)."""
+    return merge_loras(
+        text_encoder, loras, text_encoder_lora_table(text_encoder), family="flux2", model="FLUX.2 [klein]",
+        allow_unmatched=allow_unmatched, part="text_encoder",
+    )  # fmt: skip
 
 
 # -- BFL (ldm) VAE names -------------------------------------------------------------------------

@@ -6,7 +6,8 @@ Krea 2 facts only: the diffusers module names (`transformer_blocks.0.attn.to_q`,
 `load_lora_weights` and PEFT write them) and the original Krea 2 names the Krea trainer, ComfyUI and
 ai-toolkit files use (`blocks.0.attn.wq`, `txtfusion.refiner_blocks.0.mlp.up`, `first`, `last.linear`,
 flattened with underscores under kohya's `lora_unet_`). Krea 2 has no fused projections, so each
-module feeds exactly one weight.
+module feeds exactly one weight. The text encoder (Qwen3-VL's language model) is adapted too: its
+decoder linears under the names transformers gives them (`text_encoder_lora_table`), always merged.
 """
 
 from __future__ import annotations
@@ -15,7 +16,16 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 
-from dif.lora import DEFAULT_SLOT_RANK, LoraApplication, LoraSpec, Target, apply_loras, merge_loras
+from dif.lora import (
+    DEFAULT_SLOT_RANK,
+    LoraApplication,
+    LoraComponent,
+    LoraSpec,
+    Target,
+    apply_loras,
+    merge_loras,
+    text_encoder_table,
+)
 from dif.weights import TensorSource
 
 FAMILY, MODEL = "krea2", "Krea 2"
@@ -74,8 +84,19 @@ def merge_transformer_loras(
     )
 
 
-def apply_transformer_loras(
+def text_encoder_lora_table(source: TensorSource, prefix: str = "") -> dict[str, tuple[Target, ...]]:
+    """The text encoder's decoder linears (`language_model.layers.N.self_attn.q_proj` ... `mlp.down_proj`;
+    `prefix` "model." for a Qwen3VLForConditionalGeneration checkpoint) as LoRA files name them: under a
+    Qwen3VLModel (`language_model.layers.N...`), a Qwen3VLForConditionalGeneration
+    (`model.language_model.layers.N...`) or the bare text model (`layers.N...`); kohya's flattened names
+    match through these. The vision tower is not a target: Krea 2 encodes text only."""
+    return text_encoder_table(source, f"{prefix}language_model.", ("language_model.", "model.language_model.", ""))
+
+
+def apply_checkpoint_loras(
     transformer: TensorSource,
+    text_encoder: TensorSource,
+    text_prefix: str,
     loras: Sequence[LoraSpec | str | Path],
     *,
     mode: str = "auto",
@@ -84,8 +105,10 @@ def apply_transformer_loras(
     allow_unmatched: bool = False,
 ) -> LoraApplication:
     """`loras` on the transformer, merged or as side GEMMs of slots of `rank` on every linear (text
-    fusion, embedders and blocks), as `mode` says or `dif.lora.mode` decides ("auto")."""
+    fusion, embedders and blocks), as `mode` says or `dif.lora.mode` decides ("auto"); their
+    text-encoder adapters merged into `text_encoder` (naming `text_prefix`) in either mode."""
+    te = LoraComponent(text_encoder, text_encoder_lora_table(text_encoder, text_prefix))
     return apply_loras(
         transformer, loras, lora_table(transformer), family=FAMILY, model=MODEL, mode=mode, swappable=swappable,
-        rank=rank, allow_unmatched=allow_unmatched,
+        rank=rank, allow_unmatched=allow_unmatched, text_encoder=te,
     )  # fmt: skip

@@ -44,8 +44,8 @@ def _pipeline(
 ) -> Any:
     """A `Krea2Pipeline` for the checkpoint at `path` (dtype "auto": the transformer's storage dtype,
     by most tensors; `lora`: `FILE[:SCALE]` specs for the transformer, merged or unmerged by
-    `lora_mode` ("auto": `dif.lora.mode` decides, unmerged when `lora_swappable`); options: backend,
-    vram_budget, on_step, on_stage, max_sequence_length)."""
+    `lora_mode` ("auto": `dif.lora.mode` decides, unmerged when `lora_swappable`), their text-encoder
+    adapters merged always; options: backend, vram_budget, on_step, on_stage, max_sequence_length)."""
     from dif.checkpoint import storage_dtype
     from dif.dtypes import DType
     from dif_frontend_krea2.pipeline import Krea2Pipeline

@@ -46,7 +46,7 @@ from dif_frontend_krea2.config import (
     is_krea2_folder,
     load_configs,
 )
-from dif_frontend_krea2.lora import apply_transformer_loras
+from dif_frontend_krea2.lora import apply_checkpoint_loras
 from dif_frontend_krea2.vae import unused_tensor_patterns
 
 LAST_TEMPORAL_TAP = Take(axis=2, index=-1, what="last temporal tap of the 3D kernel")
@@ -105,7 +105,7 @@ class Krea2Checkpoint:
     text_prefix: str
     vae: TensorSource
     unmerged: UnmergedLoras | None = None  # LoRAs as side-GEMM inputs (`--lora-mode unmerged`)
-    loras: LoraApplication | None = None  # how the transformer's LoRAs run, and why (`dif.lora.mode`)
+    loras: LoraApplication | None = None  # how the LoRAs run (transformer; text encoder merged), and why
 
     @property
     def is_distilled(self) -> bool:
@@ -138,8 +138,9 @@ def open_checkpoint(
     two: configs then come from the published `config_variant` ("turbo" unless given: weights cannot
     tell Raw from Turbo) and must fit the file's shapes, unless a file carries its own `config`.
     `loras` (`--lora FILE[:SCALE]`) are merged into the transformer's weights or kept as side-GEMM
-    inputs of slots of `lora_rank` (`dif_frontend_krea2.lora.apply_transformer_loras`: `lora_mode`
-    "auto" | "merged" | "unmerged", `lora_swappable`); swap them with `checkpoint.unmerged.set(...)`."""
+    inputs of slots of `lora_rank` (`dif_frontend_krea2.lora.apply_checkpoint_loras`: `lora_mode`
+    "auto" | "merged" | "unmerged", `lora_swappable`); swap them with `checkpoint.unmerged.set(...)`.
+    Their text-encoder adapters are merged into the text encoder's weights in every mode."""
     given = Path(path)
     if not given.exists():
         raise CheckpointError(f"{given}: no such file or folder")
@@ -193,12 +194,14 @@ def open_checkpoint(
     else:
         vae = open_component(root / "vae", variant=variant)
     name = Path(transformer_file).stem if transformer_file is not None else (root.resolve().name or "krea2")
-    applied = apply_transformer_loras(
-        transformer, loras, mode=lora_mode, swappable=lora_swappable, rank=lora_rank,
+    text_prefix = _text_prefix(text)
+    applied = apply_checkpoint_loras(
+        transformer, text, text_prefix, loras, mode=lora_mode, swappable=lora_swappable, rank=lora_rank,
         allow_unmatched=lora_allow_unmatched,
     )  # fmt: skip
+    assert applied.text_encoder is not None  # given above: the base, or the adapters merged into it
     return Krea2Checkpoint(
-        root, name + applied.describe(), configs, tokenizer_dir, applied.source, text, _text_prefix(text),
+        root, name + applied.describe(), configs, tokenizer_dir, applied.source, applied.text_encoder, text_prefix,
         last_temporal_tap(vae), applied.unmerged, applied,
     )  # fmt: skip
 

@@ -68,7 +68,7 @@ LORA_OPTIONS: list[Decorator] = [
         "--lora",
         multiple=True,
         metavar="FILE[:SCALE]",
-        help="LoRA / LoKr / LoHa adapter for the denoiser (repeatable; SCALE default 1). "
+        help="LoRA / LoKr / LoHa adapter for the denoiser and text encoder (repeatable; SCALE default 1, both parts). "
         "Dialects: diffusers/PEFT, kohya, ai-toolkit/ComfyUI, OneTrainer, LyCORIS.",
     ),
     click.option(

@@ -39,7 +39,11 @@ FAMILY_SIGNATURES: dict[str, tuple[str, tuple[str, ...]]] = {
     ),
     "sd": (
         "Stable Diffusion 1.x / 2.x / XL",
-        (rf"(down|up)_blocks{_SEP}\d+{_SEP}(attentions|resnets)", rf"(input|output)_blocks{_SEP}\d+", r"lora_te[12]?_"),
+        (
+            rf"(down|up)_blocks{_SEP}\d+{_SEP}(attentions|resnets)",
+            rf"(input|output)_blocks{_SEP}\d+",
+            r"lora_te[12]?_text_model_",  # CLIP's module path: other models' text-encoder LoRAs use lora_te_ too
+        ),
     ),
     "sd3": ("Stable Diffusion 3", (rf"joint_blocks{_SEP}\d+",)),
     "qwen-image": ("Qwen-Image", (rf"transformer_blocks{_SEP}\d+{_SEP}(img|txt)_mlp{_SEP}net",)),

@@ -12,16 +12,18 @@ its dialect from the key spelling, strips the dialect's prefix and groups the ke
                transformer.<mod>.lora_down / lora_up / .alpha          flattened or dotted
   lycoris      lycoris_<flat>.lokr_* / .hada_* (+ .alpha)              flattened
 and LoKr (`lokr_w1[_a,_b]`, `lokr_w2[_a,_b]`) / LoHa (`hada_w1_a` ... `hada_w2_b`) adapters under
-any of those prefixes. Which model module a name means is the frontend's business
-(`dif.lora.merge.ModuleTable`); this module knows only file conventions. DoRA (`dora_scale`),
-Tucker cores (`lora_mid`, `lokr_t2`, `hada_t1`) and conv kernels are refused by name.
+any of those prefixes. A text encoder's keys (`TEXT_ENCODER_DIALECTS`: diffusers `text_encoder.<mod>`,
+kohya `lora_te_` / `lora_te1_<flat>`) are sorted the same way into a part of their own
+(`LoraFile.text_encoder_part`), with their own metadata alpha. Which model module a name means is the
+frontend's business (`dif.lora.merge.ModuleTable`); this module knows only file conventions. DoRA
+(`dora_scale`), Tucker cores (`lora_mid`, `lokr_t2`, `hada_t1`) and conv kernels are refused by name.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import numpy as np
@@ -42,7 +44,23 @@ PREFIXES: tuple[tuple[str, str, bool], ...] = (
     ("transformer.", "diffusers", False),
     ("unet.", "diffusers", False),
 )
-TEXT_ENCODER_PREFIXES = ("lora_te_", "lora_te1_", "lora_te2_", "text_encoder.", "text_encoder_2.", "lora_te3_")
+# (prefix, which text encoder, dialect) of a text encoder's keys. kohya numbers the encoders (te1 is
+# the first or only one; sd-scripts calls FLUX.1's T5 te3), diffusers names the pipeline component.
+# The models dif runs have one text encoder: the keys of a second or third are never matched.
+TEXT_ENCODER_DIALECTS: tuple[tuple[str, int, str], ...] = (
+    ("lora_te1_", 1, "kohya"),
+    ("lora_te2_", 2, "kohya"),
+    ("lora_te3_", 3, "kohya"),
+    ("lora_te_", 1, "kohya"),
+    ("text_encoder_2.", 2, "diffusers"),
+    ("text_encoder.", 1, "diffusers"),
+)
+TEXT_ENCODER_PREFIXES = tuple(prefix for prefix, _, _ in TEXT_ENCODER_DIALECTS)
+PARTS = ("transformer", "text_encoder")
+"""The parts of a model a LoRA file adapts: the denoiser ("transformer", every dialect of `PREFIXES`)
+and the (first) text encoder (`TEXT_ENCODER_DIALECTS`)."""
+# the metadata keys of each part when a pipeline saved them (`lora_adapter_metadata`: "transformer.lora_alpha")
+_METADATA_PREFIXES = {"transformer": ("transformer.", "unet."), "text_encoder": ("text_encoder.",)}
 
 # Suffix -> part name, longest first. ".default" is PEFT's adapter name inside the key.
 _PARTS: tuple[tuple[str, str], ...] = (
@@ -134,7 +152,12 @@ class Adapter:
 class LoraFile:
     """An adapter file read and grouped: `adapters` by module name (dialect prefix stripped; for a
     flattened dialect the name has underscores for dots), `unknown` keys no convention explains,
-    `text_encoder` keys (adapters of a text encoder), PEFT `alpha` from the file's metadata."""
+    `text_encoder` keys (adapters of a text encoder), PEFT `alpha` from the file's metadata.
+
+    `text_encoder_part` is the same for the first text encoder's keys (None when the file has
+    none): its adapters (prefix stripped, kohya's flattened and diffusers' dotted names side by side,
+    so `flattened` is False), as unknown the keys of other encoders and of no convention, and the
+    text encoder's own metadata alpha. Adapters of one part read their alpha from that part."""
 
     path: Path
     source: FileSource
@@ -144,6 +167,14 @@ class LoraFile:
     unknown: tuple[str, ...]
     text_encoder: tuple[str, ...]
     metadata_alpha: float | None
+    text_encoder_part: LoraFile | None = None
+
+    def part(self, name: str) -> LoraFile | None:
+        """The part `name` of `PARTS` ("transformer": this file's denoiser adapters; "text_encoder":
+        `text_encoder_part`)."""
+        if name not in PARTS:
+            raise ValueError(f"LoRA part {name!r}: one of {', '.join(PARTS)}")
+        return self if name == "transformer" else self.text_encoder_part
 
     def tensor(self, adapter: Adapter, part: str) -> np.ndarray:
         return np.asarray(self.source[adapter.parts[part]], dtype=np.float32)
@@ -182,8 +213,9 @@ def _dialect(keys: list[str]) -> tuple[str, str, bool]:
     return best
 
 
-def _metadata_alpha(metadata: Mapping[str, str], path: Path) -> float | None:
-    """PEFT / diffusers adapters store `lora_alpha` and `r` in the `lora_adapter_metadata` JSON."""
+def _metadata_alpha(metadata: Mapping[str, str], path: Path, part: str = "transformer") -> float | None:
+    """PEFT / diffusers adapters store `lora_alpha` and `r` in the `lora_adapter_metadata` JSON: a
+    pipeline's save per component (`_METADATA_PREFIXES` of `part`), a model's save unprefixed."""
     text = metadata.get("lora_adapter_metadata")
     if text is None:
         return None
@@ -194,8 +226,9 @@ def _metadata_alpha(metadata: Mapping[str, str], path: Path) -> float | None:
     if not isinstance(meta, dict):
         return None
     # a pipeline's save prefixes the component ("transformer.lora_alpha"), a model's does not
-    prefixed = {k.split(".", 1)[1]: v for k, v in meta.items() if k.startswith(("transformer.", "unet."))}
-    meta = prefixed or meta
+    prefixed = {k.split(".", 1)[1]: v for k, v in meta.items() if k.startswith(_METADATA_PREFIXES[part])}
+    every = tuple(p for prefixes in _METADATA_PREFIXES.values() for p in prefixes)
+    meta = prefixed or {k: v for k, v in meta.items() if not k.startswith(every)}
     if meta.get("use_dora"):
         raise WeightError(f"{path}: 'lora_adapter_metadata' says use_dora: DoRA adapters are not supported")
     if meta.get("alpha_pattern") or meta.get("rank_pattern"):
@@ -222,28 +255,48 @@ def read_lora(path: str | Path) -> LoraFile:
     if not keys:
         raise WeightError(f"{path}: the LoRA file holds no tensors")
     prefix, dialect, flattened = _dialect(keys)
-    groups: dict[str, dict[str, str]] = {}
-    unknown: list[str] = []
-    text_encoder: list[str] = []
-    for key in keys:
-        if key.startswith(TEXT_ENCODER_PREFIXES):
-            text_encoder.append(key)
-            continue
-        name = key[len(prefix) :] if prefix and key.startswith(prefix) else key
-        for suffix, part in _PARTS:
-            if name.endswith(suffix):
-                module = name[: -len(suffix)]
-                if part in _REFUSED:
-                    raise WeightError(f"{path}: '{key}': {_REFUSED[part]}")
-                groups.setdefault(module, {})[part] = key
-                break
-        else:
-            unknown.append(key)
-    adapters = {module: _adapter(path, module, parts) for module, parts in groups.items()}
+    text_encoder = [k for k in keys if k.startswith(TEXT_ENCODER_PREFIXES)]
+    model_keys = [k for k in keys if not k.startswith(TEXT_ENCODER_PREFIXES)]
+    adapters, unknown = _group(path, model_keys, lambda k: k[len(prefix) :] if prefix and k.startswith(prefix) else k)
     metadata = handle.metadata
+    part = _text_encoder_part(path, source, text_encoder, metadata) if text_encoder else None
     return LoraFile(
         path, source, dialect, flattened, adapters, tuple(unknown), tuple(text_encoder),
-        _metadata_alpha(metadata, path),
+        _metadata_alpha(metadata, path), part,
+    )  # fmt: skip
+
+
+def _group(path: Path, keys: list[str], strip: Callable[[str], str | None]) -> tuple[dict[str, Adapter], list[str]]:
+    """`keys` grouped into adapters by module (`strip(key)`: the name after the dialect's prefix, None
+    for a key that is not this part's), and the keys no part suffix explains; refused kinds raise."""
+    groups: dict[str, dict[str, str]] = {}
+    unknown: list[str] = []
+    for key in keys:
+        name = strip(key)
+        found = None if name is None else next(((name[: -len(s)], p) for s, p in _PARTS if name.endswith(s)), None)
+        if found is None:
+            unknown.append(key)
+            continue
+        module, part = found
+        if part in _REFUSED:
+            raise WeightError(f"{path}: '{key}': {_REFUSED[part]}")
+        groups.setdefault(module, {})[part] = key
+    return {module: _adapter(path, module, parts) for module, parts in groups.items()}, unknown
+
+
+def _text_encoder_part(path: Path, source: FileSource, keys: list[str], metadata: Mapping[str, str]) -> LoraFile:
+    """The first text encoder's keys as a `LoraFile` (`LoraFile.text_encoder_part`)."""
+    first = {prefix: dialect for prefix, encoder, dialect in TEXT_ENCODER_DIALECTS if encoder == 1}
+
+    def strip(key: str) -> str | None:
+        prefix = next((p for p in first if key.startswith(p)), None)
+        return None if prefix is None else key[len(prefix) :]
+
+    adapters, unknown = _group(path, keys, strip)
+    dialects = sorted({d for p, d in first.items() if any(k.startswith(p) for k in keys)})
+    return LoraFile(
+        path, source, "+".join(dialects) or "other text encoders", False, adapters, tuple(unknown), (),
+        _metadata_alpha(metadata, path, "text_encoder"),
     )  # fmt: skip
 
 

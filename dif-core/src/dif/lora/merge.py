@@ -14,10 +14,16 @@ computed in float32 and stored in the base tensor's dtype, once per tensor (cach
 changes: the programs, plans and backends see ordinary weights, so there is no per-step cost.
 Unmatched adapters are one `WeightError` listing them (or a warning with `allow_unmatched`); an
 adapter for another model family is refused naming the family (`dif.lora.families`).
+
+A file may adapt two parts of the model (`dif.lora.file.PARTS`): the denoiser and the text encoder.
+`match_lora_parts` matches each part present against its own `LoraComponent` (weights + table) with
+the file's one scale; a part the caller gives no component for is unmatched, like any other key.
+`text_encoder_table` is the table of a transformers decoder stack (the text encoders of FLUX.2 and Krea 2).
 """
 
 from __future__ import annotations
 
+import re
 import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -27,7 +33,7 @@ from attrs import frozen
 
 from dif.errors import DifWarning, WeightError
 from dif.lora.families import families_of, family_label
-from dif.lora.file import Adapter, LoraFile, LoraSpec, read_lora
+from dif.lora.file import PARTS, Adapter, LoraFile, LoraSpec, read_lora
 from dif.weights.remap import Chunk, SwapHalves
 from dif.weights.safetensors_file import TensorInfo
 from dif.weights.source import TensorSource
@@ -49,9 +55,42 @@ ModuleTable = Mapping[str, tuple[Target, ...]]
 """Module name (dotted, in every naming a frontend accepts) -> the program weights it feeds."""
 
 
+@frozen(eq=False)
+class LoraComponent:
+    """A part of the model LoRA files adapt: its weights (`base`) and its modules (`table`)."""
+
+    base: TensorSource
+    table: ModuleTable
+
+
+def lora_components(
+    base: TensorSource, table: ModuleTable, text_encoder: LoraComponent | None = None
+) -> dict[str, LoraComponent]:
+    """The parts a pipeline's LoRAs are matched against: the denoiser's, and the text encoder's if given."""
+    parts = {"transformer": LoraComponent(base, table)}
+    return parts if text_encoder is None else parts | {"text_encoder": text_encoder}
+
+
+def text_encoder_table(source: TensorSource, stack: str, spellings: Sequence[str]) -> dict[str, tuple[Target, ...]]:
+    """The linears of a transformers decoder stack in `source` (2-D weights `{stack}layers.N.<module>.weight`:
+    q/k/v/o and gate/up/down projections) under every spelling LoRA files put before `layers.`:
+    `spellings` are those heads, e.g. ("model.", "") for a Qwen3ForCausalLM saved in full or as its
+    inner Qwen3Model. Embeddings and `lm_head` are not linears of the stack (PEFT adapts embeddings
+    with other keys), so they are not targets; kohya's flattened names match through these too."""
+    layer = re.compile(re.escape(stack) + r"layers\.\d+\.")
+    table: dict[str, tuple[Target, ...]] = {}
+    for name in source.names():
+        if name.endswith(".weight") and layer.match(name) and len(source.info(name).shape) == 2:
+            inner = name[len(stack) : -len(".weight")]
+            for head in spellings:
+                table[head + inner] = (Target(name),)
+    return table
+
+
 @frozen
 class AppliedLora:
-    """What one file contributed: spec, dialect, adapters matched, their ranks and the weights touched."""
+    """What one file contributed: spec, dialect, adapters matched (both parts), their kinds and ranks,
+    the denoiser weights touched (`targets`) and the text encoder's (`text_encoder_targets`)."""
 
     spec: LoraSpec
     dialect: str
@@ -60,6 +99,7 @@ class AppliedLora:
     ranks: tuple[int, ...]
     targets: tuple[str, ...]
     unmatched: tuple[str, ...]
+    text_encoder_targets: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -70,8 +110,14 @@ class AppliedLora:
             "modules": self.modules,
             "ranks": sorted(set(self.ranks)),
             "weights": len(self.targets),
+            "text_encoder_weights": len(self.text_encoder_targets),
             "unmatched": list(self.unmatched),
         }
+
+
+def text_encoder_set(applied: Sequence[AppliedLora]) -> tuple[tuple[str, float], ...]:
+    """(file, scale) of each LoRA that adapts the text encoder: what its merged weights depend on."""
+    return tuple((str(a.spec.path.resolve()), a.spec.scale) for a in applied if a.text_encoder_targets)
 
 
 @frozen(eq=False)
@@ -220,18 +266,23 @@ def merge_loras(
     family: str,
     model: str,
     allow_unmatched: bool = False,
+    part: str = "transformer",
 ) -> TensorSource:
     """`base` with the adapters of `specs` merged (the base itself when `specs` is empty).
 
     table:   the frontend's modules (`ModuleTable`); every target must be a weight of `base`.
     family:  this model's key in `dif.lora.families` ("flux2"); `model` its name for messages.
     allow_unmatched: adapters that match no module become one `DifWarning` instead of an error.
+    part:    which part of the files `base` is ("transformer" or "text_encoder"); the other's keys
+             are unmatched.
 
     Raises `WeightError` naming the file and keys: a LoRA for another family, unmatched adapters,
     rank mismatches, a delta whose shape does not fit its weight (a LoRA for another model size)."""
     if not specs:
         return base
-    patches, applied = match_loras(base, specs, table, family=family, model=model, allow_unmatched=allow_unmatched)
+    patches, applied = match_loras(
+        base, specs, table, family=family, model=model, allow_unmatched=allow_unmatched, part=part
+    )
     return LoraMergedSource(base, patches, applied)
 
 
@@ -243,32 +294,59 @@ def match_loras(
     family: str,
     model: str,
     allow_unmatched: bool = False,
+    part: str = "transformer",
 ) -> tuple[dict[str, list[Patch]], list[AppliedLora]]:
     """Every adapter of `specs` matched to the weights of `base` and checked (what `merge_loras`
     merges and `dif.lora.unmerged` feeds as side GEMMs): weight name -> its patches, and per file
-    what it contributed. The errors are `merge_loras`'."""
-    flat = {name.replace(".", "_"): name for name in table}
-    patches: dict[str, list[Patch]] = {}
+    what it contributed. `match_lora_parts` with one component, `part`; the errors are `merge_loras`'."""
+    by_part, applied = match_lora_parts(
+        specs, {part: LoraComponent(base, table)}, family=family, model=model, allow_unmatched=allow_unmatched
+    )
+    return by_part[part], applied
+
+
+def match_lora_parts(
+    specs: Sequence[LoraSpec | str | Path],
+    components: Mapping[str, LoraComponent],
+    *,
+    family: str,
+    model: str,
+    allow_unmatched: bool = False,
+) -> tuple[dict[str, dict[str, list[Patch]]], list[AppliedLora]]:
+    """Every adapter of `specs` matched to the component of its part (`dif.lora.file.PARTS` ->
+    `LoraComponent`) and checked: part -> weight name -> its patches (every part of `components`
+    present), and per file what it contributed. A file's unmatched keys, in every part (those of a
+    part with no component included), are one error; a file matching nothing in any part is refused."""
+    patches: dict[str, dict[str, list[Patch]]] = {name: {} for name in components}
+    flats = {name: {m.replace(".", "_"): m for m in c.table} for name, c in components.items()}
     applied: list[AppliedLora] = []
     for given in specs:
         spec = LoraSpec.parse(given) if not isinstance(given, LoraSpec) else given
         lora = read_lora(spec.path)
-        matched: list[tuple[Adapter, tuple[Target, ...]]] = []
+        matched: list[tuple[str, LoraFile, Adapter, tuple[Target, ...]]] = []
         unmatched: list[str] = []
-        for module, adapter in lora.adapters.items():
-            targets = _lookup(table, flat, lora, module)
-            if targets is None:
-                unmatched.extend(sorted(adapter.parts.values()))
-            else:
-                matched.append((adapter, targets))
-        unmatched += [*lora.unknown, *lora.text_encoder]
+        for name in PARTS:
+            piece = lora.part(name)
+            if piece is None:
+                continue
+            if name not in components:  # a part this model's caller does not adapt: all its keys
+                unmatched += lora.text_encoder if name == "text_encoder" else _own_keys(piece)
+                continue
+            for module, adapter in piece.adapters.items():
+                targets = _lookup(components[name].table, flats[name], piece, module)
+                if targets is None:
+                    unmatched.extend(sorted(adapter.parts.values()))
+                else:
+                    matched.append((name, piece, adapter, targets))
+            unmatched += piece.unknown
         _refuse_other_family(lora, family, model, matched, unmatched)
+        dialect = _dialects(lora)
         if unmatched:
             listed = "\n".join(f"  {k}" for k in unmatched[:MAX_LISTED])
             more = f"\n  ... and {len(unmatched) - MAX_LISTED} more" if len(unmatched) > MAX_LISTED else ""
             what = (
                 f"{lora.path}: {len(unmatched)} of {len(lora.source)} LoRA keys match no module of {model} "
-                f"({lora.dialect} dialect):\n{listed}{more}"
+                f"({dialect} dialect):\n{listed}{more}"
             )
             if not allow_unmatched:
                 raise WeightError(
@@ -277,34 +355,61 @@ def match_loras(
                 )  # fmt: skip
             note = f"{what}\nmerging the {len(matched)} matched modules (--lora-allow-unmatched)"
             warnings.warn(note, DifWarning, stacklevel=2)
-        touched: list[str] = []
-        for adapter, targets in matched:
-            shape = delta_shape(lora, adapter)
-            for target in targets:
-                if target.param not in base:
-                    raise WeightError(
-                        f"{lora.path}: module '{adapter.module}' targets '{target.param}', which {base.label} lacks"
-                    )
-                want = base.info(target.param).shape
-                try:
-                    piece = _piece_shape(shape, target.transform)
-                except WeightError as exc:
-                    raise WeightError(f"{lora.path}: module '{adapter.module}': {exc}") from None
-                if tuple(piece) != tuple(want[:2]) or len(want) != 2:
-                    raise WeightError(
-                        f"{lora.path}: module '{adapter.module}' ({adapter.kind}) gives a delta of "
-                        f"{list(piece)} for '{target.param}', which is {list(want)} in {base.file_of(target.param)}",
-                        hint="the LoRA was trained for another model size or variant",
-                    )
-                label = f"{spec.describe()} '{adapter.module}'"
-                patches.setdefault(target.param, []).append(Patch(lora, adapter, spec.scale, target.transform, label))
-                touched.append(target.param)
         if not matched:
             raise WeightError(f"{lora.path}: no adapter in this file matches a module of {model}")
-        ranks = tuple(r for a, _ in matched if (r := lora.rank(a)) is not None)
-        kinds = tuple(sorted({a.kind for a, _ in matched}))
-        applied.append(AppliedLora(spec, lora.dialect, kinds, len(matched), ranks, tuple(touched), tuple(unmatched)))
+        touched: dict[str, list[str]] = {name: [] for name in PARTS}
+        for name, piece, adapter, targets in matched:
+            for target in _checked(piece, adapter, targets, components[name].base):
+                label = f"{spec.describe()} '{adapter.module}'"
+                patch = Patch(piece, adapter, spec.scale, target.transform, label)
+                patches[name].setdefault(target.param, []).append(patch)
+                touched[name].append(target.param)
+        ranks = tuple(r for _, piece, a, _ in matched if (r := piece.rank(a)) is not None)
+        kinds = tuple(sorted({a.kind for _, _, a, _ in matched}))
+        applied.append(
+            AppliedLora(
+                spec, dialect, kinds, len(matched), ranks, tuple(touched["transformer"]), tuple(unmatched),
+                tuple(touched["text_encoder"]),
+            )
+        )  # fmt: skip
     return patches, applied
+
+
+def _own_keys(lora: LoraFile) -> list[str]:
+    """The file keys of one part: its adapters' and its unknown ones."""
+    return [k for a in lora.adapters.values() for k in sorted(a.parts.values())] + list(lora.unknown)
+
+
+def _dialects(lora: LoraFile) -> str:
+    """The file's dialect, and its text encoder's when it has one ("kohya; text encoder kohya")."""
+    te = lora.text_encoder_part
+    if te is None:
+        return lora.dialect
+    if not lora.adapters and not lora.unknown:
+        return f"text encoder {te.dialect}"
+    return f"{lora.dialect}; text encoder {te.dialect}"
+
+
+def _checked(lora: LoraFile, adapter: Adapter, targets: Sequence[Target], base: TensorSource) -> Sequence[Target]:
+    """`targets`, each checked to be a weight of `base` the adapter's delta (or its piece) fits."""
+    shape = delta_shape(lora, adapter)
+    for target in targets:
+        if target.param not in base:
+            raise WeightError(
+                f"{lora.path}: module '{adapter.module}' targets '{target.param}', which {base.label} lacks"
+            )
+        want = base.info(target.param).shape
+        try:
+            piece = _piece_shape(shape, target.transform)
+        except WeightError as exc:
+            raise WeightError(f"{lora.path}: module '{adapter.module}': {exc}") from None
+        if tuple(piece) != tuple(want[:2]) or len(want) != 2:
+            raise WeightError(
+                f"{lora.path}: module '{adapter.module}' ({adapter.kind}) gives a delta of "
+                f"{list(piece)} for '{target.param}', which is {list(want)} in {base.file_of(target.param)}",
+                hint="the LoRA was trained for another model size or variant",
+            )
+    return targets
 
 
 def _refuse_other_family(
@@ -324,8 +429,6 @@ def _refuse_other_family(
 
 
 def _example(keys: Sequence[str], family: str) -> str:
-    import re
-
     from dif.lora.families import FAMILY_SIGNATURES
 
     patterns = [re.compile(p) for p in FAMILY_SIGNATURES[family][1]]

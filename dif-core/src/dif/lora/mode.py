@@ -17,6 +17,10 @@ The rule for `mode="auto"`, the first that applies wins:
   memory available                        (not pages of the mapped file); side GEMMs need no copy
   otherwise                               merged: the set is fixed for the pipeline's life, folded into
                                           the weights at load: no per-step cost
+
+That rule is the denoiser's. A file's text-encoder adapters (`apply_loras(..., text_encoder=)`) are
+always merged, whatever the denoiser's mode (`TEXT_ENCODER_WHY`), and recorded in the same decision
+(`LoraMode.text_encoder`); a swap that would change them is refused (`dif.lora.unmerged`).
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ from dif.errors import UsageError
 from dif.host import available_memory_bytes
 from dif.ir.program import Program
 from dif.lora.file import LoraSpec
-from dif.lora.merge import LoraMergedSource, ModuleTable, match_loras
+from dif.lora.merge import LoraComponent, LoraMergedSource, ModuleTable, lora_components, match_lora_parts
 from dif.lora.unmerged import UnmergedLoras
 from dif.weights.source import TensorSource
 
@@ -44,12 +48,20 @@ MODES = ("auto", "merged", "unmerged")
 DEFAULT_SLOT_RANK = 64
 """Adapter rows each side-GEMM slot holds (zero-padded): any LoRA up to this rank swaps in."""
 
+TEXT_ENCODER_WHY = (
+    "the text encoder runs once per prompt, not once per denoiser step: folded into its weights at load, "
+    "its adapters cost nothing per run, where side GEMMs would add work to every encode; a LoRA set with "
+    "other text-encoder adapters needs the pipeline loaded again (a swap refuses it)"
+)
+"""Why a LoRA's text-encoder adapters are merged in every mode (recorded with the decision)."""
+
 
 @frozen
 class LoraMode:
     """The decision: `mode` "merged" | "unmerged" as `requested` ("auto" | "merged" | "unmerged")
     resolved, `why`, the adapters it covered (`spec.describe()` each), the slot rank when unmerged,
-    the bytes of the weights the adapters change (`merge_bytes`) and the host bytes judged against."""
+    the bytes of the weights the adapters change (`merge_bytes`) and the host bytes judged against;
+    `text_encoder`: the adapters (`spec.describe()`) whose text-encoder part is merged (`TEXT_ENCODER_WHY`)."""
 
     mode: str
     requested: str
@@ -58,6 +70,7 @@ class LoraMode:
     slot_rank: int | None = None
     merge_bytes: int = 0
     host_free_bytes: int | None = None
+    text_encoder: tuple[str, ...] = ()
 
     @property
     def what(self) -> str:
@@ -65,7 +78,12 @@ class LoraMode:
         slots = f", side-GEMM slots of rank {self.slot_rank}" if self.mode == "unmerged" else ""
         return f"{head}, {len(self.adapters)} adapter(s){slots}"
 
+    @property
+    def text_encoder_what(self) -> str:
+        return f"lora text encoder: merged, {len(self.text_encoder)} adapter(s)"
+
     def to_dict(self) -> dict[str, Any]:
+        te = {"mode": "merged", "why": TEXT_ENCODER_WHY, "adapters": list(self.text_encoder)}
         return {
             "mode": self.mode,
             "requested": self.requested,
@@ -74,14 +92,18 @@ class LoraMode:
             "slot_rank": self.slot_rank,
             "merge_bytes": self.merge_bytes,
             "host_free_bytes": self.host_free_bytes,
+            "text_encoder": te if self.text_encoder else None,
         }
 
     def record(self, program: Program) -> Program:
         """`program` with this decision in its meta: "lora" (the dict, JSON) and appended to
-        "decisions" (a JSON list of [what, why] the planner records first in the plan)."""
+        "decisions" (a JSON list of [what, why] the planner records first in the plan), the text
+        encoder's line after the denoiser's when a LoRA adapts it."""
         meta = dict(program.meta)
         recorded = json.loads(meta.get("decisions", "[]"))
         recorded.append([self.what, self.why])
+        if self.text_encoder:
+            recorded.append([self.text_encoder_what, TEXT_ENCODER_WHY])
         meta["decisions"] = json.dumps(recorded)
         meta["lora"] = json.dumps(self.to_dict(), sort_keys=True)
         return evolve(program, meta=meta)
@@ -150,11 +172,13 @@ def decide_lora_mode(
 class LoraApplication:
     """How a checkpoint's adapters run: `source` is what the programs bind (the merged weights, or the
     base), `unmerged` feeds the side-GEMM inputs (None when merged), `mode` the decision (None with no
-    adapter and no swapping asked for: nothing was decided)."""
+    adapter and no swapping asked for: nothing was decided); `text_encoder` the text encoder's weights
+    with its adapters merged (its base when none adapts it; None when no text encoder was given)."""
 
     source: TensorSource
     unmerged: UnmergedLoras | None = None
     mode: LoraMode | None = None
+    text_encoder: TensorSource | None = None
 
     def build(self, key: Hashable, build: Callable[[], Program]) -> Program:
         """`build()` (inside the slots when unmerged), the decision recorded in the program's meta."""
@@ -192,20 +216,29 @@ def apply_loras(
     rank: int = DEFAULT_SLOT_RANK,
     allow_unmatched: bool = False,
     host_free_bytes: int | None = None,
+    text_encoder: LoraComponent | None = None,
 ) -> LoraApplication:
     """The adapters of `specs` matched to `base` through `table` (errors as `merge_loras`), the mode
     decided (`decide_lora_mode`; `host_free_bytes` None: the host's available memory now) and applied:
-    merged into the source, or kept as side-GEMM inputs of slots of `rank` on every weight of `table`."""
+    merged into the source, or kept as side-GEMM inputs of slots of `rank` on every weight of `table`.
+    `text_encoder`: the text encoder's weights and table; the files' text-encoder adapters are merged
+    into them (`LoraApplication.text_encoder`) in either mode. Without it, text-encoder keys are unmatched."""
     parsed = [LoraSpec.parse(s) for s in specs]
     if mode not in MODES:
         raise UsageError(f"--lora-mode {mode!r}: choose {', '.join(MODES)}")
+    te_base = None if text_encoder is None else text_encoder.base
     if not parsed and not swappable and mode != "unmerged":
-        return LoraApplication(base)
-    patches, applied = (
-        match_loras(base, parsed, table, family=family, model=model, allow_unmatched=allow_unmatched)
+        return LoraApplication(base, text_encoder=te_base)
+    components = lora_components(base, table, text_encoder)
+    by_part, applied = (
+        match_lora_parts(parsed, components, family=family, model=model, allow_unmatched=allow_unmatched)
         if parsed
         else ({}, [])
     )
+    patches = by_part.get("transformer", {})
+    te_patches = by_part.get("text_encoder", {})
+    if te_base is not None and te_patches:
+        te_base = LoraMergedSource(te_base, te_patches, applied)
     kinds = sorted({p.adapter.kind for ps in patches.values() for p in ps})
     # rows each weight's adapters need together, from the headers (nothing is read before the decision)
     need = max((sum(p.lora.rank(p.adapter) or 0 for p in ps) for ps in patches.values()), default=0)
@@ -221,9 +254,10 @@ def apply_loras(
         merge_bytes=merge_bytes,
         host_free_bytes=free,
     )
+    decided = evolve(decided, text_encoder=tuple(a.spec.describe() for a in applied if a.text_encoder_targets))
     if decided.mode == "merged":
         source = LoraMergedSource(base, patches, applied) if patches else base
-        return LoraApplication(source, None, decided)
-    unmerged = UnmergedLoras(base, table, family, model, rank=rank)
+        return LoraApplication(source, None, decided, te_base)
+    unmerged = UnmergedLoras(base, table, family, model, rank=rank, text_encoder=text_encoder)
     unmerged.use(patches, applied)
-    return LoraApplication(base, unmerged, decided)
+    return LoraApplication(base, unmerged, decided, te_base)

@@ -9,6 +9,9 @@ running a program built inside `dif.lora.slots.lora_slots`. For each slot weight
 so that (x @ down^T) @ up^T = x @ (sum_i s_i P(B_i) A_i)^T: the merged delta, computed as two thin
 GEMMs per step instead of folded into W. Swapping LoRAs or scales is new values for these inputs.
 Only LoRA (down / up) adapters are low-rank factors; LoKr and LoHa are refused here (merge them).
+A file's text-encoder adapters are merged at load (`dif.lora.mode.TEXT_ENCODER_WHY`): a swap to a
+set whose text-encoder part differs (another file or scale adapting it, or it dropped) is refused,
+naming both sets, and the adapters in use are kept; the denoiser part of any set swaps as before.
 """
 
 from __future__ import annotations
@@ -21,10 +24,18 @@ import numpy as np
 from attrs import define, field
 
 from dif.dtypes import DType
-from dif.errors import WeightError
+from dif.errors import UsageError, WeightError
 from dif.ir.program import Program
 from dif.lora.file import LoraSpec
-from dif.lora.merge import AppliedLora, ModuleTable, Patch, match_loras
+from dif.lora.merge import (
+    AppliedLora,
+    LoraComponent,
+    ModuleTable,
+    Patch,
+    lora_components,
+    match_lora_parts,
+    text_encoder_set,
+)
 from dif.lora.slots import lora_slots, slot_inputs
 from dif.weights.source import TensorSource
 
@@ -118,14 +129,18 @@ def adapter_inputs(program: Program, patches: Mapping[str, Sequence[Patch]]) -> 
 class UnmergedLoras:
     """A checkpoint's adapters kept out of its weights: every weight of `table` has a slot of `rank`,
     `slots` is what to build the programs with (`lora_slots`), `inputs(dtype)` the values to run them
-    with, and `set(specs)` swaps the adapters or their scales (the programs stay as prepared)."""
+    with, and `set(specs)` swaps the adapters or their scales (the programs stay as prepared).
+    `text_encoder`: the text encoder's weights and table, whose adapters were merged at load; the
+    first `use` fixes that set (`text_encoder_set`), later swaps must keep it."""
 
     base: TensorSource
     table: ModuleTable
     family: str
     model: str
     rank: int = 64
+    text_encoder: LoraComponent | None = None
     applied: list[AppliedLora] = field(factory=list)
+    _text_encoder_set: tuple[tuple[str, float], ...] | None = None
     _patches: dict[str, list[Patch]] = field(factory=dict)
     _inputs: dict[DType, dict[str, np.ndarray]] = field(factory=dict)
     _programs: dict[Hashable, tuple[str, ...]] = field(factory=dict)
@@ -135,16 +150,30 @@ class UnmergedLoras:
         return {t.param: self.rank for targets in self.table.values() for t in targets}
 
     def set(self, specs: Sequence[LoraSpec | str | Path], *, allow_unmatched: bool = False) -> None:
-        """Use `specs` from now on (empty: no adapter); refused, keeping the old ones, when they do not fit."""
-        patches, applied = match_loras(
-            self.base, specs, self.table, family=self.family, model=self.model, allow_unmatched=allow_unmatched
+        """Use `specs` from now on (empty: no adapter); refused, keeping the old ones, when they do not
+        fit, or (`UsageError`) when their text-encoder adapters are not those merged at load."""
+        components = lora_components(self.base, self.table, self.text_encoder)
+        by_part, applied = match_lora_parts(
+            specs, components, family=self.family, model=self.model, allow_unmatched=allow_unmatched
         ) if specs else ({}, [])  # fmt: skip
-        self.use(patches, applied)
+        self.use(by_part.get("transformer", {}), applied)
 
     def use(self, patches: Mapping[str, Sequence[Patch]], applied: Sequence[AppliedLora]) -> None:
         """Use adapters already matched (`match_loras`); `WeightError` when one weight's need more than
-        the slot rank (the old ones are kept)."""
+        the slot rank, `UsageError` when they change the text encoder's merged adapters (the old ones
+        are kept either way)."""
         slot_ranks(patches, self.rank)
+        wanted = text_encoder_set(applied)
+        if self._text_encoder_set is not None and wanted != self._text_encoder_set:
+            said = lambda s: ", ".join(f"{Path(f).name}@{x:g}" for f, x in s) or "none"  # noqa: E731
+            raise UsageError(
+                f"these LoRAs adapt the text encoder with {said(wanted)}, but it was loaded with "
+                f"{said(self._text_encoder_set)}: text-encoder adapters are merged into its weights at load "
+                "and do not swap",
+                hint="load the pipeline again with these LoRAs, or swap sets whose text-encoder part (file and "
+                "scale) is the loaded one's",
+            )
+        self._text_encoder_set = wanted
         self._patches, self.applied, self._inputs = {k: list(v) for k, v in patches.items()}, list(applied), {}
 
     def build(self, key: Hashable, build: Callable[[], Program]) -> Program:

@@ -2,8 +2,8 @@
 values are NaN or infinite (the load-time scan `dif.weights.bind.check_finite_weights` refuses
 those; this command shows where they are), then what the file is: the model family its names say
 (`dif.lora.families`), dtypes, bytes, the largest tensors, repeated shape patterns; for a LoRA its
-dialect, kinds, ranks, alphas and targeted modules (`dif.lora.read_lora`); for a GGUF its
-architecture and the ggml type of every tensor.
+dialect, kinds, ranks, alphas and targeted modules, for the denoiser and the text encoder
+(`dif.lora.read_lora`); for a GGUF its architecture and the ggml type of every tensor.
 
 MODEL is a .safetensors or .gguf file, a sharded index (.json), a component folder (transformer/)
 or a diffusers folder, whose component folders are read in name order.
@@ -78,18 +78,25 @@ def describe_file(model: Path, sources: list[tuple[str, Any]]) -> dict[str, Any]
         }
     if model.is_file() and model.suffix == ".safetensors" and any(n.endswith(LORA_SUFFIXES) for n in names):
         lora = read_lora(model)
-        alphas = sorted({a for ad in lora.adapters.values() if (a := lora.alpha(ad)) is not None})
-        out["lora"] = {
-            "dialect": lora.dialect,
-            "kinds": sorted({a.kind for a in lora.adapters.values()}),
-            "modules": len(lora.adapters),
-            "ranks": sorted({r for a in lora.adapters.values() if (r := lora.rank(a)) is not None}),
-            "alphas": alphas,
-            "targets": sorted(lora.adapters),
-            "text_encoder_keys": len(lora.text_encoder),
-            "unknown_keys": list(lora.unknown),
-        }
+        out["lora"] = _lora_part(lora) | {"text_encoder_keys": len(lora.text_encoder)}
+        te = lora.text_encoder_part
+        out["lora"]["text_encoder"] = None if te is None else _lora_part(te)
     return out
+
+
+def _lora_part(lora: Any) -> dict[str, Any]:
+    """Dialect, kinds, module count, ranks, alphas, targeted modules and unknown keys of one part of a
+    LoRA file (a `dif.lora.LoraFile`: the denoiser's, or its `text_encoder_part`)."""
+    adapters = lora.adapters.values()
+    return {
+        "dialect": lora.dialect,
+        "kinds": sorted({a.kind for a in adapters}),
+        "modules": len(lora.adapters),
+        "ranks": sorted({r for a in adapters if (r := lora.rank(a)) is not None}),
+        "alphas": sorted({a for ad in adapters if (a := lora.alpha(ad)) is not None}),
+        "targets": sorted(lora.adapters),
+        "unknown_keys": list(lora.unknown),
+    }
 
 
 def _summary_lines(info: dict[str, Any]) -> list[str]:
@@ -100,13 +107,16 @@ def _summary_lines(info: dict[str, Any]) -> list[str]:
         lines.append(f"GGUF v{g['version']} ({g['architecture'] or 'no architecture'}): "
                      + ", ".join(f"{k} x{v}" for k, v in g["types"].items()))  # fmt: skip
     if "lora" in info:
-        lo = info["lora"]
-        targets = ", ".join(lo["targets"][:6]) + (" ..." if len(lo["targets"]) > 6 else "")
-        lines.append(
-            f"LoRA ({lo['dialect']} dialect, {'/'.join(lo['kinds'])}): {lo['modules']} modules, rank "
-            f"{'/'.join(map(str, lo['ranks'])) or '-'}, alpha {'/'.join(f'{a:g}' for a in lo['alphas']) or '-'}; "
-            f"targets {targets}"
-        )
+        parts = [("LoRA", info["lora"]), ("text-encoder LoRA", info["lora"]["text_encoder"])]
+        for what, lo in parts:
+            if lo is None or (what == "LoRA" and not lo["modules"] and info["lora"]["text_encoder"]):
+                continue  # a file with text-encoder adapters only: no empty denoiser line
+            targets = ", ".join(lo["targets"][:6]) + (" ..." if len(lo["targets"]) > 6 else "")
+            lines.append(
+                f"{what} ({lo['dialect']} dialect, {'/'.join(lo['kinds'])}): {lo['modules']} modules, rank "
+                f"{'/'.join(map(str, lo['ranks'])) or '-'}, alpha {'/'.join(f'{a:g}' for a in lo['alphas']) or '-'}; "
+                f"targets {targets}"
+            )
     for pattern, n in list(info["repeated_shapes"].items())[:3]:
         lines.append(f"  x{n}  {pattern}")
     return lines
