@@ -284,6 +284,10 @@ def time_dif(args: argparse.Namespace, dev: Device, ck: SdCheckpoint, backend: s
             pipe.decode(z, g, g)
             decode_ms.append((time.perf_counter() - t0) * 1e3)
         out["decode_ms"] = median_ms(decode_ms)
+    if backend == "cuda":  # each program's device time alone (graph replay between events): the rest is host
+        out["graph_ms"] = {
+            name: round(dev.dif_median(exe, {}, runs, 3)[0], 3) for name, exe in pipe._programs.prepared().items()
+        }
     if backend == "cuda" and args.profile_iters:  # where each stage's device time goes, by shape
         out["profile_by_shape"] = {
             name: dict(list(dev.profile(exe, args.profile_iters, by="shape").items())[: args.profile_top])

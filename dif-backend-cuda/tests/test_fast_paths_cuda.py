@@ -173,18 +173,25 @@ def test_cudnn_convolution_matches(bias: bool) -> None:
     _run(b.build(), 1e-2)
 
 
-@pytest.mark.parametrize("bias", [False, True])
-def test_convolution_in_two_halves_of_its_outputs(bias: bool, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Where the tuning store picks the split (forced here: which is faster depends on the device), the two
-    half-output convolutions write the same result as the whole one."""
+def _force_conv_form(monkeypatch: pytest.MonkeyPatch, form: str) -> None:
+    """Make the tuning store pick `form` for every convolution (which form is faster depends on the device)."""
     from dif_backend_cuda.tuning import Choices
 
     choose = Choices.choose
 
-    def halves_win(self, problem, count, measure):  # type: ignore[no-untyped-def]
-        return (1, "cached") if problem[0] == "conv-halves" else choose(self, problem, count, measure)
+    def pick(self, problem, count, measure):  # type: ignore[no-untyped-def]
+        if problem[0] == "conv-form":
+            names = problem[-count:]
+            return next(i for i, name in enumerate(names) if name.startswith(form)), "cached"
+        return choose(self, problem, count, measure)
 
-    monkeypatch.setattr(Choices, "choose", halves_win)
+    monkeypatch.setattr(Choices, "choose", pick)
+
+
+@pytest.mark.parametrize("bias", [False, True])
+def test_convolution_in_two_halves_of_its_outputs(bias: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where the tuning store picks the split, the two half-output convolutions write the whole one's result."""
+    _force_conv_form(monkeypatch, "cudnn-conv (two halves")
     b = ProgramBuilder("conv")
     x = b.input("x", (1, 32, 20, 18), "f16")
     w = b.input("w", (256, 32, 3, 3), "f16")
@@ -192,4 +199,44 @@ def test_convolution_in_two_halves_of_its_outputs(bias: bool, monkeypatch: pytes
     b.output(b.emit("conv2d", *operands, padding=(1, 1, 1, 1)))
     chosen: list[str] = []
     _run(b.build(), 1e-2, seen=chosen)
-    assert [c.split(",")[0] for c in chosen] == ["cudnn-conv (two halves of the output channels"], chosen
+    assert chosen == ["cudnn-conv (two halves of the output channels)"], chosen
+
+
+@pytest.mark.parametrize(
+    ("kernel", "stride", "padding", "bias"),
+    [(3, 1, 1, True), (3, 2, 1, False), (1, 1, 0, True), (3, 1, 0, False)],
+)
+def test_small_convolution_as_one_gemm(
+    kernel: int, stride: int, padding: int, bias: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A convolution at a small output size as im2col + one cuBLASLt GEMM (a 1x1 one straight on its input)
+    writes what the reference computes, with stride, padding and bias."""
+    _force_conv_form(monkeypatch, "cublaslt-conv")
+    b = ProgramBuilder("conv")
+    x = b.input("x", (1, 96, 13, 11), "f16")
+    w = b.input("w", (160, 96, kernel, kernel), "f16")
+    operands = (x, w, b.input("b", (160,), "f16")) if bias else (x, w)
+    b.output(b.emit("conv2d", *operands, stride=(stride, stride), padding=(padding,) * 4))
+    chosen: list[str] = []
+    _run(b.build(), 1e-2, seen=chosen)
+    assert chosen == ["cublaslt-conv (im2col + GEMM)"], chosen
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_short_attention_on_the_flash_kernel_where_faster(causal: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where the tuning store picks the NVRTC flash kernel over cuDNN for a short attention (CLIP's 77 tokens),
+    it computes the same attention."""
+    from dif_backend_cuda.tuning import Choices
+
+    choose = Choices.choose
+
+    def flash_wins(self, problem, count, measure):  # type: ignore[no-untyped-def]
+        return (1, "cached") if problem[0] == "sdpa-form" else choose(self, problem, count, measure)
+
+    monkeypatch.setattr(Choices, "choose", flash_wins)
+    b = ProgramBuilder("clip_attention")
+    q, k, v = (b.input(n, (1, 77, 16, 64), "f16") for n in "qkv")
+    b.output(b.emit("sdpa", q, k, v, causal=causal))
+    chosen: list[str] = []
+    _run(b.build(), 1e-2, seen=chosen)
+    assert chosen == ["nvrtc-flash (faster than cuDNN at this size)"], chosen

@@ -46,3 +46,21 @@ struct ConvStore {
 CONV(f32)
 CONV(f16)
 CONV(bf16)
+
+// ---- im2col for one image: col[p, (ch, ky, kx)] (row-major [Ho*Wo, C*kh*kw]) --------------------------
+// The patch matrix of a convolution at a small output size, which one cuBLASLt GEMM then multiplies by the
+// weight (lower/conv.py `_gemm_form`); zeros where a tap falls in the padding.
+#define IM2COL(TN)                                                                                          \
+  KERNEL_ENTRY im2col_##TN(const TN* __restrict__ x, TN* __restrict__ col, i64 c, i64 h, i64 wd, i64 kh,     \
+                           i64 kw, i64 ho, i64 wo, i64 sh, i64 sw, i64 pt, i64 pl, i64 dh, i64 dw) {         \
+    const i64 taps = kh * kw, k_all = c * taps, total = ho * wo * k_all;                                     \
+    for (i64 i = blockIdx.x * (i64)blockDim.x + threadIdx.x; i < total; i += (i64)gridDim.x * blockDim.x) { \
+      const i64 p = i / k_all, k = i % k_all, oy = p / wo, ox = p % wo;                                      \
+      const i64 ch = k / taps, t = k % taps, ky = t / kw, kx = t % kw;                                       \
+      const i64 iy = oy * sh - pt + ky * dh, ix = ox * sw - pl + kx * dw;                                    \
+      col[i] = (iy < 0 || iy >= h || ix < 0 || ix >= wd) ? from_f<TN>(0.0f) : x[(ch * h + iy) * wd + ix];    \
+    }                                                                                                        \
+  }
+IM2COL(f32)
+IM2COL(f16)
+IM2COL(bf16)

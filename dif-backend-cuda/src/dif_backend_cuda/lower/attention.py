@@ -6,6 +6,8 @@ rope (the rotation kernels of `kernels/norm.cu`).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -17,6 +19,7 @@ from dif_backend_cuda.lower.base import (
     THREADS,
     Attrs,
     DevTensor,
+    Launch,
     LowerCtx,
     Steps,
     Ts,
@@ -56,7 +59,7 @@ def _sdpa(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Ts, outs: Ts) -> Steps:
     q, k, v = ins[0], ins[1], ins[2]
     mask = ins[3] if len(ins) > 3 else None
     (o,) = outs
-    dt = need(node, q.dtype, FLOATS)
+    need(node, q.dtype, FLOATS)
     b, sq, hq, d = q.shape
     skv, hkv, dv = k.shape[1], k.shape[2], v.shape[3]
     scale = attrs["scale"] or 1.0 / math.sqrt(d)
@@ -64,11 +67,71 @@ def _sdpa(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Ts, outs: Ts) -> Steps:
     strides = [row_stride(node, t, 2) for t in (q, k, v, o)]
     cudnn_steps = _cudnn_steps(ctx, node, q, k, v, mask, o, scale, causal, strides)
     if cudnn_steps is not None:
+        if mask is None and sq * skv <= FLASH_TRIED_SCORES and dv <= FA_MAX_DV:
+            problem = (q.dtype.value, b, sq, skv, hq, hkv, d, dv, scale, causal, *strides)
+            flash = partial(_flash, ctx, node, q, k, v, None, o, scale, causal, strides)
+            return _faster_of_cudnn_and_flash(ctx, node, cudnn_steps, flash, problem)
         return cudnn_steps
     if dv > FA_MAX_DV and mask is None and not causal:
         steps = _sdpa_by_gemms(ctx, node, q, k, v, o, scale, strides)
         if steps is not None:
             return steps
+    return [_flash(ctx, node, q, k, v, mask, o, scale, causal, strides)]
+
+
+FLASH_TRIED_SCORES = 256 * 256
+"""Scores per head (Sq * Skv) up to which the NVRTC flash kernel is also timed against cuDNN's SDPA (under
+tuning; the store keeps the verdict): at CLIP's 77 causal tokens cuDNN's kernel is mostly fixed cost."""
+
+
+def _faster_of_cudnn_and_flash(
+    ctx: LowerCtx, node: Node, cudnn_steps: Steps, flash: Callable[[], Launch], problem: tuple[Any, ...]
+) -> Steps:
+    """`cudnn_steps` (one SDPA step), or the flash kernel when the tuning store says (or timing shows) it is
+    faster for this problem."""
+    choices = ctx.backend.cudnn().choices
+    if choices is None:
+        return cudnn_steps
+    built: list[Any] = []
+
+    def candidate(i: int) -> Any:
+        if i == 0:
+            return cudnn_steps[0]
+        if not built:
+            launch = flash()
+            launch.resolve(0)  # no metadata: runnable now, for timing
+            built.append(launch)
+        return built[0]
+
+    def measure() -> int:
+        from dif_backend_cuda.tuning import fastest
+
+        stream = ctx.backend.stream
+        return fastest(lambda i: candidate(i)(stream), 2, stream)[0]
+
+    index, _how = choices.choose(("sdpa-form", *problem), 2, measure)
+    if index == 0:
+        return cudnn_steps
+    ctx.choices[node.id] = "nvrtc-flash (faster than cuDNN at this size)"
+    return [candidate(1)]
+
+
+def _flash(
+    ctx: LowerCtx,
+    node: Node,
+    q: DevTensor,
+    k: DevTensor,
+    v: DevTensor,
+    mask: DevTensor | None,
+    o: DevTensor,
+    scale: float,
+    causal: bool,
+    strides: list[int],
+) -> Launch:
+    """The NVRTC flash-attention launch (kernels/attention.cu) for one sdpa node."""
+    dt = q.dtype.value
+    b, sq, hq, d = q.shape
+    skv, hkv, dv = k.shape[1], k.shape[2], v.shape[3]
     if dv > FA_WIDE_DV:
         raise unsupported(node, f"value head dim {dv} > {FA_WIDE_DV} in the flash kernel")
     shared = 4 * (FA_TILE * (d + 1) + FA_TILE * dv + FA_WARPS * d)
@@ -98,7 +161,7 @@ def _sdpa(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Ts, outs: Ts) -> Steps:
     limit = int(ctx.backend.props["smem_optin"])
     if shared > limit:  # above 48 KiB the launch opts in when resolved (`Launch.resolve`)
         raise unsupported(node, f"head dims {d}/{dv} need {shared} B of shared memory (device: {limit})")
-    return [launch]
+    return launch
 
 
 def _sdpa_by_gemms(

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from dif.ir.program import Node
 from dif_backend_cuda.lower.base import (
     FLOATS,
@@ -85,12 +87,9 @@ def _cudnn_conv_step(ctx: LowerCtx, node: Node, x: DevTensor, w: DevTensor, y: D
         except Exception as exc:
             reason = f"cuDNN rejected it: {type(exc).__name__}: {str(exc)[:200]}"
         else:
-            halves = _halves_if_faster(handle, step, conv, w.shape[0], y.shape[0])
-            if halves is not None:
-                ctx.choices[node.id] = f"cudnn-conv (two halves of the output channels, {halves[0].choice})"
-                return _Steps(halves)
-            ctx.choices[node.id] = f"cudnn-conv ({step.choice})"
-            return step
+            form, chosen = _fastest_form(ctx, handle, step, conv, x, w, y, attrs)
+            ctx.choices[node.id] = form
+            return chosen
     ctx.choices[node.id] = f"nvrtc-implicit-gemm ({reason})"
     return None
 
@@ -100,39 +99,95 @@ SPLIT_MIN_OUTPUTS = 256
 cuDNN has no fast plan in this layout for some problems that have one at half the outputs: the SD VAE decoder's
 256 -> 256 3x3 at 512^2 ran at 34 TFLOP/s on the H200 with its best plan, its 256 -> 128 sibling at 285."""
 
+GEMM_MAX_PIXELS = 1024
+"""Output pixels up to which a convolution is also tried as one cuBLASLt GEMM (after an im2col unless it is a
+1x1 convolution). At a UNet's 8^2 and 16^2 levels the problem is a skinny GEMM (64 output pixels, K = 1280 * 9)
+that cuBLASLt splits over K; cuDNN's best plan ran SD's 1280 -> 1280 3x3 at 8^2 in ~55 us on the H200."""
+
 
 class _Steps:
     """Several library steps run as one (what the conv2d lowering returns before its bias add)."""
 
     kind = "cudnn"
 
-    def __init__(self, steps: list[Any]) -> None:
-        self.steps = steps
+    def __init__(self, steps: list[Any], scratch: Any = None) -> None:
+        self.steps, self.scratch = steps, scratch  # scratch: device memory the steps use, kept alive with them
 
     def __call__(self, stream: Any) -> None:
         for step in self.steps:
             step(stream)
 
 
-def _halves_if_faster(handle: Any, whole: Any, conv: Any, outputs: int, batch: int) -> list[Any] | None:
-    """The two half-output convolutions when the tuning store says (or, tuning on, timing shows) they beat
-    `whole`; None otherwise, and always where halves are not contiguous slices of the output (batch > 1)."""
+def _fastest_form(
+    ctx: LowerCtx, handle: Any, whole: Any, conv: Any, x: DevTensor, w: DevTensor, y: DevTensor, attrs: Attrs
+) -> tuple[str, Any]:
+    """(how it runs, the step) for one convolution: cuDNN's whole convolution, or where they apply and the
+    tuning store says (or, tuning on, timing shows) they are faster, two half-output cuDNN convolutions or
+    one cuBLASLt GEMM. Only one image: halves and the GEMM's output are contiguous slices of it then."""
+    outputs, batch = w.shape[0], y.shape[0]
+    forms: dict[str, Any] = {f"cudnn-conv ({whole.choice})": lambda: whole}
+    if batch == 1 and outputs >= SPLIT_MIN_OUTPUTS and outputs % 2 == 0:
+
+        def halves() -> Any:
+            return _Steps([conv(outputs // 2), conv(outputs // 2, outputs // 2)])
+
+        forms["cudnn-conv (two halves of the output channels)"] = halves
+    lt = ctx.backend.lt() if batch == 1 and attrs["groups"] == 1 else None
+    if lt is not None and y.shape[2] * y.shape[3] <= GEMM_MAX_PIXELS:
+        forms["cublaslt-conv (im2col + GEMM)"] = lambda: _gemm_form(ctx, lt, x, w, y, attrs)
     choices = handle.choices
-    if choices is None or batch != 1 or outputs < SPLIT_MIN_OUTPUTS or outputs % 2:
-        return None
-    halves: list[Any] = []
+    if choices is None or len(forms) == 1:
+        return next(iter(forms)), whole
+    names, built = list(forms), {0: whole}
+
+    def candidate(i: int) -> Any:
+        if i not in built:
+            built[i] = forms[names[i]]()
+        return built[i]
 
     def measure() -> int:
         from dif_backend_cuda.tuning import fastest
 
-        halves.extend([conv(outputs // 2), conv(outputs // 2, outputs // 2)])
-        candidates = [whole, _Steps(halves)]
-        return fastest(lambda i: candidates[i](handle.stream), 2, handle.stream)[0]
+        return fastest(lambda i: candidate(i)(handle.stream), len(names), handle.stream)[0]
 
-    index, _how = choices.choose(("conv-halves", *whole.key), 2, measure)
-    if index == 0:
-        return None
-    return halves or [conv(outputs // 2), conv(outputs // 2, outputs // 2)]
+    index, _how = choices.choose(("conv-form", *whole.key, *names), len(names), measure)
+    return names[index], candidate(index)
+
+
+def _gemm_form(ctx: LowerCtx, lt: Any, x: DevTensor, w: DevTensor, y: DevTensor, attrs: Attrs) -> _Steps:
+    """y[O, P] = w[O, K] @ col[P, K]^T for one image (P = Ho * Wo, K = C * kh * kw), column-major as cuBLASLt
+    sees it: D[P, O] = col^T[P, K] @ w^T[K, O]. col is the im2col patch matrix in scratch memory, or x itself
+    for a 1x1 convolution without stride, padding or dilation ([C, P] row-major is [P, C] column-major)."""
+    import cupy
+
+    from dif_backend_cuda.gemm import OP_N, OP_T, GemmProblem, LtMatmul
+
+    _n, c, h, wd = x.shape
+    o, _c, kh, kw = w.shape
+    ho, wo = y.shape[2], y.shape[3]
+    (sh, sw), (pt, pb, pl, pr), (dh, dw) = attrs["stride"], attrs["padding"], attrs["dilation"]
+    pixels, k = ho * wo, c * kh * kw
+    direct = (kh, kw, sh, sw, dh, dw) == (1, 1, 1, 1, 1, 1) and not any((pt, pb, pl, pr))
+    steps: list[Any] = []
+    scratch = None
+    if direct:
+        a, lda, trans_a = x.ptr, pixels, OP_N
+    else:
+        scratch = cupy.cuda.Memory(pixels * k * x.dtype.itemsize)
+        total = pixels * k
+        blocks = max(1, min(-(-total // 256), ctx.sm_count * 16))
+        geometry = (c, h, wd, kh, kw, ho, wo, sh, sw, pt, pl, dh, dw)
+        launch = ctx.kernel("conv", f"im2col_{x.dtype.value}", (blocks,), (256,), [
+            ptr(x), np.uint64(scratch.ptr), *(i64(v) for v in geometry)])  # fmt: skip
+        launch.resolve(0)  # no metadata; timed at prepare before the program's own resolve
+        steps.append(launch)
+        a, lda, trans_a = scratch.ptr, k, OP_T
+    problem = GemmProblem(x.dtype, m=pixels, n=o, k=k, a=a, lda=lda, trans_a=trans_a, b=w.ptr, ldb=k,
+                          trans_b=OP_N, d=y.ptr, ldd=pixels)  # fmt: skip
+    gemm = LtMatmul(lt, problem)
+    gemm.tune(ctx.backend.stream)
+    steps.append(gemm)
+    return _Steps(steps, scratch)
 
 
 @lowering("upsample_nearest")
