@@ -85,7 +85,9 @@ class BackendInfo:
     `supported_ops`: see `OpDeclaration`; a program with an op outside it is never given to this
     backend. `probe()` / `budget()`: the default device's `TargetProfile` / `RuntimeBudget` without
     creating the backend (None: selection creates it and asks the `Backend`); the profile's `dtypes`
-    are the element types a program may use on it."""
+    are the element types a program may use on it. `devices()`: how many devices this process sees, for
+    `generate --gpus N` (one rank per device; a backend that declares it creates rank r's backend on device
+    LOCAL_RANK when that variable is set); None: not declared, and such a backend runs no ranks."""
 
     name: str
     priority: int | Callable[[], int]
@@ -95,6 +97,7 @@ class BackendInfo:
     supported_ops: OpDeclaration = field(default=None, converter=_op_declaration)
     probe: Callable[[], TargetProfile] | None = None
     budget: Callable[[], RuntimeBudget] | None = None
+    devices: Callable[[], int] | None = None
 
     def rank(self) -> int:
         """The priority, asked of the plugin when it registered a callable."""

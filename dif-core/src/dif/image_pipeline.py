@@ -18,7 +18,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import numpy as np
 from attrs import evolve, frozen
@@ -33,6 +33,9 @@ from dif.report import ImageRun, image_settings
 from dif.runstats import StageTimer, peak_rss_bytes
 from dif.sched import FlowMatchSchedule, with_sampling
 from dif.target import RuntimeBudget
+
+if TYPE_CHECKING:
+    from dif.parallel.cfg import CfgParallel
 
 
 @frozen
@@ -207,9 +210,13 @@ class TextToImagePipeline:
     """Base of a frontend's pipeline (an attrs class with a `dtype` field and its programs in a
     `dif.program_cache.ProgramCache` field `_programs`, made with the pipeline's `vram_budget` when it takes
     one). `grid_h`, `grid_w` count latent tokens. `cfg_base` is the model's CFG combine rule
-    (`dif.sched.cfg_combine`); `on_step(done, total, latents)` is called after each step."""
+    (`dif.sched.cfg_combine`); `on_step(done, total, latents)` is called after each step. `cfg_parallel`
+    (set on the instance by `dif.kit.ranks`, `dif NAME generate --gpus 2`) makes this process one rank of a
+    CFG-parallel pair (`dif.parallel.cfg`): `denoise` hands it to the sampling loop; a frontend that
+    overrides `denoise` runs no CFG-parallel (`dif.kit.ranks` refuses it)."""
 
     cfg_base: ClassVar[Literal["uncond", "cond"]] = "uncond"
+    cfg_parallel: CfgParallel | None = None
     dtype: DType
     on_step: StepCallback | None
     on_stage: Callable[[str, float], None] | None
@@ -401,8 +408,9 @@ class TextToImagePipeline:
 
         def run(x: np.ndarray, part: FlowMatchSchedule, on_step: StepCallback | None) -> np.ndarray:
             return sample(
-                x, part, predict, cond, uncond=uncond, guidance=guidance, cfg_base=self.cfg_base, on_step=on_step
-            )
+                x, part, predict, cond, uncond=uncond, guidance=guidance, cfg_base=self.cfg_base, on_step=on_step,
+                cfg_parallel=self.cfg_parallel,
+            )  # fmt: skip
 
         if init is None or images is None or images.mask is None:
             return run(x, schedule, self.on_step)
@@ -507,6 +515,7 @@ class TextToImagePipeline:
                 **extra,
                 **inputs,
                 **({"batch_size": len(pixels), "batch_index": i} if len(pixels) > 1 else {}),
+                **({"parallel": self.cfg_parallel.record()} if self.cfg_parallel is not None else {}),
             )
             row = slice(i, i + 1)
             runs.append(

@@ -9,7 +9,7 @@ model call; the loop owns the order of operations, so every frontend rounds alik
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
@@ -17,6 +17,9 @@ from dif.errors import UsageError
 from dif.kit.finite import require_finite
 from dif.sched import SAMPLERS, FlowMatchSchedule, cfg_combine, euler_step
 from dif.sched.solvers import dpm_x0, dpmpp_2m_step, heun_derivative, heun_predict
+
+if TYPE_CHECKING:
+    from dif.parallel.cfg import CfgParallel
 
 Predict = Callable[[np.ndarray, float, Any], np.ndarray]
 """(latents (1, N, C) in the run dtype, timestep (a numpy float32 scalar, 1000 * sigma; pass it on
@@ -36,6 +39,7 @@ def sample(
     guidance: float = 1.0,
     cfg_base: Literal["uncond", "cond"] = "uncond",
     on_step: StepCallback | None = None,
+    cfg_parallel: CfgParallel | None = None,
 ) -> np.ndarray:
     """`latents` after every step of `schedule`, stepped by `schedule.sampler`: v = predict(x, t, cond);
     with `uncond` (CFG on) v = cfg_combine(v, predict(x, t, uncond), guidance, base=cfg_base); then
@@ -44,12 +48,24 @@ def sample(
     DPM-Solver++(2M) on the data predictions x - sigma * v (`dif.sched.solvers`). The result keeps the
     dtype of `latents`. `on_step(i, n, x)` is called after each step. Under the run's finite checks
     (`dif.kit.finite`) the initial latents, each model output and the latents after each step must be
-    finite (`NonFiniteError` naming the step)."""
+    finite (`NonFiniteError` naming the step).
+
+    With `cfg_parallel` (`dif.parallel.cfg`, CFG on) this process is one rank of two: it runs only its
+    branch's model call (cond on rank 0, uncond on rank 1), all-gathers the two velocities and combines them
+    as above, so every rank steps the same latents, equal to one process's."""
     x = require_finite("initial latents", latents)
     total = schedule.num_steps
+    if cfg_parallel is not None and uncond is None:
+        raise UsageError("CFG-parallel sampling needs the uncond conditioning (CFG is off)")
 
     def velocity(x: np.ndarray, t: Any, step: int) -> np.ndarray:  # t: a float32 scalar of the schedule
         where = (step + 1, total)
+        if cfg_parallel is not None:  # this rank's branch, then both ranks' outputs, checked as one process does
+            mine = predict(x, t, cond if cfg_parallel.branch == "cond" else uncond)
+            guided, unguided = cfg_parallel.comm.all_gather(mine)
+            v = require_finite("denoiser output", guided, step=where)
+            unguided = require_finite("denoiser output (negative prompt)", unguided, step=where)
+            return cfg_combine(v, unguided, guidance, base=cfg_base)
         v = require_finite("denoiser output", predict(x, t, cond), step=where)
         if uncond is not None:
             unguided = require_finite("denoiser output (negative prompt)", predict(x, t, uncond), step=where)

@@ -90,12 +90,32 @@ def rank_environments(gpus: int, *, master_addr: str = "127.0.0.1", master_port:
     ]  # fmt: skip
 
 
-def launch(gpus: int, argv: Sequence[str]) -> int:
-    """Run `argv` as `gpus` processes (one per GPU of this node), each with its rank's environment; the
-    first non-zero exit status (all ranks are waited for), or 0."""
+def launch(gpus: int, argv: Sequence[str], *, poll_s: float = 0.05) -> int:
+    """Run `argv` as `gpus` processes (one per GPU of this node), each with its rank's environment; 0 when
+    all succeed. When one fails, the others (waiting on it at a collective) are terminated and the failed
+    rank's exit status is returned."""
+    import time
+
     procs = [subprocess.Popen(list(argv), env={**os.environ, **e}) for e in rank_environments(gpus)]
-    codes = [p.wait() for p in procs]
-    return next((c for c in codes if c != 0), 0)
+    try:
+        while True:
+            codes = [p.poll() for p in procs]
+            failed = next((c for c in codes if c not in (None, 0)), None)
+            if failed is not None:
+                return failed
+            if all(c == 0 for c in codes):
+                return 0
+            time.sleep(poll_s)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.terminate()
+        for p in procs:
+            try:
+                p.wait(10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
 
 
 def run_rank(
