@@ -17,6 +17,7 @@ import numpy as np
 from attrs import frozen
 
 from dif.errors import UsageError
+from dif.media.frame_counts import nearest_frame_counts
 from dif_frontend_h3.config import AUDIO_CHANNELS, FPS, TAGS, H3Configs
 
 ROPE_FRAME_RESCALE = 5.0 / 3.0
@@ -30,11 +31,9 @@ SLOT_VIDEO, SLOT_AUDIO, SLOT_CONDITION = 0, 1, 2  # timestep slots: text and tar
 
 def check_frames(frames: int, clip: int = 17, keep: int = 5) -> int:
     """`frames` itself when it is `clip * n + keep` (n >= 0); `UsageError` naming the neighbours otherwise."""
-    if frames >= keep and (frames - keep) % clip == 0:
+    near = nearest_frame_counts(frames, clip, keep)
+    if near is None:
         return frames
-    below = (frames - keep) // clip * clip + keep if frames > keep else None
-    above = keep if below is None else below + clip
-    near = str(above) if below is None else f"{below} or {above}"
     raise UsageError(
         f"--frames {frames}: MiniMax-H3 generates {clip}n + {keep} frames (the video VAE decodes {clip}-frame "
         f"clips); try {near}"

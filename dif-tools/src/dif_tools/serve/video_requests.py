@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 from attrs import field, frozen
 
+from dif.media.frame_counts import nearest_frame_counts
 from dif_tools.serve.requests import (
     BadRequest,
     check_body,
@@ -69,10 +70,8 @@ class VideoJobRequest:
 
 
 def check_frames(frames: int) -> int:
-    if frames < FRAME_KEEP or (frames - FRAME_KEEP) % FRAME_CLIP:
-        below = (frames - FRAME_KEEP) // FRAME_CLIP * FRAME_CLIP + FRAME_KEEP if frames > FRAME_KEEP else None
-        above = FRAME_KEEP if below is None else below + FRAME_CLIP
-        near = str(above) if below is None else f"{below} or {above}"
+    near = nearest_frame_counts(frames, FRAME_CLIP, FRAME_KEEP)
+    if near is not None:
         raise BadRequest(
             f"'frames' is {frames}: the model makes {FRAME_CLIP}n + {FRAME_KEEP} frames (the video VAE decodes "
             f"{FRAME_CLIP}-frame clips); try {near}"
