@@ -177,29 +177,28 @@ def generate_image(
     tool: str,
     describe: Callable[[Mapping[str, Any]], str],
     inputs: Mapping[str, Any] | None = None,
+    rank: int = 0,
 ) -> str:
     """One `generate` command on a built pipeline `pipe`: the request of `opts.settings` and `inputs`
-    (`dif.image_pipeline.image_request`: reference / init images, strength, mask, batch), a progress
-    bar as the pipeline's `on_step`, its warnings on stderr, then the PNG and latents that
-    `dif.report.save_image_run` writes, one pair per image of the batch (`batch_paths`). Returns what
-    the command prints: the summary document (`--json`, with the pipeline's `memory_report` as
-    "memory"; a batch lists every image under "batch") or its lines, naming the model `describe(settings)`."""
-    from dif.image_pipeline import batch_paths, image_request
+    (`request_of`), a progress bar as the pipeline's `on_step`, its warnings on stderr, then the PNG and
+    latents that `dif.report.save_image_run` writes, one pair per image of the batch (`batch_paths`).
+    Returns what the command prints: the summary document (`--json`, with the pipeline's `memory_report` as
+    "memory"; a batch lists every image under "batch") or its lines, naming the model `describe(settings)`.
+    A `rank` other than 0 (`generate --gpus N`, `dif.kit.ranks`) runs the same work silently: no progress,
+    warnings, preview or files, and returns ""."""
+    from dif.image_pipeline import batch_paths
     from dif.kit.finite import run_checks
-    from dif.noise import load_noise_file
     from dif.progress import ProgressBar
     from dif.report import save_image_run, summary_lines
 
-    noise = load_noise_file(opts.init_noise) if opts.init_noise is not None else None
-    req = image_request(
-        opts.prompt, opts.settings, negative_prompt=opts.negative_prompt, init_noise=noise, **(inputs or {})
-    )
+    req = request_of(opts, inputs)
     checks = run_checks(finite=opts.check_finite, allow_nonfinite_weights=opts.allow_nonfinite_weights)
     progress = RunProgress()
+    writes = rank == 0
     with checks:
         warnings = pipe.resolve(req)[3]  # the request's own errors (sizes, steps) before any work
-        preview = preview_writer(opts, pipe, req)  # may fit the projection: one small VAE decode
-        with ProgressBar(quiet=opts.as_json) as bar, progress.interrupts():
+        preview = preview_writer(opts, pipe, req) if writes else None  # may fit the projection: one VAE decode
+        with ProgressBar(quiet=opts.as_json or not writes) as bar, progress.interrupts():
 
             def on_step(done: int, total: int, latents: Any) -> None:
                 bar.step(done, total)
@@ -208,9 +207,11 @@ def generate_image(
                     preview(done, total, latents)
 
             pipe.on_step, pipe.on_stage = on_step, progress.finished
-            for warning in warnings:
+            for warning in warnings if writes else ():
                 print(f"warning: {warning}", file=sys.stderr, flush=True)
             results = pipe.generate_batch(req) if req.batch > 1 else [pipe.generate(req)]
+            if not writes:
+                return ""
             progress.done[:] = RUN_STAGES[:-1]  # what is left is writing the files
             outputs = batch_paths(opts.output, len(results))
             saved_latents = batch_paths(opts.save_latents, len(results)) if opts.save_latents else [None] * len(results)
@@ -231,6 +232,18 @@ def generate_image(
         return telemetry_text(f"{opts.frontend}.generate", tool, summary, timings, budgets)
     more = [f"wrote {b['output']}  (seed {b['seed']})" for b in summary.get("batch", [])[1:]]
     return "\n".join([*summary_lines(summary, model=describe(result.settings)), *more, *memory_lines(memory)])
+
+
+def request_of(opts: ImageOptions, inputs: Mapping[str, Any] | None = None) -> Any:
+    """The frontend request of `opts.settings` and `inputs` (`dif.image_pipeline.image_request`: reference /
+    init images, strength, mask, batch), with `--init-noise` read."""
+    from dif.image_pipeline import image_request
+    from dif.noise import load_noise_file
+
+    noise = load_noise_file(opts.init_noise) if opts.init_noise is not None else None
+    return image_request(
+        opts.prompt, opts.settings, negative_prompt=opts.negative_prompt, init_noise=noise, **(inputs or {})
+    )
 
 
 def preview_writer(opts: ImageOptions, pipe: TextToImagePipeline, req: Any) -> Any:

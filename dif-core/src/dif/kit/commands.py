@@ -233,13 +233,22 @@ def image_commands(
             help="Warn about weights holding NaN / infinite values instead of refusing to load them.",
         ),
         click.option("--json", "as_json", is_flag=True, help="Print one dif-telemetry/1 JSON document on stdout."),
+        click.option(
+            "--gpus",
+            type=click.IntRange(1),
+            help="Ranks to run on, one process per device: 2 runs CFG-parallel (the prompt and the negative "
+            "prompt's denoiser passes at once; needs CFG on). Under torchrun, the ranks it started (WORLD_SIZE). "
+            "Rank 0 writes the files.",
+        ),
     ]
 
     def generate(model: Path | None, weight_variant: str | None, **given: Any) -> None:
         """Generate one image from a prompt and write it as PNG (A1111 `parameters` + `dif` JSON chunks)."""
         from dif.cli_support import ImageOptions, generate_image
         from dif.image_pipeline import IMAGE_INPUTS, read_image_inputs
+        from dif.kit.ranks import rank_mode
 
+        mode = rank_mode(given.pop("gpus"))
         settings = info.resolve_settings({s.name: given.pop(s.name) for s in info.settings})
         common = ("prompt", "negative_prompt", "init_noise", "save_latents", "backend", "dtype", "output", "as_json")
         checks = ("vram_budget", "check_finite", "allow_nonfinite_weights", "preview", "preview_every")
@@ -261,12 +270,28 @@ def image_commands(
         )
         tool = click.get_current_context().command_path
         try:
-            text = generate_image(opts, pipe, version=info.revision, tool=tool, describe=describe_run, inputs=images)
+            if mode.kind == "launch":
+                from dif.cli_support import request_of
+                from dif.kit.ranks import check_split, launch_ranks
+
+                check_split(pipe, request_of(opts, images), mode.gpus)  # refused here, before any rank starts
+                click.get_current_context().exit(launch_ranks(mode.gpus))
+            if mode.kind == "rank":
+                from dif.kit.ranks import run_rank_generate
+
+                text = run_rank_generate(
+                    mode, opts, pipe, version=info.revision, tool=tool, describe=describe_run, inputs=images
+                )
+            else:
+                text = generate_image(
+                    opts, pipe, version=info.revision, tool=tool, describe=describe_run, inputs=images
+                )
         except UsageError as exc:
             if (flags := _flags_of(info, str(exc))) is None:
                 raise
             raise click.BadParameter(str(exc), param_hint=flags) from None
-        click.echo(text)
+        if text:
+            click.echo(text)
 
     group.command("generate")(_apply(generate, options))
 
