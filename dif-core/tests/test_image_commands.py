@@ -319,6 +319,7 @@ def test_the_builder_makes_options_and_help_from_the_frontend_settings(tmp_path:
     common |= {"dtype", "vram_budget", "output", "as_json", "check_finite", "allow_nonfinite_weights"}
     common |= {"ref_images", "init_image", "strength", "mask", "batch", "kv_cache"}  # dif.image_pipeline.IMAGE_INPUTS
     common |= {"preview", "preview_every"}  # dif.preview
+    common |= {"gpus"}  # dif.kit.ranks: generate --gpus N
     assert common | {s.name for s in info.settings} == set(options)
 
     runner = CliRunner()
