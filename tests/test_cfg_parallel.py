@@ -103,6 +103,7 @@ def test_generate_gpus_2_on_cpu_writes_the_one_gpu_image(base_klein: Path, tmp_p
     split = dif(*common, "--gpus", "2", "--json", "-o", str(two), cwd=tmp_path)
     assert split.returncode == 0, split.stderr
     doc = json.loads(split.stdout)  # one document: rank 1 prints nothing
+    assert doc["data"]["output"] == str(two)
     assert doc["data"]["settings"]["parallel"] == {"mode": "cfg", "degree": 2, "branches": {"0": "cond", "1": "uncond"}}
     from PIL import Image
 

@@ -138,3 +138,17 @@ def test_rank_mode_and_devices() -> None:
     with pytest.raises(UsageError, match="sees 1 device\\n"):
         check_devices("cuda", 2, 1)
     check_devices("cuda", 2, 2)
+
+
+def test_launch_stops_the_other_ranks_when_one_fails(tmp_path: Any) -> None:
+    """Rank 1 fails at once; rank 0 would wait for it (here: sleep) and is terminated, its status not returned."""
+    import sys
+    import time
+
+    from dif.parallel.launch import launch
+
+    script = tmp_path / "job.py"
+    script.write_text("import os, sys, time\nif os.environ['RANK'] == '1':\n    sys.exit(3)\ntime.sleep(60)\n")
+    start = time.monotonic()
+    assert launch(2, [sys.executable, str(script)]) == 3
+    assert time.monotonic() - start < 30

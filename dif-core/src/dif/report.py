@@ -177,6 +177,8 @@ def summary_lines(summary: Mapping[str, Any], *, model: str) -> list[str]:
     the peak memory; `model` describes the checkpoint (e.g. "name (diffusers, distilled)")."""
     s, t = summary["settings"], summary["timings_s"]
     cfg = f"CFG {s['guidance']}" if s["cfg"] else "no CFG"
+    if (parallel := s.get("parallel")) is not None:  # dif.parallel.cfg.CfgParallel.record()
+        cfg += f" on {parallel['degree']} ranks"
     noise = "init noise from file" if s["init_noise"] else f"seed {s['seed']}"
     if not s["init_noise"] and s.get("rng", "numpy") != "numpy":
         noise += f" ({s['rng']})"
