@@ -288,12 +288,52 @@ def time_dif(args: argparse.Namespace, dev: Device, ck: SdCheckpoint, backend: s
         out["graph_ms"] = {
             name: round(dev.dif_median(exe, {}, runs, 3)[0], 3) for name, exe in pipe._programs.prepared().items()
         }
+        out["host"] = host_profile(pipe, req, runs)
     if backend == "cuda" and args.profile_iters:  # where each stage's device time goes, by shape
         out["profile_by_shape"] = {
             name: dict(list(dev.profile(exe, args.profile_iters, by="shape").items())[: args.profile_top])
             for name, exe in pipe._programs.prepared().items()
         }
     return out, run.pixels
+
+
+def host_profile(pipe: Any, req: ImageRequest, runs: int) -> dict[str, Any]:
+    """Where prompt -> image spends time outside the device: each program's `run` (inputs up, graph, outputs
+    down) and `execute` + synchronize against its graph time, and the functions with the most own time over
+    `runs` whole generates (cProfile)."""
+    import cProfile
+    import pstats
+
+    import cupy
+
+    def wall_ms(fn: Any) -> float:
+        times = []
+        for _ in range(runs):
+            t0 = time.perf_counter()
+            fn()
+            times.append((time.perf_counter() - t0) * 1e3)
+        return median_ms(times)
+
+    per_program = {}
+    for name, exe in pipe._programs.prepared().items():
+        inputs = {v.name: exe.in_host[v.name].copy() for v in exe.program.inputs}
+        stream = exe.backend.stream
+        per_program[name] = {
+            "run_ms": wall_ms(lambda exe=exe, inputs=inputs: exe.run(inputs)),
+            "execute_sync_ms": wall_ms(lambda exe=exe, stream=stream: (exe.execute(), stream.synchronize())),
+            "steps": len(exe.steps),
+        }
+    cupy.cuda.runtime.deviceSynchronize()
+    prof = cProfile.Profile()
+    prof.enable()
+    for _ in range(runs):
+        pipe.generate(req)
+    prof.disable()
+    stats = pstats.Stats(prof)
+    rows = sorted(stats.stats.items(), key=lambda kv: -kv[1][2])[:40]  # (file, line, fn) -> (cc, nc, tt, ct, ..)
+    top = [{"fn": f"{Path(f).name}:{line}({fn})", "calls": nc, "own_ms": round(tt / runs * 1e3, 4),
+            "cum_ms": round(ct / runs * 1e3, 4)} for (f, line, fn), (_cc, nc, tt, ct, _callers) in rows]  # fmt: skip
+    return {"programs": per_program, "top_own_per_generate": top}
 
 
 class _nothing:
