@@ -115,6 +115,31 @@ def test_generate_gpus_2_on_cpu_writes_the_one_gpu_image(base_klein: Path, tmp_p
     assert sorted(p.name for p in tmp_path.iterdir()) == ["one.png", "two.png"]  # rank 1 wrote nothing
 
 
+def test_generate_under_torchrun_equals_one_process(base_klein: Path, tmp_path: Path) -> None:
+    """torchrun's ranks (its agent's store on MASTER_PORT: dif meets on the next port) write the same image.
+    torchrun sets OMP_NUM_THREADS=1, and a BLAS rounds differently on another thread count: the one-process
+    run here uses one thread too."""
+    pytest.importorskip("torch.distributed.run", reason="torchrun comes with torch")
+    one, two = tmp_path / "one.png", tmp_path / "two.png"
+    args = ("flux2", "generate", "-m", str(base_klein), *RUN, "--backend", "cpu")
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
+    env["OMP_NUM_THREADS"] = "1"
+    command = [sys.executable, "-m", "dif_tools", *args, "-o", str(one)]
+    base = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, timeout=240)
+    assert base.returncode == 0, base.stderr
+    torchrun = ("-m", "torch.distributed.run", "--nproc-per-node", "2", "-m", "dif_tools")
+    split = subprocess.run(
+        [sys.executable, *torchrun, *args, "--gpus", "2", "-o", str(two)],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240,
+    )  # fmt: skip
+    assert split.returncode == 0, split.stderr
+    assert split.stdout.count("wrote ") == 1 and "on 2 ranks" in split.stdout
+    from PIL import Image
+
+    with Image.open(one) as a, Image.open(two) as b:
+        assert np.array_equal(np.asarray(a), np.asarray(b))
+
+
 def run(*args: str) -> Any:
     return CliRunner().invoke(cli, ["flux2", "generate", *args])
 

@@ -152,3 +152,9 @@ def test_launch_stops_the_other_ranks_when_one_fails(tmp_path: Any) -> None:
     start = time.monotonic()
     assert launch(2, [sys.executable, str(script)]) == 3
     assert time.monotonic() - start < 30
+
+
+def test_rank_env_under_torchrun_agent_store_takes_the_next_port() -> None:
+    env = {"RANK": "0", "WORLD_SIZE": "2", "MASTER_PORT": "29500", "TORCHELASTIC_USE_AGENT_STORE": "True"}
+    assert RankEnv.from_env(env).master_port == 29501  # 29500 is torch's own store
+    assert RankEnv.from_env({**env, "TORCHELASTIC_USE_AGENT_STORE": "False"}).master_port == 29500

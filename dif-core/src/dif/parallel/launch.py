@@ -51,7 +51,9 @@ class RankEnv:
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> RankEnv:
         """From torchrun's variables (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT); without
-        them, rank 0 of 1. `UsageError` naming a variable that is malformed or out of range."""
+        them, rank 0 of 1. `UsageError` naming a variable that is malformed or out of range. Under torchrun's
+        elastic agent with its shared store (TORCHELASTIC_USE_AGENT_STORE=True, torch >= 2.4's default),
+        MASTER_PORT is the agent's own TCP store, already listening: dif's rendezvous takes the next port."""
         env = os.environ if env is None else env
 
         def num(name: str, default: int) -> int:
@@ -69,7 +71,8 @@ class RankEnv:
             raise UsageError(f"RANK={rank} is outside 0..WORLD_SIZE-1 (WORLD_SIZE={world})")
         if local < 0:
             raise UsageError(f"LOCAL_RANK={local} is negative")
-        return cls(rank, world, local, env.get("MASTER_ADDR", "127.0.0.1"), num("MASTER_PORT", 29500))
+        port = num("MASTER_PORT", 29500) + (env.get("TORCHELASTIC_USE_AGENT_STORE") == "True")
+        return cls(rank, world, local, env.get("MASTER_ADDR", "127.0.0.1"), port)
 
 
 def free_port() -> int:
