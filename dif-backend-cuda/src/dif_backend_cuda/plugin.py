@@ -5,17 +5,33 @@ declares are its lowering table's (`lower/`), imported when selection first asks
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from typing import Any
 
 import dif
 from dif.backend import Availability, BackendInfo
+from dif.errors import UsageError
 
 
 def _create() -> Any:
+    """The backend on this process's device: LOCAL_RANK's under `generate --gpus N` / torchrun (one rank per
+    visible device), else device 0."""
     from dif_backend_cuda.device import CudaBackend
 
-    return CudaBackend()
+    rank = os.environ.get("LOCAL_RANK") or "0"
+    if not rank.isdigit():
+        raise UsageError(f"LOCAL_RANK={rank!r} is not a device index (a rank's variable, set by the launcher)")
+    return CudaBackend(int(rank))
+
+
+def _devices() -> int:
+    """The CUDA devices this process sees (CUDA_VISIBLE_DEVICES applied); 0 without a usable driver."""
+    if not _available().ok:
+        return 0
+    import cupy
+
+    return int(cupy.cuda.runtime.getDeviceCount())
 
 
 def _available() -> Availability:
@@ -37,6 +53,7 @@ INFO = BackendInfo(
     is_available=_available,
     create=_create,
     supported_ops=_supported_ops,
+    devices=_devices,
 )
 
 

@@ -11,6 +11,8 @@ discrete timesteps (n) the UNet is fed.
 
 from __future__ import annotations
 
+from functools import cache
+
 import numpy as np
 
 from dif.errors import UsageError
@@ -58,11 +60,20 @@ def discrete_timesteps(cfg: SchedulerConfig, steps: int) -> np.ndarray:
     return t.astype(F32)
 
 
+@cache
+def _sigma_table(cfg: SchedulerConfig) -> np.ndarray:
+    """(num_train_timesteps,) float32 sqrt((1 - acp) / acp), read-only: a request asks for its schedule
+    three times (resolve, admission, the loop), and the table costs ~0.1 ms of a 12 ms SD-Turbo image."""
+    acp = alphas_cumprod(cfg)
+    table = (((F32(1.0) - acp) / acp) ** F32(0.5)).astype(F32)
+    table.setflags(write=False)
+    return table
+
+
 def discrete_schedule(cfg: SchedulerConfig, steps: int) -> FlowMatchSchedule:
     """Sigmas (steps + 1,) float32 (interpolated linearly in t on sqrt((1 - acp) / acp), then 0) and
     the timesteps (steps,) float32."""
-    acp = alphas_cumprod(cfg)
-    table = (((F32(1.0) - acp) / acp) ** F32(0.5)).astype(F32)
+    table = _sigma_table(cfg)
     t = discrete_timesteps(cfg, steps)
     sigmas = np.interp(t.astype(np.float64), np.arange(len(table)), table.astype(np.float64))
     full = np.concatenate([sigmas, [0.0]]).astype(F32)
