@@ -134,7 +134,7 @@ def _base(model: Any) -> Any:
 
 
 def dif_step(dev: Device, case: Any, modules: list[str], init: dict[str, np.ndarray], target: np.ndarray,
-             iters: int, warm: int, checkpoint: bool) -> dict[str, Any]:  # fmt: skip
+             iters: int, warm: int, checkpoint: bool, profile: int = 0) -> dict[str, Any]:  # fmt: skip
     from dif.plan.planner import plan_program
     from dif.train.optim import BC1, BC2, GRAD_SCALE, moment_names
     from dif.train.optim import LR as LR_INPUT
@@ -168,6 +168,9 @@ def dif_step(dev: Device, case: Any, modules: list[str], init: dict[str, np.ndar
         "prepare_s": round(prepare_s, 2), "nodes": len(step.step.nodes), "executable": dev.describe(exe),
         "recomputed_blocks": sum(1 for d in step.grad.decisions if d.what.startswith("checkpoint:")),
     }  # fmt: skip
+    if profile:  # where the step's device time goes: by op, and the `profile` costliest op / shape / lowerings
+        result["profile_by_op"] = dev.profile(exe, 1)
+        result["profile_by_shape"] = dict(list(dev.profile(exe, 1, by="shape").items())[:profile])
     del exe
     dev.empty_cache()
     if not checkpoint:  # the first step's gradients, from the gradient program on the same inputs
@@ -194,6 +197,7 @@ def main() -> None:
     ap.add_argument("--warm", type=int, default=2)
     ap.add_argument("--out-dir", type=Path, default=None)
     ap.add_argument("--no-checkpoint-variant", action="store_true", help="skip the per-block recompute variant")
+    ap.add_argument("--profile", type=int, default=0, help="record the step's time by op and its N costliest shapes")
     args = ap.parse_args()
     dev = Device(args.device)
     report: dict[str, Any] = {
@@ -212,7 +216,7 @@ def main() -> None:
     phases = [("dif", False)] + ([] if args.no_checkpoint_variant else [("dif_recompute", True)])
     for label, ckpt in phases:
         try:
-            report[label] = dif_step(dev, case, modules, init, target, args.iters, args.warm, ckpt)
+            report[label] = dif_step(dev, case, modules, init, target, args.iters, args.warm, ckpt, args.profile)
         except Exception as exc:  # a phase that fails is reported, the others still run
             report[label] = {"error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()[-3000:]}
     try:
