@@ -96,8 +96,9 @@ def build_reference(torch, randomize, model_configs: Callable[[str], Path], *, d
     return pipe
 
 
-def run_reference(torch, pipe, noise: np.ndarray, steps: int, guidance: float):  # type: ignore[no-untyped-def]
-    """(final packed latents, image in [0, 1] (H, W, 3), prompt features) from diffusers."""
+def run_reference(torch, pipe, noise: np.ndarray, steps: int, guidance: float, **call):  # type: ignore[no-untyped-def]
+    """(final packed latents, image in [0, 1] (H, W, 3), prompt features) from diffusers (`call`: more
+    arguments of the pipeline call, e.g. max_sequence_length)."""
     seen: list[np.ndarray] = []
 
     def capture(_pipe, _i, _t, kwargs):  # type: ignore[no-untyped-def]
@@ -113,8 +114,9 @@ def run_reference(torch, pipe, noise: np.ndarray, steps: int, guidance: float): 
         latents=torch.from_numpy(noise),
         output_type="np",
         callback_on_step_end=capture,
+        **call,
     )
-    features, _ = pipe.encode_prompt(PROMPT)
+    features, _ = pipe.encode_prompt(PROMPT, **call)
     assert len(seen) == steps
     return seen[-1], out.images[0], features.float().numpy()
 
@@ -156,6 +158,29 @@ def test_sampling_loop_matches_diffusers(
     assert rel_l2_fn(image, ref_image) <= TOL
     ref_pixels = (ref_image * 255).round().astype(np.uint8)
     assert np.abs(result.pixels.astype(int) - ref_pixels.astype(int)).max() <= 1
+
+
+def test_checkpoint_max_sequence_length_is_the_call_argument(torch, randomize, model_configs, rel_l2_fn, tmp_path):  # type: ignore[no-untyped-def]
+    """A model_index.json `max_sequence_length` (the embedded demo model's 32) runs as diffusers called with
+    max_sequence_length=32: features (1, 32, D), the same latents and image; without it, 512."""
+    pipe = build_reference(torch, randomize, model_configs, distilled=True)
+    pipe.save_pretrained(tmp_path)
+    index = json.loads((tmp_path / "model_index.json").read_text())
+    (tmp_path / "model_index.json").write_text(json.dumps({**index, "max_sequence_length": 32}))
+    h, w = HEIGHT // 16, WIDTH // 16
+    noise = np.random.default_rng(7).standard_normal((1, 128, h, w)).astype(np.float32)
+    ref_latents, ref_image, ref_features = run_reference(torch, pipe, noise, 4, 1.0, max_sequence_length=32)
+
+    ours = Flux2Pipeline(open_checkpoint(tmp_path), dtype=DType.F32)
+    assert ours.text_length == 32
+    result = ours.generate(GenerationRequest(PROMPT, width=WIDTH, height=HEIGHT, init_noise=noise))
+    features = ours.encode(PROMPT)
+    assert features.shape == ref_features.shape == (1, 32, 96)
+    assert rel_l2_fn(features, ref_features) <= TOL
+    assert rel_l2_fn(result.latents, ref_latents) <= TOL
+    assert np.abs(result.pixels.astype(int) - (ref_image * 255).round().astype(int)).max() <= 1
+    (tmp_path / "model_index.json").write_text(json.dumps(index))
+    assert Flux2Pipeline(open_checkpoint(tmp_path)).text_length == 512
 
 
 def test_default_steps_and_guidance_follow_is_distilled(torch, randomize, model_configs, tmp_path):  # type: ignore[no-untyped-def]

@@ -27,6 +27,7 @@ from dif.config_fields import (
 )
 from dif.errors import ConfigError
 from dif.layers.causal_lm import BaseDecoderConfig
+from dif_frontend_flux2.tokenize import MAX_LENGTH
 
 T = TypeVar("T")
 
@@ -339,11 +340,15 @@ KLEIN_PIPELINES = ("Flux2KleinPipeline", "Flux2KleinKVPipeline")
 @frozen
 class Flux2PipelineInfo:
     """model_index.json of a Flux2KleinPipeline folder, or of a Flux2KleinKVPipeline one (`kv_cache`: the
-    klein KV variant, distilled, whose reference tokens' keys/values are computed once and reused)."""
+    klein KV variant, distilled, whose reference tokens' keys/values are computed once and reused).
+    `max_sequence_length`: the text rows the prompt is padded to, Flux2KleinPipeline's call argument of that
+    name; 512 (its default) unless the folder's model_index.json says otherwise (the embedded demo model
+    says 32: its pad rows would otherwise outnumber the content tokens ~25 to 1)."""
 
     is_distilled: bool
     components: dict[str, tuple[str, str]]
     kv_cache: bool = False
+    max_sequence_length: int = MAX_LENGTH
 
     @classmethod
     def from_json(cls, path: str | Path) -> Self:
@@ -360,9 +365,10 @@ class Flux2PipelineInfo:
             )
         kv = name == "Flux2KleinKVPipeline"  # saved without is_distilled: the KV pipeline's default is True
         distilled = flag(what, "is_distilled", data.get("is_distilled", kv))
+        text_rows = positive_int(what, "max_sequence_length", data.get("max_sequence_length", MAX_LENGTH))
         comps: dict[str, tuple[str, str]] = {}
         for key, value in data.items():
-            if key.startswith("_") or key == "is_distilled":
+            if key.startswith("_") or key in ("is_distilled", "max_sequence_length"):
                 continue
             if isinstance(value, list | tuple) and len(value) == 2 and all(isinstance(v, str | None) for v in value):
                 comps[key] = (str(value[0]), str(value[1]))
@@ -371,7 +377,7 @@ class Flux2PipelineInfo:
                 raise ConfigError(f"{what}: component '{key}' is missing")
             if comps[key][1] != expected:
                 raise ConfigError(f"{what}: component '{key}' is {comps[key][1]!r}, expected {expected!r}")
-        return cls(distilled, comps, kv)
+        return cls(distilled, comps, kv, text_rows)
 
 
 @frozen

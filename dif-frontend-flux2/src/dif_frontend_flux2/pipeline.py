@@ -59,7 +59,7 @@ from dif_frontend_flux2.model import (
 )
 from dif_frontend_flux2.plugin import INFO
 from dif_frontend_flux2.text_encoder import KLEIN_TAPS, build_text_encoder, qwen3_rope_tables
-from dif_frontend_flux2.tokenize import MAX_LENGTH, klein_prompt_text, load_tokenizer, tokenize_prompts
+from dif_frontend_flux2.tokenize import klein_prompt_text, load_tokenizer, tokenize_prompts
 from dif_frontend_flux2.vae import build_latent_decode_prep, build_vae_decoder, build_vae_encoder
 from dif_frontend_flux2.weights import VAE_DECODER_UNUSED, Flux2Checkpoint, text_encoder_unused
 
@@ -163,6 +163,12 @@ class Flux2Pipeline(TextToImagePipeline):
     @property
     def pixels_per_token(self) -> int:
         return self.checkpoint.configs.pixels_per_token
+
+    @property
+    def text_length(self) -> int:
+        """Text rows per prompt, pads included: the checkpoint's `max_sequence_length` (512 unless its
+        model_index.json says otherwise)."""
+        return self.checkpoint.configs.pipeline.max_sequence_length
 
     @property
     def native_size(self) -> int:
@@ -272,7 +278,7 @@ class Flux2Pipeline(TextToImagePipeline):
             raise CheckpointError(f"text encoder has {cfg.num_hidden_layers} layers; klein taps layers {taps}")
         return self._runner(
             ("text",),
-            lambda: build_text_encoder(cfg, batch=1, seq_len=MAX_LENGTH, taps=taps, dtype=self.dtype),
+            lambda: build_text_encoder(cfg, batch=1, seq_len=self.text_length, taps=taps, dtype=self.dtype),
             self.checkpoint.text_encoder,
             text_encoder_unused(max(taps), cfg.num_hidden_layers),
             "encode",
@@ -286,7 +292,7 @@ class Flux2Pipeline(TextToImagePipeline):
         return self._runner(
             key + (("kv", n_ref_cached),) if n_ref_cached else key,
             lambda: build_transformer(
-                cfg, batch=batch, n_img=n_img, n_txt=MAX_LENGTH, dtype=self.dtype, n_ref_cached=n_ref_cached
+                cfg, batch=batch, n_img=n_img, n_txt=self.text_length, dtype=self.dtype, n_ref_cached=n_ref_cached
             ),
             self.checkpoint.transformer,
             (),
@@ -401,16 +407,17 @@ class Flux2Pipeline(TextToImagePipeline):
         tokenizer.prefetch([klein_prompt_text(tokenizer, prompt) for prompt in prompts])
 
     def encode(self, prompt: str) -> np.ndarray:
-        """Text features (1, 512, 3 * hidden) in the run dtype: [h9 | h18 | h27] per token, pads included."""
+        """Text features (1, L, 3 * hidden) in the run dtype: [h9 | h18 | h27] per token, pads included
+        (L = `text_length`, 512 for the published checkpoints)."""
         cfg = self.checkpoint.configs.text_encoder
-        ids, mask = tokenize_prompts(self.tokenizer, [prompt])
-        cos, sin = qwen3_rope_tables(cfg, MAX_LENGTH, dtype=self.dtype)
+        ids, mask = tokenize_prompts(self.tokenizer, [prompt], self.text_length)
+        cos, sin = qwen3_rope_tables(cfg, self.text_length, dtype=self.dtype)
         run = self._text_runner()
         out = run({"input_ids": ids, "attention_mask": mask, "rope_cos": cos, "rope_sin": sin})
         return require_finite("text features", next(iter(out.values())))
 
     def predictor(self, h: int, w: int, images: ImageConditioning | None = None) -> Predict:
-        """The denoiser at h x w tokens: (latents (B, h*w, 128), t, text features (1, 512, D)) -> velocity
+        """The denoiser at h x w tokens: (latents (B, h*w, 128), t, text features (1, L, D)) -> velocity
         (B, h*w, 128). Reference tokens in `images.context` follow the latents in the sequence (each image
         at RoPE time 10, 20, ...), as Flux2KleinPipeline orders them; their outputs are dropped."""
         cfg = self.checkpoint.configs.transformer
@@ -419,7 +426,7 @@ class Flux2Pipeline(TextToImagePipeline):
         shapes = () if refs is None or cached else refs.shapes
         n_img = h * w
         cos, sin = flux2_rope_tables(
-            MAX_LENGTH, h, w, ref_shapes=shapes, axes_dims=cfg.axes_dims_rope, theta=cfg.rope_theta
+            self.text_length, h, w, ref_shapes=shapes, axes_dims=cfg.axes_dims_rope, theta=cfg.rope_theta
         )
         tiled: dict[int, dict[str, np.ndarray]] = {}  # reference tokens repeated over a batch, once per run
 
