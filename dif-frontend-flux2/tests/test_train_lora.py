@@ -2,7 +2,8 @@
 stopped and resumed from its `.diftrain` ends bit-identical to an uninterrupted one (with gradient
 accumulation and clipping), bad data / resume files are refused by name, and the exported file is
 one diffusers' `load_lora_weights` applies exactly as dif's program does. The timestep shift moves the
-drawn sigmas as the scheduler's formula says; a caption shared by several images is encoded once."""
+drawn sigmas as the scheduler's formula says; a caption shared by several images is encoded once; a
+micro-batch of two images is one program whose loss is the mean of theirs."""
 
 from __future__ import annotations
 
@@ -217,6 +218,39 @@ def test_exported_lora_loads_in_diffusers_and_matches(pipeline, data: Path, tmp_
     moved = float(np.linalg.norm(plain - want) / np.linalg.norm(want))
     assert moved > 1e-4, "the trained LoRA must change the output for the comparison to mean anything"
     assert rel <= 1e-5, rel
+
+
+def test_a_micro_batch_of_two_is_the_mean_of_its_images(pipeline, data: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """`batch=2`: one step program of batch 2 (the samples' latents, captions and sigmas stacked) whose loss
+    is the mean of the two one-image losses on the same sigmas and noise; images of two buckets are refused."""
+    from dif.errors import UsageError
+
+    square = tmp_path / "square"
+    square.mkdir()
+    for i, colour in enumerate(("red", "blue")):
+        a = np.full((64, 64, 3), 255, np.uint8)
+        a[8 + 16 * i : 40 + 16 * i, 16:48, i * 2] = 0
+        Image.fromarray(a).save(square / f"img{i}.png")
+        (square / f"img{i}.txt").write_text(f"a {colour} square")
+    shapes = linear_shapes(pipeline)
+    params = init_factors(np.random.default_rng(1), {m: shapes[m] for m in _task(pipeline, square).modules}, RANK)
+    params = {n: (v + 0.01 if n.endswith(".up") else v) for n, v in params.items()}  # B != 0: LoRA acts
+
+    def trainer(batch: int) -> Trainer:
+        task = _task(pipeline, square, batch=batch)
+        return Trainer(task, task.frozen_weights(), dict(params), AdamW(lr=1e-2), LrSchedule(1e-2, 4), backend="cpu")
+
+    one, two = trainer(1), trainer(2)
+    sigmas = np.array([0.9, 0.4], np.float32)
+    pair = two.task.batch_inputs([0, 1], np.random.default_rng(3), sigmas=sigmas)
+    assert pair[1]["latents"].shape[0] == pair[1]["text_features"].shape[0] == pair[1]["timestep_proj"].shape[0] == 2
+    rng = np.random.default_rng(3)  # the pair's noise is the two images' draws in order
+    singles = [one.task.batch_inputs([i], rng, sigmas=sigmas[i : i + 1]) for i in range(2)]
+    assert two.evaluate([pair]) == pytest.approx(np.mean([one.evaluate([b]) for b in singles]), rel=1e-5)
+    two.run(2)  # the batch-2 step program trains
+    assert np.isfinite(two.losses).all()
+    with pytest.raises(UsageError, match="one bucket"):
+        _task(pipeline, data, batch=2).encode_all()  # 64x64 and 96x64 images
 
 
 def test_full_fine_tune_lowers_the_loss_and_exports_a_loadable_model(data: Path, tmp_path: Path) -> None:

@@ -1,9 +1,10 @@
 """LoRA training of a FLUX.2 [klein] transformer through dif's own programs (`dif train lora`).
 
 Frontend stage: klein's facts only — which linears a LoRA may target, the denoiser program at a
-bucket's token grid with the adapters as differentiable inputs, how a sample becomes the denoiser's
-inputs (packed VAE latents, the Qwen3 text features of its caption, the flow-matching target with the
-scheduler's training sigmas, or those of `timestep_shift`) and the diffusers key layout of the result.
+bucket's token grid with the adapters as differentiable inputs, how a micro-batch of samples becomes the
+denoiser's inputs (packed VAE latents, the Qwen3 text features of its caption at the checkpoint's text
+length, the flow-matching target with the scheduler's training sigmas, or those of `timestep_shift`) and
+the diffusers key layout of the result.
 The step programs, the optimizer, checkpoints and the loop are `dif.train`'s.
 """
 
@@ -18,6 +19,7 @@ import numpy as np
 from attrs import define, field
 
 from dif.dtypes import DType
+from dif.errors import UsageError
 from dif.lora.slots import lora_slots, slot_inputs
 from dif.train.data import DataOrder, Encoded, FeatureCache, Sample, assign_bucket, bucket_sizes, scan_folder
 from dif.train.flow import flow_batch, sample_sigmas
@@ -28,7 +30,6 @@ from dif.train.step import TARGET, StepPrograms, build_step_programs, model_fing
 from dif.train.tasks import LoraSession, LoraSettings
 from dif.weights import bind_weights
 from dif_frontend_flux2.model import build_transformer, flux2_rope_tables, flux2_timestep_proj
-from dif_frontend_flux2.tokenize import MAX_LENGTH
 
 ATTENTION_TARGETS = ("to_q", "to_k", "to_v", "to_out.0", "add_q_proj", "add_k_proj", "add_v_proj", "to_add_out",
                      "to_qkv_mlp_proj", "attn.to_out")  # fmt: skip
@@ -56,7 +57,8 @@ def training_sigma_shift(root: Path) -> float:
 
 @define
 class KleinLoraTask:
-    """`dif.train.loop.Task` for a klein LoRA: programs per bucket token grid, samples from the cache."""
+    """`dif.train.loop.Task` for a klein LoRA: programs per bucket token grid, samples from the cache.
+    `batch`: images per micro-batch (one program of that batch; they must share one bucket)."""
 
     pipeline: Any  # Flux2Pipeline: its text encoder and VAE encoder make the cached features
     samples: Sequence[Sample]
@@ -74,6 +76,7 @@ class KleinLoraTask:
     cache_dir: Path | None = None
     full: bool = False  # train every transformer parameter (`dif train full`) instead of LoRA adapters
     timestep_shift: float | None = None  # shift of the training sigmas; None: the scheduler's (`training_sigma_shift`)
+    batch: int = 1
     model_key: str = field(init=False, default="")
     shift: float = field(init=False, default=1.0)  # the shift the sigmas are drawn with
     _programs: dict[Hashable, StepPrograms] = field(init=False, factory=dict)
@@ -90,11 +93,18 @@ class KleinLoraTask:
         self._order = DataOrder(self.seed, len(self.samples))
         root = self.pipeline.checkpoint.root
         self.shift = training_sigma_shift(root) if self.timestep_shift is None else self.timestep_shift
-        self._features = FeatureCache(self.cache_dir, f"{root}|{self.dtype.value}")
+        if self.batch < 1:
+            raise UsageError(f"a micro-batch needs >= 1 images, got {self.batch}")
+        self._features = FeatureCache(self.cache_dir, f"{root}|{self.dtype.value}|{self.text_length}")
         probe = self._forward((1, 1))
         self._params = [p.name for p in probe.params]
         kind = "full" if self.full else f"r{self.rank}:a{self.alpha}"
         self.model_key = model_fingerprint(probe, self.trainable) + f":{kind}"
+
+    @property
+    def text_length(self) -> int:
+        """Text rows per caption: the checkpoint's `max_sequence_length` (`Flux2Pipeline.text_length`)."""
+        return int(self.pipeline.text_length)
 
     @property
     def trainable(self) -> list[str]:
@@ -109,7 +119,9 @@ class KleinLoraTask:
     def _forward(self, grid: tuple[int, int]):  # type: ignore[no-untyped-def]
         cfg = self.pipeline.checkpoint.configs.transformer
         with lora_slots(self.ranks):
-            return build_transformer(cfg, batch=1, n_img=grid[0] * grid[1], n_txt=MAX_LENGTH, dtype=self.dtype)
+            return build_transformer(
+                cfg, batch=self.batch, n_img=grid[0] * grid[1], n_txt=self.text_length, dtype=self.dtype
+            )
 
     def programs(self, key: Hashable) -> StepPrograms:
         if key not in self._programs:
@@ -135,33 +147,54 @@ class KleinLoraTask:
 
     def encode_all(self, on_sample: Any = None) -> None:
         """Latents and text features of every sample (text once per distinct caption; cached on disk
-        when `cache_dir` is set)."""
+        when `cache_dir` is set). With `batch` > 1 every sample must fall in one bucket."""
         for i, sample in enumerate(self.samples):
             size = assign_bucket(sample, self._buckets)
+            if self.batch > 1 and self._encoded and size != (first := next(iter(self._encoded.values())).size):
+                raise UsageError(
+                    f"{sample.image}: its bucket {size[0]}x{size[1]} differs from {first[0]}x{first[1]}; "
+                    f"micro-batches of {self.batch} images need one bucket",
+                    hint="give images of one aspect ratio, or train with a batch of 1 (and accumulate)",
+                )
             self._encoded[i] = self._features.get(sample, size, self.pipeline.encode_image, self.pipeline.encode)
             if on_sample is not None:
                 on_sample(i, sample, size)
 
     def micro_batch(self, rng: np.random.Generator, data: dict[str, Any]) -> tuple[Hashable, dict[str, np.ndarray]]:
-        idx, state = self._order.advance(data)
-        data.update(state)
-        if idx not in self._encoded:
+        indices = []
+        for _ in range(self.batch):
+            idx, state = self._order.advance(data)
+            data.update(state)
+            indices.append(idx)
+        return self.batch_inputs(indices, rng)
+
+    def batch_inputs(
+        self, indices: Sequence[int], rng: np.random.Generator, *, sigmas: np.ndarray | None = None,
+        captions_of: Sequence[int] | None = None,
+    ) -> tuple[Hashable, dict[str, np.ndarray]]:  # fmt: skip
+        """(token grid, inputs + `target`) of the samples `indices` (len = `batch`): σ drawn from `rng`
+        unless given, then the noise; `captions_of`: read the text features of these samples instead
+        (a held-out check of whether the model uses the caption: the loss with others' captions)."""
+        if any(i not in self._encoded for i in indices):
             self.encode_all()
-        enc = self._encoded[idx]
+        encs = [self._encoded[i] for i in indices]
+        texts = [self._encoded[i].text for i in (indices if captions_of is None else captions_of)]
         ppt = self.pipeline.pixels_per_token
-        grid = (enc.size[1] // ppt, enc.size[0] // ppt)
-        sigmas = sample_sigmas(rng, 1, scheme=self.scheme, shift=self.shift)
-        batch = flow_batch(enc.latents.astype(np.float32), rng, sigmas)
+        grid = (encs[0].size[1] // ppt, encs[0].size[0] // ppt)
+        if sigmas is None:
+            sigmas = sample_sigmas(rng, len(encs), scheme=self.scheme, shift=self.shift)
+        latents = np.concatenate([e.latents for e in encs]).astype(np.float32)
+        batch = flow_batch(latents, rng, sigmas)
         cfg = self.pipeline.checkpoint.configs.transformer
         if grid not in self._tables:
             self._tables[grid] = flux2_rope_tables(
-                MAX_LENGTH, *grid, axes_dims=cfg.axes_dims_rope, theta=cfg.rope_theta
+                self.text_length, *grid, axes_dims=cfg.axes_dims_rope, theta=cfg.rope_theta
             )
         cos, sin = self._tables[grid]
         dt = self.dtype.np
         inputs = {
             "latents": batch.noisy.astype(dt),
-            "text_features": enc.text.astype(dt),
+            "text_features": np.concatenate(texts).astype(dt),
             "timestep_proj": flux2_timestep_proj(
                 sigmas * 1000, dtype=self.dtype, channels=cfg.timestep_guidance_channels
             ),
@@ -185,13 +218,14 @@ def lora_session(model: Path, data: Path, settings: LoraSettings, *, backend: st
         pipeline, scan_folder(data), modules, s.rank, s.alpha, opt, resolution=s.resolution, accumulate=s.accumulate,
         max_grad_norm=s.max_grad_norm, checkpoint_blocks=s.checkpoint_blocks, dtype=DType(s.dtype),
         scheme=s.timestep_sampling, seed=s.seed, cache_dir=s.cache_dir, timestep_shift=s.timestep_shift,
+        batch=s.batch_size,
     )  # fmt: skip
     params = init_factors(np.random.default_rng(s.seed), {m: shapes[m] for m in modules}, s.rank)
     schedule = LrSchedule(s.lr, s.steps, warmup=s.warmup, cosine=s.cosine)
     trainer = Trainer(
         task, task.frozen_weights(), params, opt, schedule, accumulate=s.accumulate, backend=backend, seed=s.seed,
         settings={"family": "flux2", "model": str(model), "rank": s.rank, "alpha": s.alpha, "modules": list(modules),
-                  "timestep_shift": task.shift},
+                  "timestep_shift": task.shift, "batch_size": s.batch_size},
     )  # fmt: skip
     return LoraSession(task, trainer, s)
 
@@ -248,10 +282,12 @@ def full_session(model: Path, data: Path, settings: LoraSettings, *, backend: st
         pipeline, scan_folder(data), (), s.rank, s.alpha, opt, resolution=s.resolution, accumulate=s.accumulate,
         max_grad_norm=s.max_grad_norm, checkpoint_blocks=s.checkpoint_blocks, dtype=DType(s.dtype),
         scheme=s.timestep_sampling, seed=s.seed, cache_dir=s.cache_dir, full=True, timestep_shift=s.timestep_shift,
+        batch=s.batch_size,
     )  # fmt: skip
     schedule = LrSchedule(s.lr, s.steps, warmup=s.warmup, cosine=s.cosine)
     trainer = Trainer(
         task, {}, task.initial_full_params(), opt, schedule, accumulate=s.accumulate, backend=backend, seed=s.seed,
-        settings={"family": "flux2", "model": str(model), "full": True, "timestep_shift": task.shift},
+        settings={"family": "flux2", "model": str(model), "full": True, "timestep_shift": task.shift,
+                  "batch_size": s.batch_size},
     )  # fmt: skip
     return FullSession(task, trainer, s)

@@ -39,11 +39,14 @@ class LoraSettings:
     cache_dir: Path | None = None
     max_text_tokens: int | None = None  # caption length the text features are padded to (None: the model's default)
     timestep_shift: float | None = None  # shift of the training sigmas (`dif.train.flow`); None: the scheduler's
+    batch_size: int = 1  # images per micro-batch: one step program of that batch (a frontend may refuse > 1)
 
     def __attrs_post_init__(self) -> None:
-        if self.rank < 1 or self.alpha <= 0 or self.steps < 1 or self.accumulate < 1 or self.resolution < 16:
+        if (self.rank < 1 or self.alpha <= 0 or self.steps < 1 or self.accumulate < 1 or self.resolution < 16
+                or self.batch_size < 1):  # fmt: skip
             raise UsageError(
-                f"LoRA settings out of range: rank, alpha, steps, accumulate >= 1, resolution >= 16 ({self})"
+                f"LoRA settings out of range: rank, alpha, steps, accumulate, batch size >= 1, resolution >= 16 "
+                f"({self})"
             )
         s = self.timestep_shift
         if s is not None and not (math.isfinite(s) and s > 0):
