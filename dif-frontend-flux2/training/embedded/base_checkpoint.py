@@ -5,6 +5,9 @@ Training recipe stage 0 (outside the package). The transformer is widened to 128
 width 64 the stream is narrower than the 128 packed latent channels, so the velocity it predicts has rank
 64 per token and the noise in the other directions survives a 4-step sample (measured: blobs at every
 prompt). The default size becomes 256 (the VAE config's `sample_size`), the size the model is trained at.
+model_index.json carries `max_sequence_length` TEXT_ROWS (32; the pipeline's default is 512): every caption
+of the data and the judge is 18-22 tokens with the chat template, and with 512 rows ~490 identical pad rows
+would form an attention sink the few content tokens must outweigh.
 
     python base_checkpoint.py OUT_DIR
 """
@@ -18,6 +21,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 SCRIPT = HERE.parents[1] / "scripts" / "make_default_checkpoint.py"
 TOKENIZER = HERE.parents[1] / "src" / "dif_frontend_flux2" / "default" / "tokenizer"
+TEXT_ROWS = 32
 
 
 def make_base(out: Path) -> None:
@@ -27,6 +31,7 @@ def make_base(out: Path) -> None:
     spec.loader.exec_module(script)
     script.TRANSFORMER["num_attention_heads"] = 4
     script.VAE["sample_size"] = 256
+    script.MODEL_INDEX["max_sequence_length"] = TEXT_ROWS
     script.make(out, TOKENIZER)
     sys.path.insert(0, str(HERE))
     from text_encoder import quieten

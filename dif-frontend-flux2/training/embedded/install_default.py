@@ -2,7 +2,8 @@
 
 Training recipe stage 5 (outside the package; also between the two transformer runs): `transformer/`
 from the run's exported model, `vae/` and `text_encoder/` from the working checkpoint (links resolved, f32
-as before); the tokenizer, scheduler and model_index.json are left as they are.
+as before) and model_index.json (its `max_sequence_length`) from the working checkpoint; the tokenizer
+and scheduler are left as they are.
 
     python install_default.py WORK_CHECKPOINT RUN_MODEL [DEFAULT_DIR]
 """
@@ -22,6 +23,8 @@ FILES = {
 
 
 def install(work: Path, run_model: Path, default: Path = DEFAULT) -> None:
+    if (work / "model_index.json").resolve() != (default / "model_index.json").resolve():
+        shutil.copyfile(work / "model_index.json", default / "model_index.json")
     for component, names in FILES.items():
         src = (run_model if component == "transformer" else work) / component
         for name in names:

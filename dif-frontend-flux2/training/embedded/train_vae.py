@@ -5,11 +5,13 @@ frontend (`dif_frontend_flux2.vae`) are spliced into one forward (image -> poste
 z + sigma * noise -> decoder), whose output is [reconstruction | k * z] against [image | 0]: the MSE of
 `dif.train.step` is then reconstruction error plus a small latent penalty, and the noise keeps the decoder
 tolerant of the imprecise latents a 4-step sampler hands it. `build_step_programs` adds the gradients
-(dif's autodiff) and AdamW; `dif.train.loop.Trainer` runs them on the CPU backend. Afterwards
+(dif's autodiff) and AdamW; `dif.train.loop.Trainer` runs them on `--backend` (cpu, or cuda: one step is
+one program, one CUDA graph), for `--steps` or until `--minutes` have passed (`timebox.py`). Afterwards
 `bn.running_mean/var` are set from the trained encoder's patchified latents over the data, so the
 transformer sees unit-variance latents.
 
     python train_vae.py --data DATA --source CHECKPOINT --out VAE_DIR [--steps 1500] [--batch 4] [--crop 128]
+        [--backend cpu] [--minutes M]
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from typing import Any
 
 import numpy as np
 from attrs import define, field
+from timebox import run_until
 
 from dif.ir.builder import ProgramBuilder, Var
 from dif.ir.program import Program
@@ -114,16 +117,17 @@ class AutoencoderTask:
         return "ae", {"image": np.ascontiguousarray(crops), "noise": noise, TARGET: target}
 
 
-def latent_stats(cfg: Flux2VaeConfig, weights: Mapping[str, np.ndarray], images: np.ndarray) -> tuple[np.ndarray, ...]:
+def latent_stats(cfg: Flux2VaeConfig, weights: Mapping[str, np.ndarray], images: np.ndarray,
+                 backend: str = "cpu") -> tuple[np.ndarray, ...]:  # fmt: skip
     """Per-channel mean and variance of the trained encoder's patchified latents (C*4 channels, in
-    the packing order of `vae._emit_pack`) over `images`, on the CPU backend."""
+    the packing order of `vae._emit_pack`) over `images`, on `backend`."""
     from dif.plan.planner import plan_program
     from dif.runtime import get_backend
 
     n, _, h, w = images.shape
     prog = build_vae_encoder(cfg, batch=1, height=h, width=w)
-    backend = get_backend("cpu", program=prog)
-    run = backend.prepare(prog, plan_program(prog, backend.profile(), backend.budget()),
+    device = get_backend(backend, program=prog)
+    run = device.prepare(prog, plan_program(prog, device.profile(), device.budget()),
                           {p.name: weights[p.name] for p in prog.params}).run  # fmt: skip
     rows = []
     for i in range(n):
@@ -135,7 +139,8 @@ def latent_stats(cfg: Flux2VaeConfig, weights: Mapping[str, np.ndarray], images:
     return allz.mean(0).astype(np.float32), allz.var(0).astype(np.float32)
 
 
-def train(data: Path, source: Path, out: Path, *, steps: int, batch: int, crop: int, lr: float, seed: int) -> dict:
+def train(data: Path, source: Path, out: Path, *, steps: int, batch: int, crop: int, lr: float, seed: int,
+          backend: str = "cpu", minutes: float | None = None) -> dict:  # fmt: skip
     from dif.serialize.diftensor import load_tensors, save_tensors
 
     cfg_json = json.loads((source / "config.json").read_text())
@@ -148,25 +153,28 @@ def train(data: Path, source: Path, out: Path, *, steps: int, batch: int, crop: 
     task = AutoencoderTask(cfg, images, batch, crop, opt, names)
     task.model_key = model_fingerprint(task.forward(), names)
     params = {n: np.array(start[n], np.float32) for n in names}
-    trainer = Trainer(task, {}, params, opt, LrSchedule(lr, steps, warmup=min(100, steps // 10)), backend="cpu",
+    trainer = Trainer(task, {}, params, opt, LrSchedule(lr, steps, warmup=min(100, steps // 10)), backend=backend,
                       seed=seed)  # fmt: skip
     t0 = time.time()
+    deadline = None if minutes is None else t0 + 60 * minutes
 
     def log(r: Any) -> None:
         if r.step % 50 == 0 or r.step == 1:
             took = time.time() - t0
             print(f"vae step {r.step}/{steps} loss {r.loss:.5f} |g| {r.grad_norm:.3f} {took:.0f}s", flush=True)
 
-    trainer.run(steps, on_step=log)
+    run = run_until(trainer, steps, deadline=deadline, on_step=log)
     seconds = time.time() - t0
     weights = {**{n: np.array(v) for n, v in start.items()}, **trainer.params}
-    mean, var = latent_stats(cfg, weights, images[:: max(1, len(images) // 200)])
+    mean, var = latent_stats(cfg, weights, images[:: max(1, len(images) // 200)], backend)
     weights["bn.running_mean"], weights["bn.running_var"] = mean, var
     out.mkdir(parents=True, exist_ok=True)
     save_tensors(out / "diffusion_pytorch_model.safetensors", {n: np.asarray(v) for n, v in weights.items()},
                  dif_metadata=False)  # fmt: skip
-    shutil.copyfile(source / "config.json", out / "config.json")
-    report = {"steps": steps, "batch": batch, "crop": crop, "lr": lr, "seconds": round(seconds, 1),
+    if (source / "config.json").resolve() != (out / "config.json").resolve():
+        shutil.copyfile(source / "config.json", out / "config.json")
+    report = {"steps": trainer.step, "stopped": run["stopped"], "backend": backend, "batch": batch, "crop": crop,
+              "lr": lr, "seconds": round(seconds, 1),
               "final_loss": float(np.mean(trainer.losses[-50:])), "first_loss": trainer.losses[0]}  # fmt: skip
     (out / "train_vae.json").write_text(json.dumps(report, indent=2) + "\n")
     return report
@@ -182,8 +190,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--crop", type=int, default=128)
     ap.add_argument("--lr", type=float, default=2e-3)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--backend", default="cpu", help="dif backend the step programs run on (cpu, cuda, ...)")
+    ap.add_argument("--minutes", type=float, default=None, help="stop after this much training time (then save)")
     a = ap.parse_args(argv)
-    print(train(a.data, a.source, a.out, steps=a.steps, batch=a.batch, crop=a.crop, lr=a.lr, seed=a.seed))
+    print(train(a.data, a.source, a.out, steps=a.steps, batch=a.batch, crop=a.crop, lr=a.lr, seed=a.seed,
+                backend=a.backend, minutes=a.minutes))  # fmt: skip
     return 0
 
 
