@@ -47,8 +47,9 @@ def test_flux2_transformer_fuses_and_stays_bit_identical_on_cpu(dtype: str) -> N
     assert "layer_norm" not in after and "modulate" not in after and "rope" not in after and before["rope"] == 4
     assert after["slice"] == before.get("slice", 0) + 4 and after["concat"] == before["concat"]
     assert len(optimized.nodes) == len(program.nodes) - 11
-    # every default pass but the GroupNorm + SiLU fusion (the transformer has no GroupNorm) applies
-    assert {d.pass_name for d in decisions} == set(DEFAULT_PASSES) - {"fuse_group_norm_silu"}
+    # every default pass but the GroupNorm + SiLU fusion (the transformer has no GroupNorm) and the residual one
+    # (every residual add of a FLUX.2 block is gated: a gated_residual) applies
+    assert {d.pass_name for d in decisions} == set(DEFAULT_PASSES) - {"fuse_group_norm_silu", "fuse_linear_residual"}
     assert all(d.verdict == "applied" for d in decisions)
 
     inputs, weights = bindings(program)

@@ -240,3 +240,45 @@ def test_short_attention_on_the_flash_kernel_where_faster(causal: bool, monkeypa
     chosen: list[str] = []
     _run(b.build(), 1e-2, seen=chosen)
     assert chosen == ["nvrtc-flash (faster than cuDNN at this size)"], chosen
+
+
+@pytest.mark.parametrize("gemm", ["cublaslt", "nvrtc"])
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize(("dtype", "tol"), [("bf16", 1e-2), ("f16", 5e-3), ("f32", 1e-5)])
+def test_linear_add_puts_the_residual_in_the_gemm(dtype: str, tol: float, bias: bool, gemm: str) -> None:
+    """linear_add (`fuse_linear_residual`) at a CLIP layer's size: one cuBLASLt GEMM reading r as C with beta 1,
+    or, without cuBLASLt, the NVRTC GEMM and the add kernel over its result in place."""
+    b = ProgramBuilder("linear_add")
+    x, r = b.input("x", (2, 77, 768), dtype), b.input("r", (2, 77, 768), dtype)
+    w = b.input("w", (768, 768), dtype)
+    bb = b.input("b", (768,), dtype) if bias else None
+    b.output(b.emit("linear_add", x, w, r, bb))
+    chosen: list[str] = []
+    rng = np.random.default_rng(7)
+    given = {"w": (rng.standard_normal((768, 768)) / 28).astype(w.dtype.np)}  # |x @ w^T| ~ |r|: both count
+    kernels = _run(b.build(), tol, given, seen=chosen, gemm=gemm)
+    if gemm == "cublaslt":
+        assert kernels == ["cublaslt"] and chosen[0].startswith("cublaslt ("), chosen
+    else:
+        assert kernels == [f"gemm_{dtype}", f"binary_vec_add_{dtype}"] and chosen == ["nvrtc-gemm + add"], chosen
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "f16", "f32"])
+def test_linear_residual_pass_on_cuda_matches_the_interpreter(dtype: str) -> None:
+    """The default passes turn `h + linear(x)` and `linear(x) + h` into linear_add on this backend (it declares
+    `op:linear_add`); odd widths (77 rows, 40 -> 24 features) as well as a 3-D input."""
+    reason = cuda_skip_reason()
+    if reason is not None:
+        pytest.skip(f"no usable GPU: {reason}")
+    from dif.passes import optimize
+    from dif_backend_cuda.device import CudaBackend
+
+    b = ProgramBuilder("residuals")
+    h = b.input("h", (1, 77, 24), dtype)
+    x = b.input("x", (1, 77, 40), dtype)
+    h = b.emit("add", h, b.emit("linear", x, b.input("w1", (24, 40), dtype), b.input("b1", (24,), dtype)))
+    h = b.emit("add", b.emit("linear", h, b.input("w2", (24, 24), dtype)), h)
+    b.output(h)
+    program, decisions = optimize(b.build(), target=CudaBackend().profile())
+    assert program.op_histogram() == {"linear_add": 2}, [d.describe() for d in decisions]
+    _run(program, 1e-2 if dtype != "f32" else 1e-5)

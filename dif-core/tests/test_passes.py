@@ -275,8 +275,10 @@ def test_default_pipeline_fuses_everything_and_keeps_results(dtype: str) -> None
     assert len(out.nodes) == len(program.nodes) - 6
     assert out.op_histogram() == {"gated_residual": 2, "linear": 2, "norm_modulate": 2, "reshape": 4,
                                   "rms_norm_rope": 2}  # fmt: skip
-    # mini_dit has no concat before a rope and no group_norm (fuse_group_norm_silu: test_norm_act_pass.py)
-    fusions = [p for p in DEFAULT_PASSES if p.startswith("fuse_") and p != "fuse_group_norm_silu"]
+    # mini_dit has no concat before a rope, no group_norm (fuse_group_norm_silu: test_norm_act_pass.py) and no
+    # residual add of a linear's result (its linears feed gated residuals; test_linear_residual_pass.py)
+    fusions = [p for p in DEFAULT_PASSES if p.startswith("fuse_") and p not in ("fuse_group_norm_silu",
+               "fuse_linear_residual")]  # fmt: skip
     assert [d.pass_name for d in decisions] == [p for p in fusions for _ in range(2)]
     assert all(d.verdict == APPLIED for d in decisions)
     assert {p.name for p in out.params} == {p.name for p in program.params}
@@ -284,7 +286,7 @@ def test_default_pipeline_fuses_everything_and_keeps_results(dtype: str) -> None
     assert_same_results(program, out)
 
 
-FUSIONS = "fuse_norm_rope, fuse_norm_modulate, fuse_gated_residual, fuse_group_norm_silu"
+FUSIONS = "fuse_norm_rope, fuse_norm_modulate, fuse_gated_residual, fuse_group_norm_silu, fuse_linear_residual"
 
 
 def test_summary_lists_the_pipeline_verdicts_and_places() -> None:
@@ -310,7 +312,7 @@ def test_dif_passes_selects_disables_and_rejects(monkeypatch: pytest.MonkeyPatch
         assert selected_passes() == ("fuse_gated_residual", "fuse_norm_rope")
         monkeypatch.setenv("DIF_PASSES", "fuse_gated_residual,default")
         expanded = ("fuse_gated_residual", "rope_before_concat", "fuse_norm_rope", "fuse_norm_modulate",
-                    "fuse_group_norm_silu")  # fmt: skip
+                    "fuse_group_norm_silu", "fuse_linear_residual")  # fmt: skip
         assert selected_passes() == expanded
         for bad in ("fuse_everything", "none,fuse_norm_rope"):
             monkeypatch.setenv("DIF_PASSES", bad)

@@ -1,5 +1,6 @@
 """cuBLASLt GEMMs through nvmath-python's low-level bindings (raw device pointers, any float dtype incl.
-bf16, bias epilogue), planned once per node at prepare time and capturable in a CUDA graph.
+bf16, bias epilogue, an addend C with beta 1 for `linear_add`'s residual), planned once per node at prepare
+time and capturable in a CUDA graph.
 
 cuBLASLt is column-major: a row-major product C[M,N] = A[M,K] @ B[K,N] is computed as
 C^T[N,M] = B^T @ A^T, i.e. with the operands swapped and no data movement (see `linear_problem`
@@ -76,7 +77,10 @@ class LtContext:
 
 @frozen
 class GemmProblem:
-    """D[m, n] (column-major, ld ldd) = alpha * op(A) @ op(B) (+ bias[m]), `batch` times with element strides."""
+    """D[m, n] (column-major, ld ldd) = alpha * op(A) @ op(B) (+ beta * C[m, n]) (+ bias[m]), `batch` times with
+    element strides. Without `c` (0) cuBLASLt is given C = D and beta 0 (C is not read); with it, C is a matrix
+    of D's type and shape at its own address, rows `ldc` apart (0: ldd), batches `stride_d` apart (out of place:
+    C must not overlap D)."""
 
     dtype: DType
     m: int
@@ -96,17 +100,34 @@ class GemmProblem:
     stride_b: int = 0
     stride_d: int = 0
     alpha: float = 1.0
+    c: int = 0
+    ldc: int = 0
+    beta: float = 0.0
 
 
 def linear_problem(
-    dtype: DType, x: int, w: int, y: int, bias: int, rows: int, k: int, out: int, lds: tuple[int, int, int] = (0, 0, 0)
+    dtype: DType,
+    x: int,
+    w: int,
+    y: int,
+    bias: int,
+    rows: int,
+    k: int,
+    out: int,
+    lds: tuple[int, int, int] = (0, 0, 0),
+    *,
+    residual: int = 0,
+    ldr: int = 0,
 ) -> GemmProblem:
-    """y[rows, out] = x[rows, k] @ w[out, k]^T + bias[out] (all row-major). `lds`: element strides between
-    rows of x, w and y when they are views inside wider buffers (0: contiguous)."""
+    """y[rows, out] = x[rows, k] @ w[out, k]^T + bias[out] (+ residual[rows, out]) (all row-major). `lds`:
+    element strides between rows of x, w and y when they are views inside wider buffers (0: contiguous); `ldr`
+    the same for the residual, which cuBLASLt reads as C with beta 1 (`linear_add`)."""
     ldx, ldw, ldy = (ld or dim for ld, dim in zip(lds, (k, k, out), strict=True))
+    c, ldc, beta = (residual, ldr or out, 1.0) if residual else (0, 0, 0.0)
     return GemmProblem(
-        dtype, m=out, n=rows, k=k, a=w, lda=ldw, trans_a=OP_T, b=x, ldb=ldx, trans_b=OP_N, d=y, ldd=ldy, bias=bias
-    )
+        dtype, m=out, n=rows, k=k, a=w, lda=ldw, trans_a=OP_T, b=x, ldb=ldx, trans_b=OP_N, d=y, ldd=ldy, bias=bias,
+        c=c, ldc=ldc, beta=beta,
+    )  # fmt: skip
 
 
 def matmul_problem(
@@ -139,9 +160,12 @@ def _alignment(addr: int) -> int:
 
 def problem_key(p: GemmProblem) -> tuple[Any, ...]:
     """What cuBLASLt's choice of algorithm depends on: everything but the addresses, of which only their
-    alignment counts."""
+    alignment counts. A problem that reads C (beta != 0) adds beta, C's leading dimension and alignment, so it
+    never shares a heuristic or a tuned choice with the same GEMM without it; one without C keeps the key it
+    always had (stored choices stay valid)."""
     fields = (p.dtype, p.m, p.n, p.k, p.lda, p.ldb, p.ldd, p.trans_a, p.trans_b, p.alpha, p.batch, bool(p.bias))
-    return (*fields, p.stride_a, p.stride_b, p.stride_d, *(_alignment(a) for a in (p.a, p.b, p.d)))
+    key = (*fields, p.stride_a, p.stride_b, p.stride_d, *(_alignment(a) for a in (p.a, p.b, p.d)))
+    return (*key, "C", p.beta, p.ldc, _alignment(p.c)) if p.c else key
 
 
 class LtMatmul:
@@ -169,6 +193,8 @@ class LtMatmul:
         self.adesc = self._layout(dt, a_rows, a_cols, p.lda, p.stride_a)
         self.bdesc = self._layout(dt, b_rows, b_cols, p.ldb, p.stride_b)
         self.ddesc = self._layout(dt, p.m, p.n, p.ldd, p.stride_d)
+        # C: D itself (beta 0, not read) or the addend, same type and shape as D (cuBLASLt's out-of-place rule)
+        self.cdesc = self._layout(dt, p.m, p.n, p.ldc or p.ldd, p.stride_d) if p.c else self.ddesc
         self.key = problem_key(p)
         heuristic = ctx.heuristics.get(self.key)
         if heuristic is None:
@@ -177,7 +203,7 @@ class LtMatmul:
         self.candidates = len(heuristic)
         self.choice = 0
         self.alpha = np.full(1, p.alpha, dtype=np.float32)
-        self.beta = np.zeros(1, dtype=np.float32)
+        self.beta = np.full(1, p.beta if p.c else 0.0, dtype=np.float32)
 
     def _stored_heuristic(self) -> np.ndarray:
         """The heuristic's candidates as the tuning store keeps them for this cuBLASLt version and device
@@ -210,7 +236,7 @@ class LtMatmul:
                 pattr.MAX_WORKSPACE_BYTES,
                 ctx.workspace_bytes,
             )
-            for name, addr in (("A", p.a), ("B", p.b), ("C", p.d), ("D", p.d)):
+            for name, addr in (("A", p.a), ("B", p.b), ("C", p.c or p.d), ("D", p.d)):
                 self._set(
                     lib.matmul_preference_set_attribute,
                     lib.get_matmul_preference_attribute_dtype,
@@ -225,7 +251,7 @@ class LtMatmul:
                 self.desc,
                 self.adesc,
                 self.bdesc,
-                self.ddesc,
+                self.cdesc,
                 self.ddesc,
                 pref,
                 TUNE_CANDIDATES,
@@ -293,8 +319,8 @@ class LtMatmul:
             p.b,
             self.bdesc,
             self.beta.ctypes.data,
-            p.d,
-            self.ddesc,
+            p.c or p.d,
+            self.cdesc,
             p.d,
             self.ddesc,
             self.algo_ptr,
@@ -307,6 +333,8 @@ class LtMatmul:
         lib = getattr(getattr(self, "ctx", None), "lib", None)
         if lib is None:
             return
+        if hasattr(self, "cdesc") and self.cdesc != getattr(self, "ddesc", None):
+            lib.matrix_layout_destroy(self.cdesc)
         for name in ("adesc", "bdesc", "ddesc"):
             if hasattr(self, name):
                 lib.matrix_layout_destroy(getattr(self, name))

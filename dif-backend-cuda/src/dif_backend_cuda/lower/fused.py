@@ -1,4 +1,5 @@
-"""CUDA lowerings of `dif.ops.fused`, the ops optimizer passes make, onto `kernels/fused.cu`. The backend
+"""CUDA lowerings of `dif.ops.fused`, the ops optimizer passes make, onto `kernels/fused.cu` (`linear_add`: onto
+the linear's GEMM, `lower/linalg.py`). The backend
 declares the fused ops of its lowering table as `op:<name>` (`LoweringTable.op_capabilities`), so
 `dif.passes` fuses only what is lowered here.
 """
@@ -112,3 +113,14 @@ def _rms_norm_rope(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Ts, outs: Ts) -
         raise unsupported(node, f"head dim {dim} needs {shared} B of shared memory per block")
     args = [ptr(x), ptr(w), ptr(c), ptr(s), ptr(y), i64(rows), i64(seq), i64(heads), i64(dim), i64(rot), *common]
     return [ctx.kernel("fused", f"rms_norm_rope_{dt}_{wt}_{ct}", grid, (THREADS,), [*args, i64(xt), i64(yt)], shared)]
+
+
+@lowering("linear_add")
+def _linear_add(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Ts, outs: Ts) -> Steps:
+    """linear_add(x, w, r, bias?) = x @ w^T + bias + r (`fuse_linear_residual`): the linear's cuBLASLt GEMM with
+    r, of y's shape and dtype, as C and beta 1, so the residual add costs no launch of its own; without
+    cuBLASLt the NVRTC GEMM and the add kernel (`lower/linalg.py`)."""
+    from dif_backend_cuda.lower.linalg import linear_steps
+
+    bias = ins[3] if len(ins) > 3 else None
+    return linear_steps(ctx, node, ins[0], ins[1], bias, outs[0], residual=ins[2])

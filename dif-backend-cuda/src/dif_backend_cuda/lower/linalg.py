@@ -1,6 +1,6 @@
 """CUDA lowerings of `dif.ops.linalg` (linear, matmul): cuBLASLt when the backend has it and the problem
-fits, else the NVRTC GEMM of `kernels/linalg.cu`. The path taken per node is recorded in
-`LowerCtx.choices` (shown by the executable and the smoke script).
+fits, else the NVRTC GEMM of `kernels/linalg.cu` (`linear_steps` also serves the fused `linear_add`). The path
+taken per node is recorded in `LowerCtx.choices` (shown by the executable and the smoke script).
 """
 
 from __future__ import annotations
@@ -9,13 +9,16 @@ import math
 from typing import Any
 
 import numpy as np
+from attrs import evolve
 
 from dif.ir.program import Node
 from dif_backend_cuda.lower.base import (
     FLOATS,
+    LOWERINGS,
     MAX_GRID_Z,
     TILE,
     Attrs,
+    DevTensor,
     LowerCtx,
     Steps,
     Ts,
@@ -84,11 +87,12 @@ def _gemm_kernel(
     return ctx.kernel("linalg", f"gemm_{dt}", grid, (256,), args)
 
 
-@lowering("linear")
-def _linear(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Ts, outs: Ts) -> Steps:
-    x, w = ins[0], ins[1]
-    bias = ins[2] if len(ins) > 2 else None
-    (y,) = outs
+def linear_steps(
+    ctx: LowerCtx, node: Node, x: DevTensor, w: DevTensor, bias: DevTensor | None, y: DevTensor,
+    residual: DevTensor | None = None,
+) -> Steps:  # fmt: skip
+    """y = x @ w^T + bias (+ residual, of y's shape): one cuBLASLt GEMM (the residual as C with beta 1), else
+    the NVRTC GEMM (then, with a residual, the broadcasting add kernel over y in place)."""
     dt = need(node, x.dtype, FLOATS)
     k, out = x.shape[-1], w.shape[0]
     rows = x.numel // k if k else 0
@@ -97,16 +101,27 @@ def _linear(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Ts, outs: Ts) -> Steps
     from dif_backend_cuda.gemm import linear_problem
 
     lds = (row_stride(node, x, 1), row_stride(node, w, 1), row_stride(node, y, 1))
-    problem = linear_problem(x.dtype, x.ptr, w.ptr, y.ptr, bias.ptr if bias else 0, rows, k, out, lds)
+    r_ptr, ldr = (residual.ptr, row_stride(node, residual, 1)) if residual is not None else (0, 0)
+    problem = linear_problem(x.dtype, x.ptr, w.ptr, y.ptr, ptr(bias).item(), rows, k, out, lds, residual=r_ptr, ldr=ldr)
     step = _lt_step(ctx, node, problem)
     if step is not None:
         return [step]
     ldx, ldw, ldy = lds
-    return [
-        _gemm_kernel(
-            ctx, node, dt, x.ptr, w.ptr, ptr(bias).item(), y.ptr, [1, 1, 0, 0], 1, rows, out, k, (ldx, 1, 1, ldw, ldy)
-        )
-    ]
+    strides = (ldx, 1, 1, ldw, ldy)
+    steps = [_gemm_kernel(ctx, node, dt, x.ptr, w.ptr, ptr(bias).item(), y.ptr, [1, 1, 0, 0], 1, rows, out, k, strides)]
+    if residual is not None:
+        # y = add(r, y) exactly as the unfused pair: the product rounded to y's dtype, then the add kernel in place
+        # (each element is read, then written, by one thread); r never shares y's bytes: the planner keeps both
+        # live at this node
+        ctx.choices[node.id] = ctx.choices[node.id].replace("nvrtc-gemm", "nvrtc-gemm + add", 1)
+        steps += LOWERINGS["add"](ctx, evolve(node, op="add"), {}, [residual, y], [y])
+    return steps
+
+
+@lowering("linear")
+def _linear(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Ts, outs: Ts) -> Steps:
+    bias = ins[2] if len(ins) > 2 else None
+    return linear_steps(ctx, node, ins[0], ins[1], bias, outs[0])
 
 
 @lowering("matmul")

@@ -17,7 +17,7 @@ from dif.ir.types import TensorType
 from dif.ops._rules import broadcast_shape, fail, float_cases, fp, need_float, need_rank, randn
 from dif.ops.attention import check_rope_tables, rope, rope_case_tables
 from dif.ops.norm import layer_norm, modulate, modulate_infer, rms_norm
-from dif.ops.registry import AttrSpec, Case, defop
+from dif.ops.registry import OPS, AttrSpec, Case, defop
 
 
 def _stored(value: np.ndarray | tuple[np.ndarray, ...], like: np.ndarray) -> np.ndarray:
@@ -173,3 +173,36 @@ def rms_norm_rope(
     rotation, exactly as the unfused pair stores it (made by `fuse_norm_rope`)."""
     y = rms_norm(x, w, eps=eps, offset=offset, round_before_weight=round_before_weight)
     return _one(rope(_stored(y, x), cos, sin, mode=mode))
+
+
+# -- linear_add ------------------------------------------------------------------------------------
+
+
+def _linear_add_infer(x: TensorType, w: TensorType, r: TensorType, bias: TensorType | None = None) -> TensorType:
+    y = OPS.get("linear").infer(x, w, bias)  # linear's own rule (dtypes, feature counts, bias shape)
+    if r != y:  # no broadcast: the residual is read exactly where the product is written
+        raise fail(f"residual must be exactly the linear's result {y}, got {r}")
+    return y
+
+
+def _linear_add_cases(rng: np.random.Generator, dtype: DType) -> list[Case]:
+    with_bias = float_cases(rng, dtype, [[(2, 5, 16), (8, 16), (2, 5, 8), (8,)], [(3, 7), (5, 7), (3, 5), (5,)]])
+    no_bias = float_cases(rng, dtype, [[(4, 32), (24, 32), (4, 24)], [(1, 6, 16), (16, 16), (1, 6, 16)]])
+    return [Case(f"{c.name}-bias", c.operands) for c in with_bias] + no_bias
+
+
+@defop(
+    "linear_add",
+    operands=("x", "w", "r", "bias?"),
+    infer=_linear_add_infer,
+    cases=_linear_add_cases,
+    category="fused",
+)
+def linear_add(x: np.ndarray, w: np.ndarray, r: np.ndarray, bias: np.ndarray | None = None) -> np.ndarray:
+    """linear_add(x[..., in], w[out, in], r[..., out], bias?[out]) -> [..., out] = r + linear(x, w, bias):
+    a linear and the residual add after it in one op (a GEMM whose epilogue adds r). r has exactly the
+    result's shape and dtype (no broadcast). The linear's result is rounded to x's dtype before the add,
+    exactly as the unfused pair stores it (made by `fuse_linear_residual`; the optional bias is last,
+    as optional operands are)."""
+    product = OPS.get("linear").reference(x, w, bias)  # the table's linear, whatever reference it has now
+    return np.add(fp(r), _stored(product, x))

@@ -12,7 +12,7 @@ from dif.passes.context import (
     PassDecision,
     supports_op,
 )
-from dif.passes.fusions import fuse_gated_residual, fuse_norm_modulate, fuse_norm_rope
+from dif.passes.fusions import fuse_gated_residual, fuse_linear_residual, fuse_norm_modulate, fuse_norm_rope
 from dif.passes.manager import (
     CORE_PASSES,
     DEFAULT_PASSES,
@@ -38,6 +38,7 @@ __all__ = [
     "available_passes",
     "default_pipeline",
     "fuse_gated_residual",
+    "fuse_linear_residual",
     "fuse_norm_modulate",
     "fuse_norm_rope",
     "fused_type_problem",

@@ -84,6 +84,33 @@ def fuse_gated_residual(program: Program, *, ctx: PassContext) -> Program:
     return apply_fusions(program, fusions, ctx.pass_name)
 
 
+def fuse_linear_residual(program: Program, *, ctx: PassContext) -> Program:
+    """add(r, linear(x, w, bias?)) (either operand order) where the linear's only user is the add and r
+    has exactly the linear's shape and dtype -> linear_add(x, w, r, bias?) = x @ w^T + bias + r: the
+    residual add of a transformer layer goes into the GEMM's epilogue (cuBLASLt's C with beta = 1)."""
+    fusions: list[Fusion] = []
+    for node in program.nodes:
+        if node.op != "add":
+            continue
+        first: tuple[Fusion, str] | None = None
+        for i in (1, 0):  # the builders write x + linear(..): try the second operand first
+            lin = producer_of(program, node.operands[i], ("linear",))
+            if lin is None:
+                continue
+            fusion = Fusion(node, (lin,), "linear_add", (*lin.operands[:2], node.operands[1 - i], *lin.operands[2:]))
+            reason = _consider(program, ctx, fusion)
+            if reason is None:
+                ctx.applied("add + linear -> linear_add", (lin.id, node.id), node.results[0].name)
+                fusions.append(fusion)
+                first = None
+                break
+            first = first or (fusion, reason)
+        if first is not None:
+            fusion, reason = first
+            ctx.skipped(reason, (fusion.absorbed[0].id, node.id), node.results[0].name)
+    return apply_fusions(program, fusions, ctx.pass_name)
+
+
 def fuse_norm_rope(program: Program, *, ctx: PassContext) -> Program:
     """rms_norm(x, w) whose only user is rope(·, cos, sin)
     -> rms_norm_rope(x, w, cos, sin; eps, offset, round_before_weight, mode) (per-head q/k norm + RoPE)."""

@@ -2,7 +2,7 @@
 between verify and the planner) and collects every decision they make.
 
     program --rope_before_concat--> --fuse_norm_rope--> --fuse_norm_modulate--> --fuse_gated_residual-->
-            [plugin passes] --> planner
+            --fuse_group_norm_silu--> --fuse_linear_residual--> [plugin passes] --> planner
 
 A pass is `fn(program, **options) -> Program`; the manager passes the options the function takes:
 `ctx` (a `PassContext`: target, `supports(op)`, `record(...)`) and `target`. Every result is
@@ -22,7 +22,7 @@ from dif.errors import DifError, UsageError
 from dif.ir.program import Program
 from dif.passes.context import APPLIED, PassContext, PassDecision, log
 from dif.passes.distribute import rope_before_concat
-from dif.passes.fusions import fuse_gated_residual, fuse_norm_modulate, fuse_norm_rope
+from dif.passes.fusions import fuse_gated_residual, fuse_linear_residual, fuse_norm_modulate, fuse_norm_rope
 from dif.passes.norm_act import fuse_group_norm_silu
 from dif.passes.quantize import FORMAT_PASSES, quantize_fp8, quantize_int4, quantize_int8
 from dif.plan.plan import Decision
@@ -37,6 +37,7 @@ CORE_PASSES: dict[str, PassFn] = {
     "fuse_norm_modulate": fuse_norm_modulate,
     "fuse_gated_residual": fuse_gated_residual,
     "fuse_group_norm_silu": fuse_group_norm_silu,
+    "fuse_linear_residual": fuse_linear_residual,
     # format passes (dif.passes.quantize): chosen by the format search or by name, never by default
     "quantize_fp8": quantize_fp8,
     "quantize_int8": quantize_int8,
@@ -44,7 +45,9 @@ CORE_PASSES: dict[str, PassFn] = {
 }
 DEFAULT_PASSES: tuple[str, ...] = tuple(n for n in CORE_PASSES if n not in FORMAT_PASSES.values())
 """The core pipeline, in `CORE_PASSES` order: `rope_before_concat` makes norm/rope pairs for `fuse_norm_rope`;
-the fusions touch disjoint op pairs, so their order only fixes the log."""
+the fusions touch disjoint op pairs, so their order only fixes the log, except that `fuse_gated_residual` and
+`fuse_linear_residual` both consume adds: an add of a product goes to the first (a gated residual), an add of a
+linear's result to the second."""
 
 NONE = "none"
 DEFAULT = "default"

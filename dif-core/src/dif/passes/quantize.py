@@ -15,6 +15,9 @@ format's quantized ops (`dif.ops.quant`). Not in the default pipeline: the forma
 - `quantize_int4` (weight-only): every linear over a parameter weight whose inputs divide into groups of 128
   (else 64) becomes `int4_linear`.
 
+A `linear_add` (`fuse_linear_residual`, earlier in the default pipeline) is split back into its linear and add
+first, so its linear is a candidate like any other; the ones that stay linears are fused again afterwards.
+
 Weights are renamed `W@FORMAT.q` / `W@FORMAT.scale` and derived at load (`dif.weights.quantized`). Each
 candidate linear gets a decision; a target that does not implement the format (`format:<name>` in its
 capabilities) gets one skipped decision and the program unchanged.
@@ -28,6 +31,7 @@ from dif.dtypes import DType
 from dif.ir.program import Node, Program, Value
 from dif.ir.types import TensorType
 from dif.passes.context import PassContext
+from dif.passes.rewrite import Fusion, apply_fusions
 from dif.weights.quantized import GROUP_FORMAT, ROW_FORMATS, derived_name
 
 W8A8_PRODUCERS = ("norm_modulate", "glu")
@@ -113,10 +117,48 @@ class _Rewrite:
         )
 
 
+LINEAR_ADD = "linear_add"
+
+
+def _split_linear_adds(program: Program) -> tuple[Program, dict[str, str]]:
+    """`program` with every `linear_add(x, w, r, bias?)` as `linear(x, w, bias?)` -> `NAME@linear`, then
+    `add(r, NAME@linear)` -> NAME (provenance kept), and {NAME: NAME@linear} to fuse back the ones that stay."""
+    if not any(n.op == LINEAR_ADD for n in program.nodes):
+        return program, {}
+    nodes: list[Node] = []
+    provenance = {}
+    split: dict[str, str] = {}
+    for node in program.nodes:
+        new = [node]
+        if node.op == LINEAR_ADD:
+            x, w, r, *bias = node.operands
+            out = node.results[0]
+            mid = Value(f"{out.name}@linear", out.type)
+            split[out.name] = mid.name
+            new = [Node(0, "linear", (x, w, *bias), (mid,)), Node(0, "add", (r, mid.name), (out,))]
+        for n in new:
+            if node.id in program.provenance:
+                provenance[len(nodes)] = program.provenance[node.id]
+            nodes.append(evolve(n, id=len(nodes)))
+    meta = dict(program.meta)
+    return Program(program.name, program.inputs, program.params, nodes, program.outputs, provenance, meta), split
+
+
+def _fuse_back(program: Program, split: dict[str, str], pass_name: str) -> Program:
+    """The split `linear_add`s whose linear the format pass left a linear, fused again."""
+    fusions = []
+    for out, mid in split.items():
+        lin, add = program.producers[mid], program.producers[out]
+        if lin.op == "linear":
+            fusions.append(Fusion(add, (lin,), LINEAR_ADD, (*lin.operands[:2], add.operands[0], *lin.operands[2:])))
+    return apply_fusions(program, fusions, pass_name)
+
+
 def quantize_w8a8(program: Program, ctx: PassContext, fmt: str) -> Program:
     """`program` with its eligible linears in W8A8 format `fmt` ("fp8-e4m3" or "int8"), see the module doc."""
     if not _implemented(ctx, fmt):
         return program
+    program, split = _split_linear_adds(program)
     qdtype = ROW_FORMATS[fmt]
     rw = _Rewrite(program)
     by_producer: dict[int, list[Node]] = {}
@@ -192,7 +234,7 @@ def quantize_w8a8(program: Program, ctx: PassContext, fmt: str) -> Program:
         for u in wide:
             rw.replace[u.id] = [*rw.replace.get(u.id, []), _scaled_linear(program, rw, u, q.name, s.name, fmt)]
             ctx.applied(f"{origin} -> quantize_rows + scaled_linear ({fmt})", (u.id,), u.results[0].name)
-    return rw.apply(ctx.pass_name)
+    return _fuse_back(rw.apply(ctx.pass_name), split, ctx.pass_name)
 
 
 def _quantized_pair(program: Program, y: str, fmt: str) -> tuple[Value, Value]:
@@ -219,6 +261,7 @@ def quantize_int4(program: Program, *, ctx: PassContext) -> Program:
     128 inputs, else 64); a linear whose inputs divide by neither stays, with the reason recorded."""
     if not _implemented(ctx, GROUP_FORMAT):
         return program
+    program, split = _split_linear_adds(program)
     rw = _Rewrite(program)
     for node in _linears(program):
         value = node.results[0].name
@@ -242,7 +285,7 @@ def quantize_int4(program: Program, *, ctx: PassContext) -> Program:
         operands = (node.operands[0], wq, ws, *node.operands[2:])
         rw.replace[node.id] = [Node(node.id, "int4_linear", operands, node.results, {"group_size": group})]
         ctx.applied(f"linear -> int4_linear (groups of {group})", (node.id,), value)
-    return rw.apply(ctx.pass_name)
+    return _fuse_back(rw.apply(ctx.pass_name), split, ctx.pass_name)
 
 
 def quantize_fp8(program: Program, *, ctx: PassContext) -> Program:

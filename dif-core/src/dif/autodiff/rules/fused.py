@@ -28,6 +28,10 @@ def _rms_norm_rope_chain(
     return b.emit("rope", n, cos, sin, mode=mode)
 
 
+def _linear_add_chain(b: ProgramBuilder, x: Var, w: Var, r: Var, bias: Var | None = None) -> Var:
+    return b.emit("add", r, b.emit("linear", x, w, bias))
+
+
 @vjp("norm_modulate")
 def _norm_modulate(a: VjpArgs) -> list[Var | None]:
     return vjp_of_chain(a, _norm_modulate_chain)
@@ -41,3 +45,8 @@ def _gated_residual(a: VjpArgs) -> list[Var | None]:
 @vjp("rms_norm_rope", constants=(2, 3))
 def _rms_norm_rope(a: VjpArgs) -> list[Var | None]:
     return vjp_of_chain(a, _rms_norm_rope_chain)
+
+
+@vjp("linear_add")
+def _linear_add(a: VjpArgs) -> list[Var | None]:
+    return vjp_of_chain(a, _linear_add_chain)
