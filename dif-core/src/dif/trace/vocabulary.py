@@ -28,7 +28,14 @@ OP_KINDS = (GEMM, ATTENTION, CONVOLUTION, ELEMENTWISE, NORM, LAYOUT, REDUCTION, 
 RUNTIME_KINDS = (COPY_H2D, COPY_D2H, COPY_D2D, STAGING, WAIT, SYNC, ALLOC)
 KINDS = OP_KINDS + RUNTIME_KINDS
 
-_BY_OP = {"linear": GEMM, "matmul": GEMM, "sdpa": ATTENTION, "conv2d": CONVOLUTION, "conv3d": CONVOLUTION}
+_BY_OP = {
+    "linear": GEMM,
+    "linear_add": GEMM,  # a GEMM with the residual added in its epilogue (fuse_linear_residual)
+    "matmul": GEMM,
+    "sdpa": ATTENTION,
+    "conv2d": CONVOLUTION,
+    "conv3d": CONVOLUTION,
+}
 _BY_CATEGORY = {
     "linalg": GEMM,
     "attention": ATTENTION,
