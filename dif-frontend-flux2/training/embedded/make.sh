@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The whole recipe of the embedded demo model, from random weights to the judged default checkpoint.
-#   dif-frontend-flux2/training/embedded/make.sh [WORK_DIR]      (run from anywhere; CPU only, ~50 min on 2 cores)
+#   dif-frontend-flux2/training/embedded/make.sh [WORK_DIR]      (run from anywhere; CPU only, hours on 2 cores)
 set -euo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
 REPO="$(cd "$HERE/../../.." && pwd)"
@@ -14,11 +14,10 @@ python3 "$HERE/shapes.py" "$WORK/data" --per-combo 30
 # 2. the VAE as an autoencoder (+ BatchNorm statistics of its latents)
 python3 "$HERE/train_vae.py" --data "$WORK/data" --source "$WORK/base/vae" --out "$WORK/base/vae" \
     --steps 1200 --batch 2 --crop 256
-# 3. the transformer: dif train full's session on cached latents / text features; 2000 steps at the
-#    default sigmas, then at the sampler's (shift 7). NOT YET ENOUGH: see README.md.
-python3 "$HERE/train_transformer.py" --data "$WORK/data" -m "$WORK/base" --out "$WORK/run1" --steps 2000 --lr 1e-3
-python3 "$HERE/install_default.py" "$WORK/base" "$WORK/run1/model" "$WORK/base"
-python3 "$HERE/train_transformer.py" --data "$WORK/data" -m "$WORK/base" --out "$WORK/run" --steps 5000 --lr 7e-4 \
-    --warmup 100 --shift 7
+# 3. the transformer: dif train full's session on cached latents / text features, micro-batches of 8, the 4-step
+#    sampler's sigma shift (the default), 32 text rows (base_checkpoint.py); the held right- vs wrong-caption
+#    loss is logged every 1000 steps. The GPU version of the whole recipe: perf/h200_embedded.sh.
+python3 "$HERE/train_transformer.py" --data "$WORK/data" -m "$WORK/base" --out "$WORK/run" --steps 20000 --batch 8 \
+    --lr 1e-3 --warmup 200 --eval-every 1000
 # 4. judged (into the package only once it passes: install_default.py, then perf/fit_preview.py)
 cd "$REPO" && python3 "$HERE/judge.py" --model "$WORK/run/model" --out "$WORK/judge.json" --images "$WORK/judged"

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from shapes import COLOURS, POSITIONS
+from shapes import COLOURS, POSITIONS, SHAPES
 from timebox import run_until
 
 from dif.train.tasks import LoraSettings
@@ -46,34 +46,39 @@ def sampler_shift(tokens: int, steps: int = SAMPLER_STEPS) -> float:
     return math.exp(empirical_mu(tokens, steps))
 
 
-def content(caption: str) -> tuple[str | None, str | None]:
-    """(colour, position) named by a shapes caption (None where none is)."""
+def content(caption: str) -> tuple[str | None, str | None, str | None]:
+    """(colour, position, shape) named by a shapes caption (None where none is)."""
     words = re.findall(r"[a-z]+", caption.lower())
     colour = next((w for w in words if w in COLOURS), None)
     where = next((p for p in POSITIONS if any(w in words for w in _WHERE[p])), None)
-    return colour, where
+    return colour, where, next((w for w in words if w in SHAPES), None)
 
 
 def held_batches(session: FullSession, samples: int, sigmas: np.ndarray, seed: int = 1234) -> dict[str, list]:
     """Fixed evaluation micro-batches: `samples` images spread over the data, each sigma of `sigmas`, with
-    the right captions ("right") and with each image given the caption of one of another colour and
-    another third ("wrong"); the same noise for both."""
+    the right captions ("right"), with each image given the caption of one of another colour and another
+    third ("wrong"), and of one of the same shape and third in another colour ("colour": whether the colour
+    word is used); the same noise for all."""
     task = session.task
     n = len(task.samples)
     b = task.batch
     count = max(b, samples // b * b)
     picks = [int(i) for i in np.linspace(0, n - 1, count).round()]
     tags = [content(task.samples[i].caption) for i in range(n)]
-    partners = []
+    partners: dict[str, list[int]] = {"wrong": [], "colour": []}
     for k, i in enumerate(picks):
-        others = [j for j in range(n) if tags[j][0] != tags[i][0] and tags[j][1] != tags[i][1]]
-        partners.append(others[k % len(others)] if others else (i + 1) % n)
-    out: dict[str, list] = {"right": [], "wrong": []}
+        c, p, s = tags[i]
+        wrong = [j for j in range(n) if tags[j][0] != c and tags[j][1] != p]
+        colour = [j for j in range(n) if tags[j][0] != c and tags[j][1:] == (p, s)]
+        for name, others in (("wrong", wrong), ("colour", colour)):
+            partners[name].append(others[k % len(others)] if others else (i + 1) % n)
+    out: dict[str, list] = {"right": [], "wrong": [], "colour": []}
     for s_i, sigma in enumerate(sigmas):
         for start in range(0, count, b):
             idx = picks[start : start + b]
             sig = np.full(len(idx), sigma, np.float32)
-            for name, captions in (("right", None), ("wrong", partners[start : start + b])):
+            kinds = [("right", None)] + [(name, partners[name][start : start + b]) for name in ("wrong", "colour")]
+            for name, captions in kinds:
                 rng = np.random.default_rng([seed, s_i, start])
                 out[name].append((sigma, task.batch_inputs(idx, rng, sigmas=sig, captions_of=captions)))
     return out
@@ -89,6 +94,7 @@ def evaluate(session: FullSession, held: dict[str, list]) -> dict[str, Any]:
         doc[name] = {k: round(float(np.mean(v)), 5) for k, v in by_sigma.items()}
         doc[name + "_mean"] = round(float(np.mean([np.mean(v) for v in by_sigma.values()])), 5)
     doc["wrong_minus_right"] = round(doc["wrong_mean"] - doc["right_mean"], 5)
+    doc["colour_minus_right"] = round(doc["colour_mean"] - doc["right_mean"], 5)
     return doc
 
 
@@ -128,8 +134,9 @@ def train(data: Path, model: Path, out: Path, *, steps: int, lr: float, warmup: 
         doc = {"step": session.trainer.step, "seconds": round(time.time() - t1, 1), **evaluate(session, held)}
         history.append(doc)
         print(f"eval step {doc['step']}: held loss right {doc['right_mean']:.4f} wrong {doc['wrong_mean']:.4f} "
-              f"(wrong - right {doc['wrong_minus_right']:+.4f}) by sigma right {doc['right']} wrong {doc['wrong']}",
-              flush=True)  # fmt: skip
+              f"(wrong - right {doc['wrong_minus_right']:+.4f}) colour {doc['colour_mean']:.4f} "
+              f"(colour - right {doc['colour_minus_right']:+.4f}) by sigma right {doc['right']} wrong {doc['wrong']} "
+              f"colour {doc['colour']}", flush=True)  # fmt: skip
 
     def on_step(r: Any) -> None:
         if r.step % 50 == 0 or r.step == 1:
