@@ -9,7 +9,9 @@ The fused node takes the consumer's place and result, so no other node changes.
 
 from __future__ import annotations
 
-from dif.ir.program import Program
+from collections.abc import Callable
+
+from dif.ir.program import Node, Program
 from dif.passes.context import PassContext
 from dif.passes.rewrite import Fusion, apply_fusions, fused_type_problem, producer_of, sole_use
 
@@ -58,22 +60,24 @@ def fuse_norm_modulate(program: Program, *, ctx: PassContext) -> Program:
     return apply_fusions(program, fusions, ctx.pass_name)
 
 
-def fuse_gated_residual(program: Program, *, ctx: PassContext) -> Program:
-    """add(x, mul(gate, y)) (either operand order) where the mul's only user is the add
-    -> gated_residual(x, gate, y) = x + gate * y, same broadcasting, float dtypes only."""
+def _fuse_into_add(
+    program: Program, ctx: PassContext, producer: str, fused: str, operands: Callable[[Node, str], tuple[str, ...]]
+) -> Program:
+    """Every add(r, P(..)) (either operand order) whose P = `producer` result has the add as its only user
+    -> `fused`(*operands(P's node, r)); decisions recorded per add (the first reason when neither side fits)."""
     fusions: list[Fusion] = []
     for node in program.nodes:
         if node.op != "add":
             continue
         first: tuple[Fusion, str] | None = None
-        for i in (1, 0):  # the builders write x + gate*y: try the second operand first
-            mul = producer_of(program, node.operands[i], ("mul",))
-            if mul is None:
+        for i in (1, 0):  # the builders write r + P(..): try the second operand first
+            made = producer_of(program, node.operands[i], (producer,))
+            if made is None:
                 continue
-            fusion = Fusion(node, (mul,), "gated_residual", (node.operands[1 - i], *mul.operands))
+            fusion = Fusion(node, (made,), fused, operands(made, node.operands[1 - i]))
             reason = _consider(program, ctx, fusion)
             if reason is None:
-                ctx.applied("add + mul -> gated_residual", (mul.id, node.id), node.results[0].name)
+                ctx.applied(f"add + {producer} -> {fused}", (made.id, node.id), node.results[0].name)
                 fusions.append(fusion)
                 first = None
                 break
@@ -82,33 +86,21 @@ def fuse_gated_residual(program: Program, *, ctx: PassContext) -> Program:
             fusion, reason = first
             ctx.skipped(reason, (fusion.absorbed[0].id, node.id), node.results[0].name)
     return apply_fusions(program, fusions, ctx.pass_name)
+
+
+def fuse_gated_residual(program: Program, *, ctx: PassContext) -> Program:
+    """add(x, mul(gate, y)) (either operand order) where the mul's only user is the add
+    -> gated_residual(x, gate, y) = x + gate * y, same broadcasting, float dtypes only."""
+    return _fuse_into_add(program, ctx, "mul", "gated_residual", lambda mul, x: (x, *mul.operands))
 
 
 def fuse_linear_residual(program: Program, *, ctx: PassContext) -> Program:
     """add(r, linear(x, w, bias?)) (either operand order) where the linear's only user is the add and r
     has exactly the linear's shape and dtype -> linear_add(x, w, r, bias?) = x @ w^T + bias + r: the
     residual add of a transformer layer goes into the GEMM's epilogue (cuBLASLt's C with beta = 1)."""
-    fusions: list[Fusion] = []
-    for node in program.nodes:
-        if node.op != "add":
-            continue
-        first: tuple[Fusion, str] | None = None
-        for i in (1, 0):  # the builders write x + linear(..): try the second operand first
-            lin = producer_of(program, node.operands[i], ("linear",))
-            if lin is None:
-                continue
-            fusion = Fusion(node, (lin,), "linear_add", (*lin.operands[:2], node.operands[1 - i], *lin.operands[2:]))
-            reason = _consider(program, ctx, fusion)
-            if reason is None:
-                ctx.applied("add + linear -> linear_add", (lin.id, node.id), node.results[0].name)
-                fusions.append(fusion)
-                first = None
-                break
-            first = first or (fusion, reason)
-        if first is not None:
-            fusion, reason = first
-            ctx.skipped(reason, (fusion.absorbed[0].id, node.id), node.results[0].name)
-    return apply_fusions(program, fusions, ctx.pass_name)
+    return _fuse_into_add(
+        program, ctx, "linear", "linear_add", lambda lin, r: (*lin.operands[:2], r, *lin.operands[2:])
+    )
 
 
 def fuse_norm_rope(program: Program, *, ctx: PassContext) -> Program:
