@@ -35,7 +35,7 @@ def test_load_without_a_path_is_the_embedded_flux2_with_the_cli_defaults() -> No
     pipe = dif.load()
     assert pipe.family == "flux2" and pipe.pipeline.checkpoint.root == FLUX2_DEFAULT
     assert pipe.pipeline.dtype == DType.F32  # dtype "auto": the embedded checkpoint is stored in f32
-    assert pipe.pipeline.native_size == 512
+    assert pipe.pipeline.native_size == 256
     result = pipe("a fox", steps=1, seed=3, width=32, height=16)
     assert result.image.mode == "RGB" and result.image.size == (32, 16)
     s = result.settings

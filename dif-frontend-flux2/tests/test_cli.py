@@ -32,10 +32,10 @@ def test_generate_defaults_writes_png_with_metadata(tmp_path: Path) -> None:
     with Image.open(out) as im:
         im.verify()
     meta = read_png_metadata(out)
-    assert meta["size"] == (512, 512) and meta["mode"] == "RGB"  # the embedded model's native size
+    assert meta["size"] == (256, 256) and meta["mode"] == "RGB"  # the embedded model's native size
     params = meta["parameters"].split("\n")
     assert params[0] == "a red fox, watercolor"
-    assert params[1].startswith("Steps: 4, Sampler: Euler, ") and "Seed: 3, Size: 512x512" in params[1]
+    assert params[1].startswith("Steps: 4, Sampler: Euler, ") and "Seed: 3, Size: 256x256" in params[1]
     dif_meta = meta["dif"]
     assert dif_meta["prompt"] == "a red fox, watercolor" and dif_meta["seed"] == 3
     assert dif_meta["steps"] == 4 and dif_meta["cfg"] is False and dif_meta["frontend"] == "flux2"
@@ -116,7 +116,7 @@ def test_info_human_and_json() -> None:
     result = run("info")
     assert result.exit_code == 0, result.output
     assert "FLUX.2 [klein] distilled, diffusers layout" in result.stdout
-    assert "defaults: 4 steps, no CFG, 512x512, f32" in result.stdout
+    assert "defaults: 4 steps, no CFG, 256x256, f32" in result.stdout
     result = run("info", "--json")
     doc = json.loads(result.stdout)
     validate_document(doc)
