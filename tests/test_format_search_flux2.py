@@ -64,11 +64,11 @@ def test_the_gate_numbers_over_the_whole_schedule(searched: dict) -> None:
 
 
 def test_a_forced_tolerance_rejects_fp8_and_the_run_falls_back_to_int8() -> None:
-    # fp8 reaches a worst rel-L2 of about 0.011 on this model, int8 about 0.0055
-    code, doc, err = opt("--formats", "fp8-e4m3,int8", "--emulate", "--rel-l2-max", "0.008")
+    # fp8 reaches a worst rel-L2 of about 0.05 on the (trained) embedded model, int8 about 0.03
+    code, doc, err = opt("--formats", "fp8-e4m3,int8", "--emulate", "--rel-l2-max", "0.04")
     assert code == 0 and doc is not None, err
     fp8, int8 = doc["data"]["candidates"]
-    assert fp8["verdict"] == "rejected" and "rel-L2" in fp8["reason"] and "> 0.008" in fp8["reason"]
+    assert fp8["verdict"] == "rejected" and "rel-L2" in fp8["reason"] and "> 0.04" in fp8["reason"]
     assert int8["verdict"] == "accepted" and doc["data"]["chosen"] == "int8"
 
 

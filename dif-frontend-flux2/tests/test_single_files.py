@@ -100,15 +100,30 @@ def files(tmp_path: Path, bfl_tensors) -> dict[str, Path]:  # type: ignore[no-un
     }
 
 
+def _folder_at_klein_text_rows(tmp_path: Path) -> Path:
+    """The embedded folder without its model_index.json's max_sequence_length: single files carry no
+    model_index, so they run at klein's 512 text rows and are compared with the folder at the same."""
+    folder = tmp_path / "embedded-512"
+    folder.mkdir()
+    for part in DEFAULT_CHECKPOINT.iterdir():
+        if part.name != "model_index.json":
+            (folder / part.name).symlink_to(part)
+    index = json.loads((DEFAULT_CHECKPOINT / "model_index.json").read_text())
+    index.pop("max_sequence_length", None)
+    (folder / "model_index.json").write_text(json.dumps(index))
+    return folder
+
+
 def test_three_single_files_render_like_the_folder(files: dict[str, Path], tmp_path: Path) -> None:
-    folder = render(["-m", str(DEFAULT_CHECKPOINT)], tmp_path / "folder.png")
+    checkpoint = _folder_at_klein_text_rows(tmp_path)
+    folder = render(["-m", str(checkpoint)], tmp_path / "folder.png")
     single = ["-m", str(files["transformer"]), "--text-encoder", str(files["text_encoder"]), "--vae", str(files["vae"])]
     assert np.array_equal(render(single, tmp_path / "single.png"), folder)
     gguf_te = write_gguf_text_encoder(tmp_path / "qwen3-tiny-f32.gguf")
     single[3] = str(gguf_te)
     assert np.array_equal(render(single, tmp_path / "single-gguf.png"), folder)
     # the text encoder alone swapped in a folder run
-    with_folder = ["-m", str(DEFAULT_CHECKPOINT), "--text-encoder", str(gguf_te)]
+    with_folder = ["-m", str(checkpoint), "--text-encoder", str(gguf_te)]
     assert np.array_equal(render(with_folder, tmp_path / "folder-gguf.png"), folder)
 
 

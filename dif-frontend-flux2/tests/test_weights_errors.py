@@ -80,7 +80,7 @@ def test_shape_mismatch(ckpt: Path) -> None:
         _load(ckpt)
     msg = str(info.value)
     assert "mis-shaped: 'x_embedder.weight' in " in msg and str(path) in msg
-    assert "checkpoint has F32[64,100], program expects bf16[64,128]" in msg
+    assert "checkpoint has F32[128,100], program expects bf16[128,128]" in msg
     assert msg.count("\n  ") == 1  # exactly one problem listed
 
 
