@@ -226,7 +226,7 @@ def open_checkpoint(
     if transformer_file is not None:
         name = Path(transformer_file).stem
     elif root.resolve() == DEFAULT_CHECKPOINT:
-        name = "flux2-klein-tiny-random (embedded demo)"
+        name = "flux2-klein-tiny-shapes (embedded demo)"
     else:
         name = root.resolve().name or "flux2"
     layout = "bfl" if isinstance(transformer, MappedSource) else "diffusers"
