@@ -72,3 +72,19 @@ def test_single_candidate_and_bad_mode(tmp_path: Path) -> None:
     assert measure.calls == 0
     with pytest.raises(ValueError, match="tune mode"):
         choices(tmp_path, "always")
+
+
+def test_choose_form_builds_only_the_chosen_form(tmp_path: Path) -> None:
+    """A stored choice picks its form without timing, and only that form's step is ever built."""
+    from dif_backend_cuda.tuning import choose_form
+
+    choices = Choices("cudnn", "9", DEVICE, "on", tmp_path)
+    choices.choose(PROBLEM, 3, Measure(2))  # stored: form 2
+    built: list[int] = []
+
+    def maker(i: int):  # type: ignore[no-untyped-def]
+        return lambda: built.append(i) or f"step {i}"
+
+    cached = Choices("cudnn", "9", DEVICE, "cached", tmp_path)
+    assert choose_form(cached, PROBLEM, [maker(i) for i in range(3)], stream=None) == (2, "step 2")
+    assert built == [2]

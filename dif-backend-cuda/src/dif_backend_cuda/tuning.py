@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 import statistics
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -72,6 +72,26 @@ def fastest(run: Callable[[int], None], count: int, stream: Any) -> tuple[int, f
             times[index].append(timed(index, BATCH) / BATCH)
     best = min(alive, key=lambda i: statistics.median(times[i]))
     return best, statistics.median(times[best])
+
+
+def choose_form(
+    choices: Choices, problem: tuple[Any, ...], makers: Sequence[Callable[[], Any]], stream: Any
+) -> tuple[int, Any]:
+    """(index, step) of the form of one node to run: `makers[i]()` builds form i's step (a callable on a
+    stream), each at most once and only when it is timed or chosen; `Choices.choose` decides (a stored
+    choice, else with tuning on the fastest by `fastest`, else form 0)."""
+    built: dict[int, Any] = {}
+
+    def form(i: int) -> Any:
+        if i not in built:
+            built[i] = makers[i]()
+        return built[i]
+
+    def measure() -> int:
+        return fastest(lambda i: form(i)(stream), len(makers), stream)[0]
+
+    index, _how = choices.choose(problem, len(makers), measure)
+    return index, form(index)
 
 
 class Choices:

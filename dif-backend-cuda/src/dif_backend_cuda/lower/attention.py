@@ -92,28 +92,19 @@ def _faster_of_cudnn_and_flash(
     choices = ctx.backend.cudnn().choices
     if choices is None:
         return cudnn_steps
-    built: list[Any] = []
+    from dif_backend_cuda.tuning import choose_form
 
-    def candidate(i: int) -> Any:
-        if i == 0:
-            return cudnn_steps[0]
-        if not built:
-            launch = flash()
-            launch.resolve(0)  # no metadata: runnable now, for timing
-            built.append(launch)
-        return built[0]
+    def resolved_flash() -> Launch:
+        launch = flash()
+        launch.resolve(0)  # no metadata: runnable now, for timing
+        return launch
 
-    def measure() -> int:
-        from dif_backend_cuda.tuning import fastest
-
-        stream = ctx.backend.stream
-        return fastest(lambda i: candidate(i)(stream), 2, stream)[0]
-
-    index, _how = choices.choose(("sdpa-form", *problem), 2, measure)
+    makers = [lambda: cudnn_steps[0], resolved_flash]
+    index, step = choose_form(choices, ("sdpa-form", *problem), makers, ctx.backend.stream)
     if index == 0:
         return cudnn_steps
     ctx.choices[node.id] = "nvrtc-flash (faster than cuDNN at this size)"
-    return [candidate(1)]
+    return [step]
 
 
 def _flash(

@@ -135,23 +135,13 @@ def _fastest_form(
     lt = ctx.backend.lt() if batch == 1 and attrs["groups"] == 1 else None
     if lt is not None and y.shape[2] * y.shape[3] <= GEMM_MAX_PIXELS:
         forms["cublaslt-conv (im2col + GEMM)"] = lambda: _gemm_form(ctx, lt, x, w, y, attrs)
-    choices = handle.choices
-    if choices is None or len(forms) == 1:
+    if handle.choices is None or len(forms) == 1:
         return next(iter(forms)), whole
-    names, built = list(forms), {0: whole}
+    from dif_backend_cuda.tuning import choose_form
 
-    def candidate(i: int) -> Any:
-        if i not in built:
-            built[i] = forms[names[i]]()
-        return built[i]
-
-    def measure() -> int:
-        from dif_backend_cuda.tuning import fastest
-
-        return fastest(lambda i: candidate(i)(handle.stream), len(names), handle.stream)[0]
-
-    index, _how = choices.choose(("conv-form", *whole.key, *names), len(names), measure)
-    return names[index], candidate(index)
+    names = list(forms)
+    index, step = choose_form(handle.choices, ("conv-form", *whole.key, *names), list(forms.values()), handle.stream)
+    return names[index], step
 
 
 def _gemm_form(ctx: LowerCtx, lt: Any, x: DevTensor, w: DevTensor, y: DevTensor, attrs: Attrs) -> _Steps:
