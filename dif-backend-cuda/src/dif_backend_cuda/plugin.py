@@ -5,24 +5,20 @@ declares are its lowering table's (`lower/`), imported when selection first asks
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from typing import Any
 
 import dif
 from dif.backend import Availability, BackendInfo
-from dif.errors import UsageError
 
 
 def _create() -> Any:
     """The backend on this process's device: LOCAL_RANK's under `generate --gpus N` / torchrun (one rank per
     visible device), else device 0."""
+    from dif.parallel.launch import RankEnv
     from dif_backend_cuda.device import CudaBackend
 
-    rank = os.environ.get("LOCAL_RANK") or "0"
-    if not rank.isdigit():
-        raise UsageError(f"LOCAL_RANK={rank!r} is not a device index (a rank's variable, set by the launcher)")
-    return CudaBackend(int(rank))
+    return CudaBackend(RankEnv.from_env().local_rank)
 
 
 def _devices() -> int:
