@@ -258,8 +258,9 @@ def time_diffusers(args: argparse.Namespace, dev: Device, pipe: Any, noise: Any)
 
 
 def time_dif(args: argparse.Namespace, dev: Device, ck: SdCheckpoint, backend: str, dtype: str, fast: bool,
-             noise: np.ndarray, runs: int) -> tuple[dict[str, Any], np.ndarray]:  # fmt: skip
-    pipe = SdPipeline(ck, dtype=DType(dtype), backend=backend, fast_vae=fast)
+             noise: np.ndarray, runs: int, one_program: bool = True) -> tuple[dict[str, Any], np.ndarray]:  # fmt: skip
+    """prompt -> image walls of dif's pipeline; `one_program` False keeps the three stage programs apart."""
+    pipe = SdPipeline(ck, dtype=DType(dtype), backend=backend, fast_vae=fast, one_program=one_program)
     req = ImageRequest(PROMPT, seed=0, width=args.size, height=args.size, init_noise=noise.astype(DType(dtype).np))
     t0 = time.perf_counter()
     with dev.bridge() if backend == "cuda" else _nothing():
@@ -363,8 +364,10 @@ def bench_pipeline(args: argparse.Namespace, dev: Device, cfgs: dict[str, Any], 
         got, img = time_dif(args, dev, ck, dif_backend, dtype, fast, noise_np, args.iters)
         got["pixels_vs_diffusers"] = pixel_diff(img, ref_img)
         got["cosine_vs_diffusers"] = round(cosine(img, ref_img), 6)
+        apart, apart_img = time_dif(args, dev, ck, dif_backend, dtype, fast, noise_np, args.iters, one_program=False)
+        apart["pixels_vs_one_program"] = pixel_diff(apart_img, img)
         images[name] = img
-        pipe_out[name] = {"diffusers": ref, "dif": got, "goal_ms": 12.0 if fast else 25.0}
+        pipe_out[name] = {"diffusers": ref, "dif": got, "dif_stages_apart": apart, "goal_ms": 12.0 if fast else 25.0}
         save()
     if args.opencl and left(args) > 60:
         ocl: dict[str, Any] = results.setdefault("opencl", {"seed_rtx4090": SEED_4090})
@@ -402,8 +405,9 @@ def table(results: dict[str, Any]) -> None:
     p = results.get("pipeline", {})
     for name in ("kl_vae", "taesd"):
         if name in p:
-            d, ref = p[name]["dif"], p[name]["diffusers"]
-            print(f"  prompt->image {name}: dif {d['wall_ms']} ms {d['stages_ms']} | diffusers {ref['wall_ms']} ms | "
+            d, ref, apart = p[name]["dif"], p[name]["diffusers"], p[name].get("dif_stages_apart", {})
+            print(f"  prompt->image {name}: dif {d['wall_ms']} ms {d['stages_ms']} (stages apart "
+                  f"{apart.get('wall_ms')} ms) | diffusers {ref['wall_ms']} ms | "
                   f"pixels {d['pixels_vs_diffusers']}")  # fmt: skip
     for key, r in results.get("opencl", {}).items():
         if key != "seed_rtx4090":

@@ -446,6 +446,37 @@ class TextToImagePipeline:
             raise UsageError(f"the request makes {len(runs)} images", hint="call run_batch")
         return runs[0]
 
+    def render(
+        self,
+        req: ImageRequest,
+        timer: StageTimer,
+        *,
+        noise: np.ndarray,
+        schedule: FlowMatchSchedule,
+        guidance: float,
+        cfg: bool,
+        grid: tuple[int, int],
+    ) -> tuple[np.ndarray, list[np.ndarray]]:
+        """(packed final latents (B, N, C), one (H, W, 3) uint8 picture per image): stages "encode" (the
+        prompt, the negative prompt when `cfg`, the request's images), "denoise" (all images of the batch
+        at once) and "decode" (one image at a time) on `timer`. A frontend that can run several stages as
+        one program overrides this."""
+        self.enter_stage(timer, "encode")
+        with timer.stage("encode"):
+            cond = self.encode(req.prompt)
+            uncond = self.encode(req.negative_prompt) if cfg else None
+            images = self.encode_images(req, *grid)
+        self.enter_stage(timer, "denoise")
+        with timer.stage("denoise"):
+            if images is None:
+                latents = self.denoise(noise, cond, uncond, schedule, guidance, *grid)
+            else:
+                latents = self.denoise(noise, cond, uncond, schedule, guidance, *grid, images)
+        self.enter_stage(timer, "decode")
+        with timer.stage("decode"):
+            pixels = [self.decode(latents[i : i + 1], *grid) for i in range(latents.shape[0])]
+        return latents, pixels
+
     def run_batch(
         self,
         req: ImageRequest,
@@ -462,27 +493,12 @@ class TextToImagePipeline:
         full_steps: int | None = None,
         **extra: Any,
     ) -> list[ImageRun]:
-        """Stages "encode" (the prompt, the negative prompt when `cfg`, the request's images), "denoise"
-        (all images of the batch at once) and "decode" (one image at a time) on `timer`, then one run per
-        image: settings by `dif.report.image_settings` (`size` = (width, height) in pixels, steps and mu
-        from `schedule`, image i's seed `req.seed + i`, `extra` = the frontend's own keys, in order, then
-        the images read; "steps" is `full_steps`, the count before an img2img strength cut, when given),
-        the timings, `warnings`, peak memory. `noise` is the packed initial latents (B, N, C) in the run
-        dtype."""
-        self.enter_stage(timer, "encode")
-        with timer.stage("encode"):
-            cond = self.encode(req.prompt)
-            uncond = self.encode(req.negative_prompt) if cfg else None
-            images = self.encode_images(req, *grid)
-        self.enter_stage(timer, "denoise")
-        with timer.stage("denoise"):
-            if images is None:
-                latents = self.denoise(noise, cond, uncond, schedule, guidance, *grid)
-            else:
-                latents = self.denoise(noise, cond, uncond, schedule, guidance, *grid, images)
-        self.enter_stage(timer, "decode")
-        with timer.stage("decode"):
-            pixels = [self.decode(latents[i : i + 1], *grid) for i in range(latents.shape[0])]
+        """`render`'s stages on `timer`, then one run per image: settings by `dif.report.image_settings`
+        (`size` = (width, height) in pixels, steps and mu from `schedule`, image i's seed `req.seed + i`,
+        `extra` = the frontend's own keys, in order, then the images read; "steps" is `full_steps`, the
+        count before an img2img strength cut, when given), the timings, `warnings`, peak memory. `noise` is
+        the packed initial latents (B, N, C) in the run dtype."""
+        latents, pixels = self.render(req, timer, noise=noise, schedule=schedule, guidance=guidance, cfg=cfg, grid=grid)
         inputs: dict[str, Any] = {}
         if req.ref_images:
             inputs["reference_images"] = [r.name for r in req.ref_images]

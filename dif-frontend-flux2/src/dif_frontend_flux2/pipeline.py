@@ -31,7 +31,7 @@ from dif.errors import CheckpointError, PlanError, UsageError
 from dif.image_pipeline import ImageConditioning, ImageRequest, TextToImagePipeline
 from dif.ir.program import Program
 from dif.kit.admission import admit_image
-from dif.kit.finite import require_finite
+from dif.kit.finite import require_finite, require_finite_probe
 from dif.kit.sampling import Predict, StepCallback
 from dif.kit.scheduler import FlowMatchConfig, load_scheduler_config
 from dif.kit.tiling import TileLayout, decode_tiled
@@ -462,7 +462,7 @@ class Flux2Pipeline(TextToImagePipeline):
         layout = self._tiles.get((h, w))
         if layout is None:
             pixels, probe = self._vae_runner(h, w)({"latents": latents}).values()
-            require_finite("decoded image", probe)
+            require_finite_probe("decoded image", probe)
             return pixels
         latent = next(iter(self._latent_runner(h, w)({"latents": latents}).values()))
 

@@ -28,7 +28,7 @@ from dif.errors import UsageError
 from dif.image_pipeline import ImageRequest, TextToImagePipeline
 from dif.ir.program import Program
 from dif.kit.admission import admit_image
-from dif.kit.finite import require_finite
+from dif.kit.finite import require_finite, require_finite_probe
 from dif.kit.sampling import Predict, StepCallback
 from dif.noise import initial_latents
 from dif.program_cache import ProgramCache
@@ -275,7 +275,7 @@ class Krea2Pipeline(TextToImagePipeline):
         """(H, W, 3) uint8, rounded as the reference image processor does (`to_uint8`), on the decoder's
         backend; a non-finite picture is refused as the host check would."""
         pixels, probe = self._decode(latents, grid_h, grid_w, pixels=True).values()
-        require_finite("decoded image", probe)
+        require_finite_probe("decoded image", probe)
         return pixels
 
     # -- the whole path ------------------------------------------------------------------------

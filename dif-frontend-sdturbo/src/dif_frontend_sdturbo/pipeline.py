@@ -7,8 +7,10 @@ a backend once. The loop is StableDiffusionPipeline's with EulerDiscreteSchedule
   x = randn * init_noise_sigma; per step: eps = unet(x / sqrt(sigma^2 + 1), t, text)
   [CFG when guidance > 1: eps = eps_u + g (eps_c - eps_u), negative prompt ""];  x = euler_step(x, eps)
   image = vae.decode(x / 0.18215), or with `fast_vae` taesd(x) (raw latents, output in [0, 1]).
-SD-Turbo: 1 step at t = 999, guidance 0 (no CFG). An fp32 run from the same noise reproduces
-diffusers' latents and image; seeds use numpy's PCG64 (`dif.noise`) or torch's streams (--rng).
+SD-Turbo: 1 step at t = 999, guidance 0 (no CFG). A one-step run without CFG of one image runs as one
+program instead (`dif_frontend_sdturbo.one_step`: the same math, the intermediates kept on the device).
+An fp32 run from the same noise reproduces diffusers' latents and image; seeds use numpy's PCG64
+(`dif.noise`) or torch's streams (--rng).
 """
 
 from __future__ import annotations
@@ -21,15 +23,17 @@ from attrs import define, field, frozen
 
 from dif.dtypes import DType
 from dif.errors import UsageError
-from dif.image_pipeline import ImageConditioning, ImageRequest, TextToImagePipeline
+from dif.image_pipeline import ImageConditioning, ImageRequest, StageTimer, TextToImagePipeline
 from dif.ir.program import Program
 from dif.kit.admission import admit_image
-from dif.kit.finite import require_finite
+from dif.kit.finite import require_finite, require_finite_probe
 from dif.kit.sampling import Predict, StepCallback
 from dif.noise import initial_latents
 from dif.program_cache import ProgramCache
 from dif.runtime import Runner
 from dif.sched import FlowMatchSchedule, cfg_combine
+from dif.weights.bind import PrefixedWeights
+from dif_frontend_sdturbo import one_step
 from dif_frontend_sdturbo.config import SdConfigs
 from dif_frontend_sdturbo.plugin import INFO
 from dif_frontend_sdturbo.sampling import discrete_schedule, euler_step, init_noise_sigma, scale_model_input
@@ -92,6 +96,7 @@ class SdPipeline(TextToImagePipeline):
     on_stage: Callable[[str, float], None] | None = None
     vram_budget: int | None = None
     max_length: int = 77
+    one_program: bool = True  # a one-step run without CFG of one image, without a VRAM budget: one program
     _programs: ProgramCache = field(init=False)
     _tokenizer: ClipTokenizer | None = field(init=False, default=None)
 
@@ -124,40 +129,68 @@ class SdPipeline(TextToImagePipeline):
         return self.dtype
 
     # -- programs ------------------------------------------------------------------------------
-    def _text_runner(self) -> Runner:
-        def build() -> tuple[Program, Mapping[str, np.ndarray]]:
-            prog = build_text_encoder(self.configs.text_encoder, seq_len=self.max_length, dtype=self.dtype)
-            return prog, bind_text_encoder(prog, self.checkpoint.text_encoder)
+    def _text_encoder(self) -> tuple[Program, Mapping[str, np.ndarray]]:
+        prog = build_text_encoder(self.configs.text_encoder, seq_len=self.max_length, dtype=self.dtype)
+        return prog, bind_text_encoder(prog, self.checkpoint.text_encoder)
 
-        return self._programs.get(("text_encoder", self.max_length), build, "encode")
+    def _unet(self, h: int, w: int, batch: int) -> tuple[Program, Mapping[str, np.ndarray]]:
+        cfg = self.configs.unet
+        prog = build_unet(cfg, latent_h=h, latent_w=w, text_len=self.max_length, batch=batch, dtype=self.dtype)
+        return prog, bind_unet(prog, self.checkpoint.unet)
 
-    def _unet_runner(self, h: int, w: int, batch: int) -> Runner:
-        def build() -> tuple[Program, Mapping[str, np.ndarray]]:
-            prog = build_unet(
-                self.configs.unet, latent_h=h, latent_w=w, text_len=self.max_length, batch=batch, dtype=self.dtype
-            )
-            return prog, bind_unet(prog, self.checkpoint.unet)
-
-        return self._programs.get(("unet", h, w, batch), build, "denoise")
-
-    def _decoder_runner(self, h: int, w: int, *, pixels: bool = True) -> Runner:
+    def _decoder(self, h: int, w: int, pixels: bool) -> tuple[Program, Mapping[str, np.ndarray]]:
         """The decoder at this latent size; with `pixels` it ends in the picture's 8-bit pixels and their
         finiteness probe (`dif.layers.pixels`: made on the device, as `to_uint8` would on the host)."""
         taesd = self.checkpoint.taesd
+        if self.fast_vae and taesd is not None:
+            prog = build_taesd_decoder(taesd.config, latent_h=h, latent_w=w, dtype=self.dtype, pixels=pixels)
+            return prog, bind_taesd(prog, taesd.source)
+        prog = build_vae_decoder(self.configs.vae, latent_h=h, latent_w=w, dtype=self.vae_dtype, pixels=pixels)
+        return prog, bind_vae(prog, self.checkpoint.vae)
+
+    def _text_runner(self) -> Runner:
+        return self._programs.get(("text_encoder", self.max_length), self._text_encoder, "encode")
+
+    def _unet_runner(self, h: int, w: int, batch: int) -> Runner:
+        return self._programs.get(("unet", h, w, batch), lambda: self._unet(h, w, batch), "denoise")
+
+    def _decoder_runner(self, h: int, w: int, *, pixels: bool = True) -> Runner:
+        key = ("taesd" if self.fast_vae else "vae", h, w, "pixels" if pixels else "image")
+        return self._programs.get(key, lambda: self._decoder(h, w, pixels), "decode")
+
+    def _one_step_runner(self, h: int, w: int, schedule: FlowMatchSchedule) -> Runner:
+        """The whole one-step path at this latent size as one program (`one_step.build_one_step`)."""
+        sigma, sigma_next = float(schedule.sigmas[0]), float(schedule.sigmas[1])
+        init_sigma = float(init_noise_sigma(self.configs.scheduler, schedule))
+        vae = self.configs.vae
+        scale, shift = (1.0, 0.0) if self.fast_vae else (1.0 / vae.scaling_factor, vae.shift_factor or 0.0)
 
         def build() -> tuple[Program, Mapping[str, np.ndarray]]:
-            if self.fast_vae and taesd is not None:
-                prog = build_taesd_decoder(taesd.config, latent_h=h, latent_w=w, dtype=self.dtype, pixels=pixels)
-                return prog, bind_taesd(prog, taesd.source)
-            prog = build_vae_decoder(self.configs.vae, latent_h=h, latent_w=w, dtype=self.vae_dtype, pixels=pixels)
-            return prog, bind_vae(prog, self.checkpoint.vae)
+            parts = (self._text_encoder(), self._unet(h, w, 1), self._decoder(h, w, pixels=True))
+            prog = one_step.build_one_step(
+                *(p for p, _ in parts), init_sigma=init_sigma, sigma=sigma, sigma_next=sigma_next,
+                latent_scale=scale, latent_shift=shift,
+            )  # fmt: skip
+            prefixes = (one_step.TEXT, one_step.UNET, one_step.DECODER)
+            return prog, PrefixedWeights(dict(zip(prefixes, (wts for _, wts in parts), strict=True)))
 
-        key = ("taesd" if self.fast_vae else "vae", h, w, "pixels" if pixels else "image")
-        return self._programs.get(key, build, "decode")
+        key = ("one_step", "taesd" if self.fast_vae else "vae", h, w, sigma, sigma_next, init_sigma)
+        return self._programs.get(key, build, "denoise")
+
+    def runs_one_program(self, req: ImageRequest) -> bool:
+        """Whether `req` runs as one program: one step, no CFG, one image, no VRAM budget (which may need
+        the stages apart, each resident in turn)."""
+        kind = self.configs.kind
+        steps = req.steps if req.steps is not None else INFO.default("steps", kind)
+        guidance = req.guidance if req.guidance is not None else INFO.default("guidance", kind)
+        return self.one_program and steps == 1 and guidance <= CFG_ABOVE and req.batch == 1 and self.vram_budget is None
 
     def prepare_all(self, width: int, height: int, req: ImageRequest | None = None) -> None:
         """Build, bind and plan every program for this (already rounded) size and `req`'s batch now."""
         h, w = height // self.pixels_per_token, width // self.pixels_per_token
+        if req is not None and self.runs_one_program(req):
+            self._one_step_runner(h, w, self.schedule(h * w, 1))
+            return
         self._text_runner()
         self._unet_runner(h, w, 1 if req is None else req.batch)
         self._decoder_runner(h, w)
@@ -169,8 +202,8 @@ class SdPipeline(TextToImagePipeline):
             self._tokenizer = ClipTokenizer.from_folder(self.checkpoint.tokenizer_dir)
         return self._tokenizer
 
-    def encode(self, prompt: str) -> EncodedPrompt:
-        """CLIP's last_hidden_state of `prompt` padded to 77 tokens, (1, 77, hidden) in the run dtype."""
+    def token_ids(self, prompt: str) -> np.ndarray:
+        """(1, 77) CLIP token ids of `prompt`, padded; `UsageError` for an id the text encoder lacks."""
         ids = self.tokenizer.encode_padded(prompt, self.max_length)
         vocab = self.configs.text_encoder.vocab_size
         if int(ids.max()) >= vocab:
@@ -178,6 +211,11 @@ class SdPipeline(TextToImagePipeline):
                 f"token id {int(ids.max())} is outside the text encoder's {vocab}-token vocabulary",
                 hint=f"the tokenizer in {self.checkpoint.tokenizer_dir} belongs to another model",
             )
+        return ids
+
+    def encode(self, prompt: str) -> EncodedPrompt:
+        """CLIP's last_hidden_state of `prompt` padded to 77 tokens, (1, 77, hidden) in the run dtype."""
+        ids = self.token_ids(prompt)
         out = self._text_runner()({"input_ids": ids})
         return EncodedPrompt(require_finite("text features", next(iter(out.values()))), ids)
 
@@ -242,8 +280,44 @@ class SdPipeline(TextToImagePipeline):
         """(H, W, 3) uint8 from packed latents (1, h*w, 4), rounded as the reference image processor does
         (`to_uint8`), on the decoder's backend; a non-finite picture is refused as the host check would."""
         pixels, probe = self._decode(unpack_latents(latents, grid_h, grid_w), pixels=True).values()
-        require_finite("decoded image", probe)
+        require_finite_probe("decoded image", probe)
         return pixels
+
+    def render(
+        self,
+        req: ImageRequest,
+        timer: StageTimer,
+        *,
+        noise: np.ndarray,
+        schedule: FlowMatchSchedule,
+        guidance: float,
+        cfg: bool,
+        grid: tuple[int, int],
+    ) -> tuple[np.ndarray, list[np.ndarray]]:
+        """The stages apart (`TextToImagePipeline.render`), or, for a request that `runs_one_program`, the
+        one-step program: "encode" tokenizes, "denoise" runs the text encoder, the UNet, the Euler step and
+        the decoder on the device, "decode" checks the picture's probe. Each stage's probe is checked in
+        order, so a non-finite stage is named as when the stages run apart."""
+        if not self.runs_one_program(req) or cfg or schedule.num_steps != 1:
+            return super().render(req, timer, noise=noise, schedule=schedule, guidance=guidance, cfg=cfg, grid=grid)
+        h, w = grid
+        self.enter_stage(timer, "encode")
+        with timer.stage("encode"):
+            ids = self.token_ids(req.prompt)
+            proj = timestep_features(self.configs.unet, [schedule.timesteps[0]]).astype(self.dtype.np)
+        self.enter_stage(timer, "denoise")
+        with timer.stage("denoise"):
+            inputs = {"input_ids": ids, "noise": unpack_latents(noise, h, w), "timestep_proj": proj}
+            pixels, image_probe, latents, text_probe, eps_probe = self._one_step_runner(h, w, schedule)(inputs).values()
+            require_finite_probe("text features", text_probe)
+            require_finite_probe("UNet output", eps_probe, step=(1, 1))
+            packed = require_finite("latents", pack_latents(latents), step=(1, 1))
+            if self.on_step is not None:
+                self.on_step(1, 1, packed)
+        self.enter_stage(timer, "decode")
+        with timer.stage("decode"):
+            require_finite_probe("decoded image", image_probe)
+        return packed, [pixels]
 
     # -- the whole path ------------------------------------------------------------------------
     def resolve(self, req: ImageRequest) -> tuple[int, float, bool, list[str]]:

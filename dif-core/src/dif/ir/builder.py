@@ -6,7 +6,7 @@ made it, with the provenance scope the frontend declared around it.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -103,6 +103,32 @@ class ProgramBuilder:
     def output(self, *values: Var) -> None:
         for v in values:
             self._outputs.append(v.name)
+
+    def inline(self, program: Program, inputs: Mapping[str, Var], *, params: str = "") -> list[Var]:
+        """Re-emit `program`'s nodes here, its inputs bound to `inputs` (by input name); its outputs, in
+        order. Its parameters become this program's, named `params` + their name (a prefix keeps the
+        weights of several inlined programs apart); each node keeps its provenance. How one program runs
+        several stages: a pipeline's text encoder, denoiser and decoder as one graph, or an encoder and
+        decoder trained as one autoencoder."""
+        missing = [v.name for v in program.inputs if v.name not in inputs]
+        if missing:
+            raise DifError(f"inlining '{program.name}': no value for its input(s) {', '.join(missing)}")
+        env: dict[str, Var] = {}
+        for v in program.inputs:
+            given = inputs[v.name]
+            if given.type != v.type:
+                raise DifError(f"inlining '{program.name}': input '{v.name}' is {v.type}, given {given.type}")
+            env[v.name] = given
+        for v in program.params:
+            env[v.name] = self.param(params + v.name, v.type.shape, v.type.dtype)
+        for node in program.nodes:
+            p = program.provenance.get(node.id)
+            with (
+                self.scope(module=p.module, block=p.block, section=p.section, tensors=p.tensors) if p else self.scope()
+            ):
+                results = self.emit_multi(node.op, *(env[o] for o in node.operands), **node.attrs)
+            env.update((r.name, v) for r, v in zip(node.results, results, strict=True))
+        return [env[name] for name in program.outputs]
 
     # -- provenance ----------------------------------------------------------------------------
     @contextmanager

@@ -32,6 +32,10 @@ class RunChecks:
 DEFAULT_CHECKS = RunChecks()
 FLOAT_NAMES = ("bfloat", "float8")  # ml_dtypes' floats, whose numpy kind is "V"
 _CHECKS: ContextVar[RunChecks] = ContextVar("dif_run_checks", default=DEFAULT_CHECKS)
+NONFINITE_HINT = (
+    "check the weights (`dif weights stats MODEL`) and the --init-noise file, or try --dtype f32; "
+    "--no-check-finite runs on regardless"
+)
 
 
 def current_checks() -> RunChecks:
@@ -64,6 +68,19 @@ def require_finite(stage: str, value: Any, *, step: tuple[int, int] | None = Non
     return value
 
 
+def require_finite_probe(stage: str, probe: np.ndarray, *, step: tuple[int, int] | None = None) -> None:
+    """`require_finite` for a tensor that stayed on the device: `probe` is its `dif.layers.probe.finite_probe`
+    (0 when finite, NaN otherwise)."""
+    if not _CHECKS.get().finite or np.isfinite(probe).all():
+        return
+    at = f" at step {step[0]} of {step[1]}" if step is not None else ""
+    raise NonFiniteError(
+        f"{stage}{at} has non-finite values (NaN or infinite, found on the device); the run is stopped, "
+        "nothing is written",
+        hint=NONFINITE_HINT,
+    )
+
+
 def _float_arrays(value: Any) -> Iterator[tuple[str, np.ndarray]]:
     """(attribute name or "", array) of each float array in `value`; bool and integer arrays are skipped."""
     if isinstance(value, np.ndarray):
@@ -84,6 +101,5 @@ def _nonfinite(stage: str, array: np.ndarray, step: tuple[int, int] | None) -> N
     return NonFiniteError(
         f"{stage}{at} has non-finite values: {found} of {x.size} (shape {list(x.shape)}); the run is stopped, "
         "nothing is written",
-        hint="check the weights (`dif weights stats MODEL`) and the --init-noise file, or try --dtype f32; "
-        "--no-check-finite runs on regardless",
+        hint=NONFINITE_HINT,
     )

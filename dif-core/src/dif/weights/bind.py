@@ -84,6 +84,34 @@ class BoundWeights(Mapping[str, np.ndarray]):
         return {p: self[p] for p in self._names}
 
 
+class PrefixedWeights(Mapping[str, np.ndarray]):
+    """The weights of a program that inlines others (`ProgramBuilder.inline(..., params=PREFIX)`):
+    parameter PREFIX + name -> that part's weights[name]. Nothing is read until a parameter is."""
+
+    def __init__(self, parts: Mapping[str, Mapping[str, np.ndarray]]) -> None:
+        self._parts = dict(parts)
+
+    def _split(self, param: str) -> tuple[Mapping[str, np.ndarray], str] | None:
+        for prefix, weights in self._parts.items():
+            if param.startswith(prefix) and (name := param[len(prefix) :]) in weights:
+                return weights, name
+        return None
+
+    def __getitem__(self, param: str) -> np.ndarray:
+        if (part := self._split(param)) is None:
+            raise KeyError(param)
+        return part[0][part[1]]
+
+    def __iter__(self) -> Iterator[str]:
+        return (prefix + name for prefix, weights in self._parts.items() for name in weights)
+
+    def __len__(self) -> int:
+        return sum(len(w) for w in self._parts.values())
+
+    def __contains__(self, param: object) -> bool:  # without reading
+        return isinstance(param, str) and self._split(param) is not None
+
+
 def bind_weights(
     program: Program,
     source: TensorSource,
