@@ -25,7 +25,7 @@ DIF_CUDA_TUNE=on timeout 300 python3 perf/bench_sdturbo.py --device cuda --dtype
 echo "sdturbo rc=$?"
 LEFT=$((${LIMIT:-570} - (SECONDS - T0)))
 stamp "stage 3: klein-9B LoRA step with its profile (${LEFT} s)"
-if [ "$LEFT" -gt 90 ]; then
+if [ "$LEFT" -gt 90 ] && python3 -c "import peft" 2>/dev/null; then
   timeout "$LEFT" python3 perf/train_lora_step.py --iters 3 --warm 1 --no-checkpoint-variant --profile 40 \
     --out-dir "$OUT/lora" 2>&1 | tail -40
   echo "lora rc=$?"
