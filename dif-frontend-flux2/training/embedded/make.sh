@@ -9,7 +9,7 @@ PKG="$REPO/dif-frontend-flux2/src/dif_frontend_flux2/default"
 mkdir -p "$WORK"
 # 0. the random tiny klein (width 128, default size 256) with the text encoder's branches quietened
 python3 "$HERE/base_checkpoint.py" "$WORK/base"
-# 1. 810 training images (27 of the 36 combinations x 30, 7 phrasings)
+# 1. 5,670 training images (189 of the 216 colour-shape-position combinations x 30, sizes and backgrounds drawn)
 python3 "$HERE/shapes.py" "$WORK/data" --per-combo 30
 # 2. the VAE as an autoencoder (+ BatchNorm statistics of its latents)
 python3 "$HERE/train_vae.py" --data "$WORK/data" --source "$WORK/base/vae" --out "$WORK/base/vae" \

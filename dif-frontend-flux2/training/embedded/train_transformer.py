@@ -23,14 +23,13 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import re
 import shutil
 import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from shapes import COLOURS, POSITIONS, SHAPES
+from shapes import describe
 from timebox import run_until
 
 from dif.train.tasks import LoraSettings
@@ -38,7 +37,6 @@ from dif_frontend_flux2.pipeline import empirical_mu, klein_schedule
 from dif_frontend_flux2.train import FullSession, full_session
 
 SAMPLER_STEPS = 4  # the distilled klein's default steps (plugin.INFO), the judge's
-_WHERE = {"left": ("left",), "centre": ("centre", "middle"), "right": ("right",)}
 
 
 def sampler_shift(tokens: int, steps: int = SAMPLER_STEPS) -> float:
@@ -47,11 +45,9 @@ def sampler_shift(tokens: int, steps: int = SAMPLER_STEPS) -> float:
 
 
 def content(caption: str) -> tuple[str | None, str | None, str | None]:
-    """(colour, position, shape) named by a shapes caption (None where none is)."""
-    words = re.findall(r"[a-z]+", caption.lower())
-    colour = next((w for w in words if w in COLOURS), None)
-    where = next((p for p in POSITIONS if any(w in words for w in _WHERE[p])), None)
-    return colour, where, next((w for w in words if w in SHAPES), None)
+    """(colour, position, shape) named by a shapes caption ("" where none is)."""
+    scene = describe(caption)
+    return scene.colour, scene.position, scene.shape
 
 
 def held_batches(session: FullSession, samples: int, sigmas: np.ndarray, seed: int = 1234) -> dict[str, list]:
