@@ -180,9 +180,7 @@ class SdPipeline(TextToImagePipeline):
     def runs_one_program(self, req: ImageRequest) -> bool:
         """Whether `req` runs as one program: one step, no CFG, one image, no VRAM budget (which may need
         the stages apart, each resident in turn)."""
-        kind = self.configs.kind
-        steps = req.steps if req.steps is not None else INFO.default("steps", kind)
-        guidance = req.guidance if req.guidance is not None else INFO.default("guidance", kind)
+        steps, guidance = self.steps_and_guidance(req)
         return self.one_program and steps == 1 and guidance <= CFG_ABOVE and req.batch == 1 and self.vram_budget is None
 
     def prepare_all(self, width: int, height: int, req: ImageRequest | None = None) -> None:
@@ -298,7 +296,7 @@ class SdPipeline(TextToImagePipeline):
         one-step program: "encode" tokenizes, "denoise" runs the text encoder, the UNet, the Euler step and
         the decoder on the device, "decode" checks the picture's probe. Each stage's probe is checked in
         order, so a non-finite stage is named as when the stages run apart."""
-        if not self.runs_one_program(req) or cfg or schedule.num_steps != 1:
+        if not self.runs_one_program(req):  # decided as `prepare_all` decided what to prepare
             return super().render(req, timer, noise=noise, schedule=schedule, guidance=guidance, cfg=cfg, grid=grid)
         h, w = grid
         self.enter_stage(timer, "encode")
@@ -320,16 +318,20 @@ class SdPipeline(TextToImagePipeline):
         return packed, [pixels]
 
     # -- the whole path ------------------------------------------------------------------------
+    def steps_and_guidance(self, req: ImageRequest) -> tuple[int, float]:
+        """`req`'s steps and guidance, the checkpoint kind's defaults (turbo / base) where it gives none."""
+        kind = self.configs.kind
+        steps = req.steps if req.steps is not None else INFO.default("steps", kind)
+        return steps, req.guidance if req.guidance is not None else INFO.default("guidance", kind)
+
     def resolve(self, req: ImageRequest) -> tuple[int, float, bool, list[str]]:
         """(steps, guidance, use_cfg, warnings) with the turbo / base defaults; CFG when guidance > 1
         (diffusers' rule), a warning for any guidance on SD-Turbo."""
         self.check_model_inputs(req)
         width, height, warnings = self.fit_size(*self.size(req))
-        kind = self.configs.kind
-        steps = req.steps if req.steps is not None else INFO.default("steps", kind)
+        steps, guidance = self.steps_and_guidance(req)
         if steps < 1:
             raise UsageError(f"steps must be at least 1, got {steps}")
-        guidance = req.guidance if req.guidance is not None else INFO.default("guidance", kind)
         if guidance < 0:
             raise UsageError(f"guidance must be >= 0 (CFG runs above 1), got {guidance}")
         use_cfg = guidance > CFG_ABOVE
