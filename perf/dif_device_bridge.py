@@ -36,6 +36,14 @@ class DeviceWeight:
         self.nbytes = self.tensor.numel() * self.tensor.element_size()
         self.ptr = self.tensor.data_ptr()
 
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        """The tensor downloaded, for a host-side check of a weight the backend did not scan on the device
+        (`PendingScan.report`: a parameter the program no longer reads after the optimizer's passes)."""
+        import torch
+
+        host = self.tensor.detach().cpu().reshape(-1).view(torch.uint8).numpy().view(self.dtype).reshape(self.shape)
+        return host if dtype is None else host.astype(dtype)
+
 
 def _np_dtype(torch_dtype: Any) -> np.dtype:
     import ml_dtypes

@@ -2,7 +2,8 @@
 interpreter: the 16-byte elementwise paths (unary, same-shape binary, row modulate), norm_modulate with a
 warp per row (or 16 values per thread), q/k norm + RoPE with 8 or 4 heads per warp, the GLU with 8 per
 thread, cuDNN attention with a key mask, attention with a 512-wide head (a VAE's mid block: cuBLASLt
-steps, or the wide flash kernel), and the cuDNN convolution with and without bias."""
+steps, or the wide flash kernel), the cuDNN convolution with and without bias, 2-D transposes in tiles and
+few long reductions split across warps."""
 
 from __future__ import annotations
 
@@ -88,6 +89,35 @@ def test_upsample_nearest_twice(dtype: str, shape: tuple[int, ...], kernel: str 
     b.output(b.emit("upsample_nearest", b.input("x", shape, dtype), scale=2))
     kernels = _run(b.build(), 0.0)  # a copy: exact
     assert kernels == [kernel] if kernel else not any(k.startswith("upsample2x") for k in kernels)
+
+
+@pytest.mark.parametrize(("dtype", "shape", "perm", "kernel"), [
+    ("f32", (3, 70, 45), (0, 2, 1), "transpose_tile_u32"),  # batched, edges of partial tiles
+    ("bf16", (130, 257), (1, 0), "transpose_tile_u16"),  # a weight's transpose (a linear's backward)
+    ("f16", (2, 3, 40, 33), (0, 1, 3, 2), "transpose_tile_u16"),  # attention's P^T: batch and heads merged
+    ("f32", (2, 5, 7, 8), (0, 2, 1, 3), None),  # rows stay contiguous: the strided copy
+])  # fmt: skip
+def test_transpose_of_the_last_two_axes_in_tiles(dtype: str, shape: tuple[int, ...], perm: tuple[int, ...],
+                                                 kernel: str | None) -> None:  # fmt: skip
+    b = ProgramBuilder("transpose")
+    b.output(b.emit("transpose", b.input("x", shape, dtype), perm=perm))
+    kernels = _run(b.build(), 0.0)  # a copy: exact
+    assert kernels == [kernel] if kernel else not any(k.startswith("transpose_tile") for k in kernels)
+
+
+@pytest.mark.parametrize(("op", "dtype", "shape", "axes", "tol"), [
+    ("reduce_sum", "f32", (300, 2000), (0, 1), 1e-5),  # a loss or a squared norm: one output
+    ("reduce_mean", "f16", (3, 50000), (1,), 2e-3),
+    ("reduce_max", "bf16", (2, 70000), (1,), 0.0),
+    ("reduce_sum", "f32", (4096, 16), (0, 1), 1e-5),  # a LoRA factor's squared norm
+])  # fmt: skip
+def test_few_long_reductions_split_across_warps(op: str, dtype: str, shape: tuple[int, ...], axes: tuple[int, ...],
+                                                tol: float) -> None:  # fmt: skip
+    b = ProgramBuilder("reduce")
+    b.output(b.emit(op, b.input("x", shape, dtype), axes=axes))
+    kind = "max" if op == "reduce_max" else "sum"
+    kernels = _run(b.build(), tol)
+    assert kernels == [f"reduce_partial_{kind}_{dtype}", f"reduce_finish_{kind}_{dtype}"]
 
 
 @pytest.mark.parametrize(("heads", "per_warp"), [(16, 8), (12, 4)])

@@ -20,7 +20,7 @@ from dif.plugins import isolated_plugins, register_plugin
 from dif.program_cache import ProgramCache
 from dif.target import RuntimeBudget, TargetProfile
 from dif.weights import ArraySource, bind_weights
-from dif.weights.bind import deferred_scans
+from dif.weights.bind import deferred_scans, prefixed_scans
 from dif.weights.scan import has_nonfinite
 
 
@@ -57,6 +57,20 @@ def test_bind_inside_deferred_scans_leaves_the_scan_pending(scanned: list[list[s
     assert (job.program, dict(job.tensors)) == ("toy", {"w": "w"})
     with pytest.raises(WeightError, match=r"program 'toy': 1 weight tensor\(s\) hold NaN / infinite values: 'w' in"):
         job.on_host()
+
+
+def test_scans_of_an_inlined_part_name_the_whole_programs_parameters(scanned: list[list[str]]) -> None:
+    """A part bound for a program that inlines it under a prefix: the device's report on the whole program
+    (parameter 'unet.w') covers the part's tensor, so the host reads nothing."""
+    with deferred_scans() as pending, prefixed_scans("unet."):
+        bind_weights(_program(), _source(bad=False))  # type: ignore[arg-type]
+    (job,) = pending
+    assert dict(job.tensors) == {"unet.w": "w"}
+    job.report(flagged=set(), covered={"unet.w"})
+    assert scanned == []
+    with prefixed_scans("unet."):  # outside deferred_scans: the scan runs at bind, as without the prefix
+        bind_weights(_program(), _source(bad=False))  # type: ignore[arg-type]
+    assert scanned == [["w"]]
 
 
 def test_a_report_recounts_what_the_device_flagged_and_scans_what_it_did_not_cover(scanned: list[list[str]]) -> None:

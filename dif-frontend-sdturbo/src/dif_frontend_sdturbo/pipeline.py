@@ -32,7 +32,7 @@ from dif.noise import initial_latents
 from dif.program_cache import ProgramCache
 from dif.runtime import Runner
 from dif.sched import FlowMatchSchedule, cfg_combine
-from dif.weights.bind import PrefixedWeights
+from dif.weights.bind import PrefixedWeights, prefixed_scans
 from dif_frontend_sdturbo import one_step
 from dif_frontend_sdturbo.config import SdConfigs
 from dif_frontend_sdturbo.plugin import INFO
@@ -166,13 +166,20 @@ class SdPipeline(TextToImagePipeline):
         scale, shift = (1.0, 0.0) if self.fast_vae else (1.0 / vae.scaling_factor, vae.shift_factor or 0.0)
 
         def build() -> tuple[Program, Mapping[str, np.ndarray]]:
-            parts = (self._text_encoder(), self._unet(h, w, 1), self._decoder(h, w, pixels=True))
+            builders = {
+                one_step.TEXT: self._text_encoder,
+                one_step.UNET: lambda: self._unet(h, w, 1),
+                one_step.DECODER: lambda: self._decoder(h, w, pixels=True),
+            }
+            parts = {}
+            for prefix, part in builders.items():
+                with prefixed_scans(prefix):  # the weight scans name the parameters of the one program
+                    parts[prefix] = part()
             prog = one_step.build_one_step(
-                *(p for p, _ in parts), init_sigma=init_sigma, sigma=sigma, sigma_next=sigma_next,
+                *(p for p, _ in parts.values()), init_sigma=init_sigma, sigma=sigma, sigma_next=sigma_next,
                 latent_scale=scale, latent_shift=shift,
             )  # fmt: skip
-            prefixes = (one_step.TEXT, one_step.UNET, one_step.DECODER)
-            return prog, PrefixedWeights(dict(zip(prefixes, (wts for _, wts in parts), strict=True)))
+            return prog, PrefixedWeights({prefix: wts for prefix, (_, wts) in parts.items()})
 
         key = ("one_step", "taesd" if self.fast_vae else "vae", h, w, sigma, sigma_next, init_sigma)
         return self._programs.get(key, build, "denoise")

@@ -56,6 +56,35 @@ def widen(
     return shp, ss, ds, width
 
 
+TILE = 32  # kernels/layout.cu transpose_tile: a TILE x TILE tile per block of TILE x TILE_ROWS threads
+TILE_ROWS = 8
+GRID_YZ = 65535  # CUDA's limit on grid dimensions y and z
+
+
+def transpose_tile(
+    ctx: LowerCtx,
+    src: int,
+    dst: int,
+    shape: Sequence[int],
+    src_strides: Sequence[int],
+    dst_strides: Sequence[int],
+    width: int,
+) -> Any | None:
+    """The tiled-transpose launch of a copy that is a (batched) 2-D transpose, else None. In the copy's
+    collapsed form the destination's innermost axis is contiguous while the source's contiguous axis is the
+    next one out: [batch,] cols, rows with source strides [batch,] 1, row and destination [batch,] row, 1."""
+    shp, (ss, ds) = collapse(shape, [src_strides, dst_strides])
+    if width > 64 or len(shp) not in (2, 3) or ds[-1] != 1 or ss[-2] != 1 or ss[-1] == 1:
+        return None
+    batch, src_batch, dst_batch = (shp[0], ss[0], ds[0]) if len(shp) == 3 else (1, 0, 0)
+    cols, rows = shp[-2], shp[-1]
+    grid = (-(-cols // TILE), -(-rows // TILE), batch)
+    if grid[1] > GRID_YZ or grid[2] > GRID_YZ:
+        return None
+    args = [np.uint64(src), np.uint64(dst), *map(i64, (rows, cols, ss[-1], ds[-2], src_batch, dst_batch))]
+    return ctx.kernel("layout", f"transpose_tile_u{width}", grid, (TILE, TILE_ROWS), args)
+
+
 def copy_steps(
     ctx: LowerCtx,
     src: int,
@@ -68,6 +97,8 @@ def copy_steps(
     """Copy `shape` elements of `width` bits between two strided views (element strides)."""
     if math.prod(shape) == 0:
         return []
+    if (tiled := transpose_tile(ctx, src, dst, shape, src_strides, dst_strides, width)) is not None:
+        return [tiled]
     shape, src_strides, dst_strides, width = widen(shape, src_strides, dst_strides, width, src, dst)
     n = math.prod(shape)
     meta = ctx.meta(strided_meta(shape, [src_strides, dst_strides]))

@@ -239,6 +239,20 @@ def deferred_scans() -> Iterator[list[PendingScan]]:
         _DEFERRED.reset(token)
 
 
+@contextmanager
+def prefixed_scans(prefix: str) -> Iterator[None]:
+    """Inside `deferred_scans()`, the scans deferred meanwhile are keyed by `prefix` + parameter: for the
+    parts of a program that inlines them under that prefix (`ProgramBuilder.inline(..., params=prefix)`,
+    `PrefixedWeights`), so the backend's report on the whole program's parameters covers them."""
+    outer = _DEFERRED.get()
+    if outer is None:
+        yield
+        return
+    with deferred_scans() as inner:
+        yield
+    outer.extend(PendingScan(s.program, s.source, {prefix + p: t for p, t in s.tensors.items()}) for s in inner)
+
+
 _CLEAN: dict[int, set[str]] = {}
 """By source id (while the source lives), the tensors a scan found finite: a program rebound at
 another size scans nothing again. Sources are Mappings, hence unhashable: ids with a finalizer."""
