@@ -2,7 +2,7 @@
 # Issue 16 on the H200, one device call: train the embedded demo model (dif-frontend-flux2/training/embedded,
 # README there) through dif's own training on CUDA, judge it, pack it. Every stage is time-boxed against one
 # end time (TOTAL_S seconds after h200_env.sh started the clock); the transformer gets what the others leave:
-#   stage 1  base checkpoint (width 128, 256², max_sequence_length 32) + 810 shape images          (~10 s)
+#   stage 1  base checkpoint (width 128, 256², max_sequence_length 32) + 1,512 shape images        (~10 s)
 #   stage 2  the VAE as an autoencoder, dif.train on $BACKEND, then its latent statistics and the
 #            colour check (|error| of each colour through it; a brief VAE decodes every colour brown)  VAE_S
 #   stage 3  the transformer: dif train full's session, micro-batches of $BATCH, the 4-step
@@ -12,6 +12,8 @@
 #            prompts (its report written after every prompt)                                       JUDGE_S
 # A stage whose $BACKEND run fails (nothing saved) runs again on the CPU in the time it has left (the log says so).
 #   stage 5  $OUT/results.tgz: model/ (links resolved), logs, train JSONs, judge JSON, 11 judged images PACK_S
+# BASE_FROM=DIR starts from that checkpoint instead of base_checkpoint.py's random one (to go on training the
+# installed default); VAE_FROM=DIR takes that trained VAE folder and skips stage 2.
 # Device call (repo root, carry [".whl"]):
 #   set -o pipefail; bash perf/h200_embedded.sh 2>&1 | tee $OUT/run.log
 # CPU rehearsal here (no wheels to install: DIF_H200_ENV=1 skips the machine setup), a couple of minutes:
@@ -25,7 +27,7 @@ VAE_BATCH=${VAE_BATCH:-16}   # random 128² crops: 16 of them are 4 whole images
 JUDGE_S=${JUDGE_S:-90}       # one CLI generate (a fresh process), then 54 prompts at 256², 4 steps
 PACK_S=${PACK_S:-10}
 SAVE_MIN=${SAVE_MIN:-1}
-PER_COMBO=${PER_COMBO:-30}   # 27 training combinations x 30 images
+PER_COMBO=${PER_COMBO:-8}    # 189 training combinations x 8 images
 BATCH=${BATCH:-32}
 LR=${LR:-1e-3}
 RESOLUTION=${RESOLUTION:-256}
@@ -38,7 +40,11 @@ rm -rf "$WORK" && mkdir -p "$WORK" "$OUT"
 echo "backend $BACKEND, total ${TOTAL_S}s, VAE ${VAE_S}s, judge ${JUDGE_S}s, batch $BATCH, lr $LR, work $WORK"
 
 stamp "stage 1: base checkpoint + data"
-timeout 60 python3 $HERE/base_checkpoint.py "$WORK/base" || exit 1
+if [ -n "${BASE_FROM:-}" ]; then  # a trained checkpoint to go on from (the installed default, say)
+  cp -rL "$BASE_FROM" "$WORK/base" || exit 1
+else
+  timeout 60 python3 $HERE/base_checkpoint.py "$WORK/base" || exit 1
+fi
 timeout 120 python3 $HERE/shapes.py "$WORK/data" --per-combo "$PER_COMBO" || exit 1
 
 stamp "stage 2: VAE on $BACKEND (${VAE_S}s)"
@@ -50,7 +56,12 @@ vae() {  # BACKEND BATCH SECONDS: 20 s of them for the latent statistics and the
     | grep -E "step (1|[0-9]*00)/|steps|colour|Error" | tail -12
   return "${PIPESTATUS[0]}"
 }
-vae "$BACKEND" "$VAE_BATCH" "$VAE_S"; rc=$?; echo "vae rc=$rc"
+if [ -n "${VAE_FROM:-}" ]; then  # a VAE trained already (train_vae.py elsewhere): no VAE stage
+  rm -rf "$WORK/base/vae" && cp -rL "$VAE_FROM" "$WORK/base/vae" && rc=0 || exit 1
+  echo "vae from $VAE_FROM"
+else
+  vae "$BACKEND" "$VAE_BATCH" "$VAE_S"; rc=$?; echo "vae rc=$rc"
+fi
 if [ "$rc" != 0 ] && [ "$BACKEND" != cpu ]; then  # measured on 2 CPU cores: batch 2, crop 128, 7 it/s, loss 0.003 at 200
   stamp "stage 2 again on the CPU (the $BACKEND run failed)"
   LEFT_VAE=$((VAE_END - SECONDS)); [ "$LEFT_VAE" -lt 50 ] && LEFT_VAE=50
