@@ -38,7 +38,7 @@ class DeviceWeight:
 
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
         """The tensor downloaded, for a host-side check of a weight the backend did not scan on the device
-        (`PendingScan.report`: a parameter the program no longer reads after the optimizer's passes)."""
+        (`PendingScan.report`: a parameter the backend did not cover, say one replaced by a derived one)."""
         import torch
 
         host = self.tensor.detach().cpu().reshape(-1).view(torch.uint8).numpy().view(self.dtype).reshape(self.shape)
