@@ -2,7 +2,7 @@
 
 Where it sits: the communicator `dif.parallel.launch.run_rank` calls at each `all_to_all` of a rank program
 and for the final gather. One process per GPU (torchrun-style environment, `dif.parallel.launch.RankEnv`);
-rank 0 makes the NCCL unique id and hands it to the others over TCP at MASTER_ADDR:MASTER_PORT, so the same
+rank 0 makes the NCCL unique id and hands it to the others over TCP near MASTER_ADDR:MASTER_PORT, so the same
 code runs across nodes (NCCL then uses the network: IB or sockets, as NCCL_* variables choose).
 
 Arrays are sent as bytes (ncclUint8), so every dtype (bf16, fp8 ...) travels unchanged. The all-to-all is
@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import socket
-import time
 from typing import Any
 
 import numpy as np
@@ -45,45 +44,38 @@ def split_parts(x: np.ndarray, ranks: int, axis: int) -> list[np.ndarray]:
     return [np.ascontiguousarray(p) for p in np.split(x, ranks, axis=axis)]
 
 
-def _send_all(sock: socket.socket, data: bytes) -> None:
-    sock.sendall(len(data).to_bytes(4, "big") + data)
-
-
-def _recv_all(sock: socket.socket) -> bytes:
-    def exact(n: int) -> bytes:
-        buf = b""
-        while len(buf) < n:
-            chunk = sock.recv(n - len(buf))
-            if not chunk:
-                raise DifError("NCCL rendezvous: rank 0 closed the connection early")
-            buf += chunk
-        return buf
-
-    return exact(int.from_bytes(exact(4), "big"))
-
-
 def rendezvous(rank: int, world: int, addr: str, port: int, make_id: Any) -> tuple[int, ...]:
     """Rank 0 calls `make_id()` (cupy's unique id: a tuple of ints, signed) and serves it to the `world - 1`
-    others, who connect to addr:port; every rank returns the same tuple."""
-    if rank == 0:
-        uid = tuple(int(v) for v in make_id())
-        data = json.dumps(uid).encode()
-        with socket.create_server((addr if addr != "localhost" else "127.0.0.1", port), reuse_port=False) as srv:
-            srv.settimeout(RENDEZVOUS_TIMEOUT_S)
-            for _ in range(world - 1):
-                conn, _ = srv.accept()
-                with conn:
-                    _send_all(conn, data)
-        return uid
-    deadline = time.monotonic() + RENDEZVOUS_TIMEOUT_S
-    while True:
-        try:
-            with socket.create_connection((addr, port), timeout=10) as conn:
-                return tuple(json.loads(_recv_all(conn)))
-        except OSError:
-            if time.monotonic() > deadline:
-                raise DifError(f"NCCL rendezvous: rank {rank} could not reach rank 0 at {addr}:{port}") from None
-            time.sleep(0.2)
+    others, met through `dif.parallel.rendezvous.meet` near addr:port; every rank returns the same tuple."""
+    from dif.parallel.launch import RankEnv
+    from dif.parallel.rendezvous import meet
+
+    peers = meet(RankEnv(rank, world, rank, addr, port), timeout_s=RENDEZVOUS_TIMEOUT_S)
+    try:
+        if rank == 0:
+            uid = tuple(int(v) for v in make_id())
+            data = json.dumps(uid).encode()
+            for peer in peers:
+                peer.sendall(len(data).to_bytes(4, "big") + data)
+            return uid
+        return tuple(json.loads(_exact(peers[0], _length(peers[0]))))
+    finally:
+        for peer in peers:
+            peer.close()
+
+
+def _length(sock: socket.socket) -> int:
+    return int.from_bytes(_exact(sock, 4), "big")
+
+
+def _exact(sock: socket.socket, n: int) -> bytes:
+    buf = b""
+    while len(buf) < n:
+        chunk = sock.recv(n - len(buf))
+        if not chunk:
+            raise DifError("NCCL rendezvous: rank 0 closed the connection early")
+        buf += chunk
+    return buf
 
 
 class NcclCommunicator:

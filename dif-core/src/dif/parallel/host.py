@@ -1,7 +1,7 @@
 """A communicator over TCP between rank processes, for arrays that live on the host: the CFG-parallel
 guidance exchange (one velocity per step) on any backend, and the CPU backend's stand-in for NCCL.
 
-    rank 0 listens at MASTER_ADDR:MASTER_PORT, ranks 1..P-1 connect (`HostCommunicator.connect(RankEnv)`)
+    rank 0 listens near MASTER_ADDR:MASTER_PORT, ranks 1..P-1 connect (`HostCommunicator.connect(RankEnv)`)
     all_gather(x) / all_to_all(x): every rank sends its array to rank 0, which answers each with its share
 
 A star through rank 0, each message a JSON header (shape, dtype name) and the raw bytes: small, and enough
@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import socket
-import time
 from collections.abc import Callable
 
 import numpy as np
@@ -22,6 +21,7 @@ import numpy as np
 from dif.errors import DifError
 from dif.parallel.collectives import exchange_all_to_all
 from dif.parallel.launch import RankEnv
+from dif.parallel.rendezvous import meet
 
 CONNECT_TIMEOUT_S = 120.0
 
@@ -61,40 +61,9 @@ class HostCommunicator:
 
     @classmethod
     def connect(cls, env: RankEnv, *, timeout_s: float = CONNECT_TIMEOUT_S) -> HostCommunicator:
-        """Meet the other ranks of `env` at its MASTER_ADDR:MASTER_PORT (rank 0 serves, the others retry
-        connecting until `timeout_s`); `DifError` when they do not all arrive in time."""
-        if env.world == 1:
-            return cls(0, 1, [])
-        addr = "127.0.0.1" if env.master_addr == "localhost" else env.master_addr
-        if env.rank == 0:
-            by_rank: dict[int, socket.socket] = {}
-            with socket.create_server((addr, env.master_port)) as server:
-                server.settimeout(timeout_s)
-                while len(by_rank) < env.world - 1:
-                    try:
-                        conn, _ = server.accept()
-                    except TimeoutError:
-                        raise DifError(
-                            f"rank 0: {env.world - 1 - len(by_rank)} ranks did not connect to "
-                            f"{addr}:{env.master_port} within {timeout_s:.0f} s"
-                        ) from None
-                    conn.settimeout(None)
-                    by_rank[int.from_bytes(_exact(conn, 4, 0), "big")] = conn
-            return cls(0, env.world, [by_rank[r] for r in range(1, env.world)])
-        deadline = time.monotonic() + timeout_s
-        while True:
-            try:
-                sock = socket.create_connection((addr, env.master_port), timeout=5)
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise DifError(
-                        f"rank {env.rank}: rank 0 did not answer at {addr}:{env.master_port} within {timeout_s:.0f} s"
-                    ) from None
-                time.sleep(0.05)
-        sock.settimeout(None)
-        sock.sendall(env.rank.to_bytes(4, "big"))
-        return cls(env.rank, env.world, [sock])
+        """Meet the other ranks of `env` (`dif.parallel.rendezvous.meet`: rank 0 serves near MASTER_PORT, the
+        others retry until `timeout_s`); `DifError` when they do not all arrive in time."""
+        return cls(env.rank, env.world, meet(env, timeout_s=timeout_s))
 
     def _through_root(self, x: np.ndarray, answer: Callable[[list[np.ndarray]], list[np.ndarray]]) -> np.ndarray:
         """Rank 0 collects every rank's `x` (in rank order), computes `answer(xs)` (one array per rank) and
