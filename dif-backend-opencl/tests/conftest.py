@@ -1,6 +1,7 @@
 """Fixtures for the OpenCL backend tests. Every test here is marked `opencl`; tests that need a
 device skip (with the reason) only when no OpenCL platform exists or its compiler cannot build a one-line
-kernel on this host (PoCL's LLVM on a CPU it does not know). CI installs PoCL, so they run."""
+kernel on this host (PoCL's LLVM on a CPU it does not know, and no other runtime). CI installs PoCL and Intel's
+CPU runtime (the first that builds is the default device), so they run."""
 
 from __future__ import annotations
 

@@ -70,7 +70,19 @@ def test_priority_follows_device_kinds(monkeypatch: pytest.MonkeyPatch, kinds: l
 def test_default_device_prefers_gpus(monkeypatch: pytest.MonkeyPatch) -> None:
     cl = pytest.importorskip("pyopencl")
     cpu, gpu = _fake(cl.device_type.CPU), _fake(cl.device_type.GPU)
+    monkeypatch.setattr(device, "compiler_failure", lambda d: None)
     assert device.pick_device([cpu, gpu]) is gpu
+
+
+def test_default_device_skips_one_whose_compiler_is_broken(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two CPU runtimes (PoCL and Intel's): PoCL's LLVM may not target this CPU; the one that builds wins."""
+    cl = pytest.importorskip("pyopencl")
+    pocl, intel = _fake(cl.device_type.CPU, "Portable Computing Language"), _fake(cl.device_type.CPU, "Intel(R) OpenCL")
+    broken = {"Portable Computing Language": "unknown target CPU 'generic'"}
+    monkeypatch.setattr(device, "compiler_failure", lambda d: broken.get(d.platform.name))
+    assert device.pick_device([pocl, intel]) is intel
+    broken["Intel(R) OpenCL"] = "also broken"
+    assert device.pick_device([pocl, intel]) is pocl  # none builds: the first, and availability() says why
 
 
 def test_nvidia_hint_when_library_present_but_no_icd(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

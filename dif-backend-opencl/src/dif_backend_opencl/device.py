@@ -106,6 +106,9 @@ def describe(device: Any) -> DeviceInfo:
 
 def list_devices() -> list[Any]:
     """Every OpenCL device of every platform (empty when pyopencl or an ICD is missing)."""
+    from dif_backend_opencl.vendors import register_pip_runtimes
+
+    register_pip_runtimes()  # before the loader's first (and only) read of its registrations
     try:
         import pyopencl as cl
 
@@ -124,11 +127,15 @@ def list_devices() -> list[Any]:
 def pick_device(devices: list[Any], selector: str | None = None) -> Any:
     """`selector` is 'P:D' (platform and device index, as `clinfo -l` lists them) or a substring
     of the device or platform name; default: GPUs first, then accelerators, then CPUs, larger
-    memory first within a kind."""
+    memory first within a kind, and of those the first whose compiler builds a kernel (two CPU
+    runtimes: PoCL may list a CPU its LLVM cannot target)."""
     if not devices:
         raise BackendUnavailableError(f"no OpenCL device found: {availability().reason}")
     if not selector:
-        return min(devices, key=lambda d: (_KIND_RANK[_kind(d)], -int(d.global_mem_size)))
+        ranked = sorted(devices, key=lambda d: (_KIND_RANK[_kind(d)], -int(d.global_mem_size)))
+        if len(ranked) == 1:
+            return ranked[0]
+        return next((d for d in ranked if compiler_failure(d) is None), ranked[0])
     indexed = _indexed(devices)
     for label, d in indexed:
         if selector == label or selector.lower() in f"{d.platform.name} {d.name}".lower():
