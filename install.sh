@@ -38,6 +38,7 @@ TEST_DEPS=(
   pyopencl
   pocl-binary-distribution
   intel-opencl-rt  # Intel's CPU OpenCL runtime: builds kernels on CPUs PoCL's LLVM 14 cannot target (Zen 5)
+  intel-cmplr-lib-rt  # its libimf / libsvml, which its wheel does not depend on
   pillow
   av  # PyAV: dif quality decodes MP4 frames and audio with it (its tests make MP4s)
   jsonschema  # tests check tools' documents against docs/telemetry.schema.json

@@ -75,6 +75,18 @@ def test_an_unwritable_cache_leaves_the_loader_alone(
     assert vendors.register_pip_runtimes() is None and "OCL_ICD_VENDORS" not in vendors.os.environ
 
 
+def test_a_runtime_without_its_compiler_libraries_is_named_with_the_fix(fake_runtime: Path) -> None:
+    (fake_runtime.parent / "libtbb.so.12").write_bytes(b"")
+    hint = vendors.missing_neighbours()
+    assert hint == (
+        f"{fake_runtime} cannot load without libimf.so, libintlc.so.5 in {fake_runtime.parent}; "
+        "pip install intel-cmplr-lib-rt"
+    )
+    for name in ("libimf.so", "libintlc.so.5"):
+        (fake_runtime.parent / name).write_bytes(b"")
+    assert vendors.missing_neighbours() is None
+
+
 def test_the_installed_intel_runtime_builds_a_kernel() -> None:
     """Where `intel-opencl-rt` is installed (the test dependencies install it), its library is found and
     registered, and its device builds and runs a kernel; elsewhere this says it is not installed."""

@@ -202,16 +202,19 @@ def availability() -> Availability:
         import pyopencl  # noqa: F401
     except ImportError as exc:
         return Availability(False, f"pyopencl is not installed ({exc}); pip install pyopencl pocl-binary-distribution")
+    from dif_backend_opencl.vendors import missing_neighbours
+
     devices = list_devices()
-    hint = nvidia_hint(devices)
+    hint = "; ".join(h for h in (nvidia_hint(devices), missing_neighbours()) if h) or None
     if not devices:
         reason = (
-            "no OpenCL platform/device (install a driver's ICD, or `pip install pocl-binary-distribution` for CPUs)"
+            "no OpenCL platform/device (install a driver's ICD, or for CPUs `pip install pocl-binary-distribution` "
+            "or `pip install dif-backend-opencl[intel-cpu]`)"
         )
         return Availability(False, f"{reason}; {hint}" if hint else reason)
     broken = compiler_failure(pick_device(devices))
     if broken is not None:
-        return Availability(False, broken)
+        return Availability(False, f"{broken}; {hint}" if hint else broken)
     return Availability(True, hint or "")
 
 

@@ -1,7 +1,8 @@
 """OpenCL runtimes installed by pip, made visible to the ICD loader.
 
 pip can install a whole CPU OpenCL implementation: Intel's `intel-opencl-rt`, whose library finds its
-`tbb` and `intel-cmplr-lib-rt` neighbours in <prefix>/lib through its `$ORIGIN` runpath. But the .icd
+`tbb` and `intel-cmplr-lib-rt` neighbours in <prefix>/lib through its `$ORIGIN` runpath (the wheel pulls in
+`tbb` but not `intel-cmplr-lib-rt`, which must be asked for: `dif-backend-opencl[intel-cpu]` does). But the .icd
 file in its wheel names the conda build prefix (`/opt/anaconda1anaconda2anaconda3/lib/...`), not the
 installed path, and pip puts it under <prefix>/etc where no loader looks; so the loader never lists it.
 
@@ -28,6 +29,14 @@ from dif.serialize.container import write_atomic
 
 PIP_RUNTIMES: dict[str, str] = {"intel-opencl-rt": "libintelocl.so"}
 """Distribution name -> the ICD library file its wheel installs."""
+NEIGHBOURS: dict[str, tuple[tuple[str, str], ...]] = {
+    "libintelocl.so": (
+        ("libtbb.so.12", "tbb"),
+        ("libimf.so", "intel-cmplr-lib-rt"),
+        ("libintlc.so.5", "intel-cmplr-lib-rt"),
+    )
+}
+"""ICD library -> (a library it loads from its own folder, the distribution that installs it)."""
 SYSTEM_VENDORS = Path("/etc/OpenCL/vendors")
 
 
@@ -44,6 +53,18 @@ def pip_runtime_libraries() -> list[Path]:
             if f.name == library and path.exists():
                 found.append(path.resolve())
     return found
+
+
+def missing_neighbours() -> str | None:
+    """What a pip-installed runtime lacks beside it, with the fix (the loader skips such a library without a
+    word); None when nothing is missing."""
+    for lib in pip_runtime_libraries():
+        gone = [(name, dist) for name, dist in NEIGHBOURS.get(lib.name, ()) if not (lib.parent / name).exists()]
+        if gone:
+            names = ", ".join(name for name, _ in gone)
+            dists = " ".join(sorted({dist for _, dist in gone}))
+            return f"{lib} cannot load without {names} in {lib.parent}; pip install {dists}"
+    return None
 
 
 def current_entries(vendors: str | None) -> dict[str, str]:
