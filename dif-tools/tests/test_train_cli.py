@@ -136,3 +136,38 @@ def test_timestep_shift_is_recorded_and_kept_on_resume(tmp_path: Path) -> None:
     assert resumed["timestep_shift"] == 3.0 and resumed["losses"] == straight["losses"]
     r = train(tmp_path / "other", 3, "--timestep-shift", "2", "--resume", str(out / "last.diftrain"))
     assert r.exit_code == 1 and "last.diftrain: trained with timestep shift 3, this run has 2" in r.output
+
+
+def test_batch_size_builds_the_step_program_of_that_batch(tmp_path: Path) -> None:
+    data, out = _data(tmp_path / "data", n=4), tmp_path / "out"
+    args = ["train", "full", "--data", str(data), "--output", str(out), "--steps", "2", "--resolution", "64"]
+    r = CliRunner().invoke(build_cli(), [*args, "--backend", "cpu", "--batch-size", "2", "--json"])
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.stdout)["data"]
+    assert d["settings"]["batch_size"] == 2 and d["steps"] == 2 and len(d["losses"]) == 2
+    assert recorded_settings(out / "last.diftrain")["batch_size"] == 2  # a resume trains at the same batch
+    from dif.plugins.manager import frontends
+    from dif.train.tasks import LoraSettings, full_trainer
+
+    model = Path(frontends()["flux2"].default_checkpoint)
+    session = full_trainer("flux2")(model, data, LoraSettings(steps=2, resolution=64, batch_size=2), backend="cpu")
+    step = session.task.programs((4, 4)).step  # 64² images: a 4x4 token grid
+    assert {i.name: i.type.shape[0] for i in step.inputs if i.name in ("latents", "timestep_proj")} == {
+        "latents": 2,
+        "timestep_proj": 2,
+    }
+
+
+def test_krea2_refuses_a_batch_size_naming_the_way_out(tmp_path: Path) -> None:
+    from dif.plugins.manager import frontends
+
+    info = frontends().get("krea2")
+    if info is None or info.default_checkpoint is None:
+        import pytest
+
+        pytest.skip("needs the Krea 2 frontend (dif-frontend-krea2) and its embedded default")
+    data, out = _data(tmp_path / "data"), tmp_path / "out"
+    r = CliRunner().invoke(build_cli(), ["train", "lora", "-m", str(info.default_checkpoint), "--data", str(data),
+                                         "--output", str(out), "--batch-size", "2", *ARGS])  # fmt: skip
+    assert r.exit_code != 0 and "Traceback" not in r.output
+    assert "Krea 2 trains one image per micro-batch, not --batch-size 2" in r.output and "--accumulate 2" in r.output

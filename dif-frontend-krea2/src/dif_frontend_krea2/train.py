@@ -19,6 +19,7 @@ import numpy as np
 from attrs import define, field
 
 from dif.dtypes import DType
+from dif.errors import UsageError
 from dif.lora.slots import lora_slots, slot_inputs
 from dif.serialize.diftensor import load_tensors
 from dif.train.data import DataError, DataOrder, Sample, assign_bucket, bucket_sizes, scan_folder
@@ -166,6 +167,11 @@ def lora_session(model: Path, data: Path, settings: LoraSettings, *, backend: st
     from dif_frontend_krea2.plugin import _pipeline
 
     s = settings
+    if s.batch_size != 1:  # its denoiser program is built for one image (build_denoiser has no batch axis)
+        raise UsageError(
+            f"Krea 2 trains one image per micro-batch, not --batch-size {s.batch_size}",
+            hint=f"use --accumulate {s.batch_size * s.accumulate} for the same images per optimizer step",
+        )
     extra = {} if s.max_text_tokens is None else {"max_sequence_length": s.max_text_tokens}
     pipeline = _pipeline(model, dtype=s.dtype, backend=backend, **extra)
     shapes = linear_shapes(pipeline)

@@ -1,8 +1,8 @@
 """`dif train lora|full`: train through dif's own programs (forward, autodiff, AdamW: one program per step).
 
     dif train lora --data DIR --output DIR [-m MODEL] [--rank 16] [--alpha 16] [--target PATTERN ...]
-                   [--steps N] [--lr LR] [--warmup N] [--accumulate K] [--max-grad-norm G] [--resolution PX]
-                   [--dtype f32|bf16] [--checkpoint-blocks PATTERN ...] [--timestep-shift S]
+                   [--steps N] [--lr LR] [--warmup N] [--accumulate K] [--batch-size B] [--max-grad-norm G]
+                   [--resolution PX] [--dtype f32|bf16] [--checkpoint-blocks PATTERN ...] [--timestep-shift S]
                    [--save-every N] [--resume FILE]
                    [--backend NAME] [--seed S] [--json]
     dif train full --data DIR --output DIR [-m MODEL] [same options, no LoRA ones]
@@ -55,6 +55,8 @@ COMMON: list[Callable[[Any], Any]] = [
     click.option("--constant-lr", is_flag=True, help="No cosine decay after the warm-up."),
     click.option("--weight-decay", type=click.FloatRange(0), default=1e-2, show_default=True),
     click.option("--accumulate", type=click.IntRange(1), default=1, show_default=True, help="Micro-batches per step."),
+    click.option("--batch-size", type=click.IntRange(1), default=1, show_default=True,
+                 help="Images per micro-batch, run as one step program (they must share an aspect-ratio bucket)."),
     click.option("--max-grad-norm", type=click.FloatRange(min=0), default=1.0, show_default=True,
                  help="Clip gradients to this global norm (0: no clipping)."),
     click.option("--resolution", type=click.IntRange(16), default=512, show_default=True,
@@ -140,7 +142,7 @@ def _run(kind: str, o: dict[str, Any]) -> None:
         max_grad_norm=o["max_grad_norm"] or None, weight_decay=o["weight_decay"], resolution=o["resolution"],
         seed=o["seed"], dtype=o["dtype"], checkpoint_blocks=o["checkpoint_blocks"],
         timestep_sampling=o["timestep_sampling"], cache_dir=output / "cache" if o["cache"] else None,
-        max_text_tokens=o["max_text_tokens"], timestep_shift=shift,
+        max_text_tokens=o["max_text_tokens"], timestep_shift=shift, batch_size=o["batch_size"],
     )  # fmt: skip
     output.mkdir(parents=True, exist_ok=True)
     reason = unwritable_reason(output / "train.json")
