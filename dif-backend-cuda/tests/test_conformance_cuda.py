@@ -1,6 +1,7 @@
 """The op-table conformance kit on the GPU (marker `cuda`): every case at f32 and bf16 against the
-reference interpreter, on the default kernel choice and on the portable NVRTC paths (GEMM, flash
-attention) and without graph capture. Skips with the reason where no GPU is usable."""
+reference interpreter (and every differentiable case's backward program), on the default kernel choice
+and on the portable NVRTC paths (GEMM, flash attention) and without graph capture. Skips with the reason
+where no GPU is usable."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from dif.testing.backward import assert_backward_case, backward_params
 from dif.testing.conformance import assert_case, pytest_params
 
 from .conftest import cuda_skip_reason
@@ -36,6 +38,12 @@ def _backend(variant: str) -> Any:
 @pytest.mark.parametrize("case", pytest_params("cuda"))
 def test_op(case: Any) -> None:
     assert_case(_backend("default"), case, strict=True)
+
+
+@pytest.mark.parametrize("case", backward_params("cuda"))
+def test_backward(case: Any) -> None:
+    """Every differentiable case's VJP program (what `dif train` runs) against the interpreter."""
+    assert_backward_case(_backend("default"), case)
 
 
 @pytest.mark.parametrize("case", pytest_params("cuda-portable", ops=["linear", "matmul", "sdpa", "conv2d"]))

@@ -1,6 +1,7 @@
-"""Per-op conformance on OpenCL (PoCL in CI): every case of every op in the table at f32, bf16 and
-f16 against the reference interpreter, f32 against float64, and the unfused attention / im2col
-paths. `strict=True`: an op without an OpenCL lowering fails instead of skipping."""
+"""Per-op conformance on OpenCL (a CPU runtime in CI): every case of every op in the table at f32, bf16
+and f16 against the reference interpreter, f32 against float64, every differentiable case's backward
+program, and the unfused attention / im2col paths. `strict=True`: an op without an OpenCL lowering
+fails instead of skipping."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import pytest
 
 from dif.dtypes import DType
 from dif.ops.registry import OPS
+from dif.testing.backward import assert_backward_case, backward_params
 from dif.testing.conformance import (
     ConformanceCase,
     assert_case,
@@ -31,6 +33,12 @@ def test_op_matches_interpreter(ocl, case: ConformanceCase) -> None:
 @pytest.mark.parametrize("case", pytest_params("opencl", dtypes=(DType.F32,)))
 def test_op_matches_float64(ocl, case: ConformanceCase) -> None:
     assert_float64(ocl, case, strict=True)
+
+
+@pytest.mark.parametrize("case", backward_params("opencl"))
+def test_backward_program_matches_interpreter(ocl, case: ConformanceCase) -> None:
+    """Every differentiable case's VJP program (what `dif train` runs) against the interpreter."""
+    assert_backward_case(ocl, case)
 
 
 @pytest.mark.parametrize("case", pytest_params("opencl-unfused", ops=FALLBACK_OPS, dtypes=DTYPES))

@@ -3,7 +3,12 @@
 sdpa's backward recomputes the attention probabilities P with matmul + softmax under the forward's
 scale and masks (a fully masked row: zeros), then applies the softmax backward with matmuls. P is
 [B, Hq, Sq, Skv] for the duration of one block's backward; a backend with a fused attention backward
-(flash) can replace the chain later.
+(flash) can replace the chain later. Until then the chain touches P as few times as it can, since at
+DiT sizes every pass over P costs more than the matmuls' own epilogues (klein-9B at 1024²: 32 heads x
+4608² per block, 13 ms a transpose on the H200): P and dS are never transposed (the products that need
+their transposes are formed transposed, from the small operands), the softmax backward's row term is
+rowsum(dO ∘ O) over Dv instead of rowsum(dP ∘ P) over Skv (equal: O = P V), and the scale goes on the
+[.., D] products instead of on dS.
 """
 
 from __future__ import annotations
@@ -67,8 +72,9 @@ def _probabilities(b: ProgramBuilder, q: Var, k: Var, mask: Var | None, s: float
 
 @vjp("sdpa", constants=(3,))
 def _sdpa(a: VjpArgs) -> list[Var | None]:
-    """P recomputed with matmul + softmax (the same masks), then dV = P^T dO, dS = P (dP - rowsum(dP P)),
-    dQ = dS K s, dK = dS^T Q s, kv heads summed over their query-head groups."""
+    """P recomputed with matmul + softmax (the same masks), then dV = P^T dO (as (dO^T P)^T),
+    dS = P (dP - rowsum(dO O)), dQ = (dS K) s, dK = (Q^T dS)^T s, kv heads summed over their query-head
+    groups."""
     b = a.b
     q, k, v = a.operands[:3]
     mask = a.operands[3] if len(a.operands) > 3 else None
@@ -82,16 +88,19 @@ def _sdpa(a: VjpArgs) -> list[Var | None]:
     p = _probabilities(b, qh, kr, mask, s, bool(a.attrs["causal"]))
     g = _heads_first(b, a.g)  # [B, Hq, Sq, Dv]
     out: list[Var | None] = [None] * len(a.operands)
-    if a.wants[2]:
-        out[2] = _sum_groups(b, b.emit("matmul", transpose_last2(b, p), g), group)
+    if a.wants[2]:  # dV^T = dO^T P: [B, Hq, Dv, Skv]
+        dvt = b.emit("matmul", transpose_last2(b, g), p)
+        out[2] = _sum_groups(b, transpose_last2(b, dvt), group)
     if a.wants[0] or a.wants[1]:
         dp = b.emit("matmul", g, transpose_last2(b, vr))
-        row = b.emit("reduce_sum", b.emit("mul", dp, p), axes=(-1,), keepdims=True)
-        ds = scale(b, b.emit("mul", p, b.emit("sub", dp, row)), s)
+        # sum_j P_ij dP_ij = dO_i . (sum_j P_ij V_j) = dO_i . O_i: a sum over Dv, not over Skv
+        row = b.emit("reduce_sum", b.emit("mul", g, _heads_first(b, a.y)), axes=(-1,), keepdims=True)
+        ds = b.emit("mul", p, b.emit("sub", dp, row))  # unscaled: s goes on the products below
         if a.wants[0]:
-            out[0] = _heads_first(b, b.emit("matmul", ds, kr))
-        if a.wants[1]:
-            out[1] = _sum_groups(b, b.emit("matmul", transpose_last2(b, ds), qh), group)
+            out[0] = _heads_first(b, scale(b, b.emit("matmul", ds, kr), s))
+        if a.wants[1]:  # dK^T = Q^T dS: [B, Hq, D, Skv]
+            dkt = b.emit("matmul", transpose_last2(b, qh), ds)
+            out[1] = _sum_groups(b, scale(b, transpose_last2(b, dkt), s), group)
     if len(a.operands) > 3 and a.wants[3]:
         raise a.refuse(3, "the key mask is boolean")
     return out
