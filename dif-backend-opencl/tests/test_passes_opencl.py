@@ -1,5 +1,6 @@
 """The optimizer on OpenCL: the profile declares the fused ops it lowers and reshape aliasing; an
-optimized DiT block runs the fused kernels and matches the unfused program; aliased reshapes
+optimized DiT block runs the fused kernels (the MLP's residual add in the down projection's GEMM) and
+matches the unfused program; aliased reshapes
 launch nothing and change no result; `dif.runtime.prepare` records the pass decisions in the plan;
 rms_norm_rope falls back to two kernels when a row is too long for local memory."""
 
@@ -31,15 +32,18 @@ def test_profile_declares_the_fused_ops_and_aliasing(ocl) -> None:
 def test_optimized_block_runs_fused_kernels_and_matches(ocl, dtype: str) -> None:
     program = transformer_block(dtype)
     optimized, decisions = optimize(program, target=ocl.profile())
-    assert len(optimized.nodes) == len(program.nodes) - 4
+    assert len(optimized.nodes) == len(program.nodes) - 5
     hist = optimized.op_histogram()
-    assert (hist["norm_modulate"], hist["rms_norm_rope"], hist["gated_residual"]) == (1, 2, 1)
+    assert (hist["norm_modulate"], hist["rms_norm_rope"], hist["gated_residual"], hist["linear_add"]) == (1, 2, 1, 1)
+    assert "add" not in hist
     assert all(d.verdict == "applied" for d in decisions)
     inputs, weights = random_bindings(program)
     exe = ocl.prepare(optimized, plan_program(optimized, ocl.profile(), ocl.budget()), weights)
     kernels = {getattr(s, "kernel", None) for s in exe.steps}
-    assert {"norm_modulate", "rms_norm_rope", "gated_residual"} <= kernels
-    assert not {"layer_norm", "modulate", "rope", "bin_mul"} & kernels
+    assert {"norm_modulate", "rms_norm_rope", "gated_residual", "gemm"} <= kernels
+    assert not {"layer_norm", "modulate", "rope", "bin_mul", "bin_add"} & kernels
+    (fused_linear,) = (n.id for n in optimized.nodes if n.op == "linear_add")
+    assert [s.kernel for s in exe.steps if s.node_id == fused_linear] == ["gemm"]  # the add is its epilogue
     got = exe.run(inputs)
     fused_ref = interpret(optimized, inputs, weights)
     want = interpret(program, inputs, weights)
@@ -74,10 +78,12 @@ def test_runtime_prepare_optimizes_for_the_backend(ocl, monkeypatch: pytest.Monk
     exe, plan = prepare(program, weights, ocl)
     whats = [d.what for d in plan.decisions]
     assert whats[0].startswith("passes: rope_before_concat, fuse_norm_rope, fuse_norm_modulate, fuse_gated_residual")
+    assert "fuse_linear_residual" in whats[0]
     modulate = next(n for n in program.nodes if n.op == "modulate").results[0].name
     assert f"fuse_norm_modulate: applied 1 at {modulate}" in whats
+    assert any(w.startswith("fuse_linear_residual: applied 1") for w in whats), whats
     assert any(w.startswith("views: ") and "reshape placed inside" in w for w in whats)
-    assert len(plan.schedule) == len(program.nodes) - 4
+    assert len(plan.schedule) == len(program.nodes) - 5
     got = exe.run(inputs)
     monkeypatch.setenv("DIF_PASSES", "none")
     plain, plain_plan = prepare(program, weights, ocl)

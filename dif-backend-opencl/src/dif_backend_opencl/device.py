@@ -252,10 +252,12 @@ def priority() -> int:
 
 def storage_dtypes(info: DeviceInfo) -> tuple[str, ...]:
     """Storage types every kernel reads and writes (fp32 compute). f16 needs no extension: its
-    loads/stores are the core vload_half / vstore_half_rte; fp8 is not implemented yet."""
-    return tuple(
-        d.value for d in (DType.F32, DType.BF16, DType.F16, DType.I32, DType.I64, DType.I8, DType.U8, DType.BOOL)
-    )
+    loads/stores are the core vload_half / vstore_half_rte; f8e4m3 is uchar bits converted in
+    kernels/common.cl. Listing a dtype picks no format: the fp8 / int8 / int4 formats need a
+    `format:*` capability, which this profile does not declare (the quantized ops run, slowly, only
+    in programs handed to the backend as they are)."""
+    dtypes = (DType.F32, DType.BF16, DType.F16, DType.I32, DType.I64, DType.I8, DType.U8, DType.BOOL, DType.F8E4M3)
+    return tuple(d.value for d in dtypes)
 
 
 def profile_of(info: DeviceInfo, host_threshold_bytes: int | None = None) -> TargetProfile:

@@ -6,7 +6,9 @@
 // compiled program serves f32, f16, bf16 and the integer types: a uniform switch is cheaper
 // than compiling every kernel for every dtype combination. OpenCL has no bf16 type: bf16 is
 // stored as ushort (the top half of an fp32). f16 uses vload_half / vstore_half_rte, which are
-// core OpenCL (no cl_khr_fp16 needed, since arithmetic is always fp32).
+// core OpenCL (no cl_khr_fp16 needed, since arithmetic is always fp32). No fp8 type either:
+// f8e4m3 (e4m3fn: no infinities, one NaN per sign) is stored as uchar bits, decoded and encoded
+// below exactly as ml_dtypes.float8_e4m3fn converts.
 // Never built with -cl-fast-relaxed-math: exp/rsqrt precision matters in norms and softmax.
 
 #define DT_F32 0
@@ -17,6 +19,7 @@
 #define DT_I8 5
 #define DT_U8 6
 #define DT_BOOL 7
+#define DT_F8E4M3 8
 
 #ifndef WG
 #define WG 64  // work-group size of the row/reduction kernels (power of two; set by the host)
@@ -34,6 +37,28 @@ inline ushort f32_to_bf16(float f) {
   return (ushort)(u >> 16);
 }
 
+inline float f8e4m3_to_f32(uchar b) {
+  uint sign = (uint)(b & 0x80u) << 24;
+  uint e = (b >> 3) & 0xfu, m = b & 7u;
+  if (e == 15u && m == 7u) return as_float(sign | 0x7fc00000u);  // the format's NaN
+  if (e == 0u) return as_float(sign | as_uint((float)m * 0x1p-9f));  // subnormal: m * 2^-9
+  return as_float(sign | ((e + 120u) << 23) | (m << 20));  // exponent bias 7 -> 127
+}
+
+// Round to nearest even, as ml_dtypes' cast does: NaN and magnitudes beyond 464 (the tie between
+// 448, the largest finite value, and the absent 480) become NaN. A saturating quantizer clips to
+// +-448 first (kernels/quant.cl), as the reference does.
+inline uchar f32_to_f8e4m3(float f) {
+  uint u = as_uint(f);
+  uchar sign = (uchar)((u >> 24) & 0x80u);
+  float a = fabs(f);
+  if (!(a <= 464.0f)) return sign | 0x7fu;
+  if (a < 0x1p-6f) return sign | (uchar)rint(a * 0x1p9f);  // subnormal (8 is 2^-6's code)
+  u = as_uint(a);
+  u += 0x7ffffu + ((u >> 20) & 1u);  // drop 20 mantissa bits, ties to even (a carry bumps e)
+  return sign | (uchar)((u >> 20) - (120u << 3));
+}
+
 inline float ldf(gcptr p, long i, int dt) {
   switch (dt) {
     case DT_F16: return vload_half((size_t)i, (__global const half*)p);
@@ -42,6 +67,7 @@ inline float ldf(gcptr p, long i, int dt) {
     case DT_I64: return (float)((__global const long*)p)[i];
     case DT_I8: return (float)((__global const char*)p)[i];
     case DT_U8: case DT_BOOL: return (float)p[i];
+    case DT_F8E4M3: return f8e4m3_to_f32(p[i]);
     default: return ((__global const float*)p)[i];
   }
 }
@@ -55,6 +81,7 @@ inline void stf(gptr p, long i, int dt, float v) {
     case DT_I8: ((__global char*)p)[i] = (char)(int)v; break;
     case DT_U8: p[i] = (uchar)(int)v; break;
     case DT_BOOL: p[i] = (uchar)(v != 0.0f); break;
+    case DT_F8E4M3: p[i] = f32_to_f8e4m3(v); break;
     default: ((__global float*)p)[i] = v;
   }
 }
@@ -83,6 +110,7 @@ inline void stl(gptr p, long i, int dt, long v) {
 // v rounded to storage type dt and widened again (what a store + load would give).
 inline float rnd(float v, int dt) {
   if (dt == DT_BF16) return bf16_to_f32(f32_to_bf16(v));
+  if (dt == DT_F8E4M3) return f8e4m3_to_f32(f32_to_f8e4m3(v));
   if (dt == DT_F16) {
     ushort h;
     vstore_half_rte(v, 0, (__private half*)&h);

@@ -1,5 +1,8 @@
 // Tiled GEMM used by linear, matmul, conv2d (im2col) and the sdpa fallback:
-//   C[z][m, n] = alpha * sum_k A[z][m, k] * B[z][k, n] (+ bias), fp32 accumulation.
+//   C[z][m, n] = alpha * sum_k A[z][m, k] * B[z][k, n] (+ bias), fp32 accumulation, and the
+// epilogues of the fused ops: times rs[m] * cs[n] before the bias (scaled_linear's row and output
+// channel scales, fp32), and + R[z][m, n] after rounding to C's storage type (linear_add's
+// residual, laid out like C: the add reads the product as the unfused program stored it).
 // Operands are strided views (A(m,k) at a + m*sam + k*sak, B(k,n) at b + k*sbk + n*sbn, C(m,n)
 // at c + m*ldc + n), so transposed weights ([out, in] for linear) and head-strided attention
 // tensors need no copy. Batch z = get_group_id(2) decomposes over bshape (row-major, 4 dims)
@@ -13,8 +16,10 @@
 
 __kernel __attribute__((reqd_work_group_size(LS, LS, 1))) void gemm(
     gptr c, long co, int ct, gcptr a, long ao, int at, gcptr b, long bo, int bt, gcptr bias,
-    long biaso, int biast, int bias_mode, int M, int N, int K, long sam, long sak, long sbk,
-    long sbn, long ldc, int4 bshape, long4 bsa, long4 bsb, long4 bsc, float alpha) {
+    long biaso, int biast, int bias_mode, __global const float* rs, long rso,
+    __global const float* cs, long cso, int scaled, gcptr r, long ro, int rt, int has_r, int M,
+    int N, int K, long sam, long sak, long sbk, long sbn, long ldc, int4 bshape, long4 bsa,
+    long4 bsb, long4 bsc, float alpha) {
   __local float As[TK][TM];
   __local float Bs[TK][TN];
   int tx = get_local_id(0), ty = get_local_id(1);
@@ -62,9 +67,12 @@ __kernel __attribute__((reqd_work_group_size(LS, LS, 1))) void gemm(
       int gn = n0 + tx + j * LS;
       if (gn >= N) continue;
       float v = acc[i][j] * alpha;
+      if (scaled) v = v * rs[rso + gm] * cs[cso + gn];
       if (bias_mode == 1) v += ldf(bias, biaso + gn, biast);
       if (bias_mode == 2) v += ldf(bias, biaso + gm, biast);
-      stf(c, oc + gm * ldc + gn, ct, v);
+      long ci = oc + gm * ldc + gn;
+      if (has_r) v = rnd(v, ct) + ldf(r, ro - co + ci, rt);
+      stf(c, ci, ct, v);
     }
   }
 }

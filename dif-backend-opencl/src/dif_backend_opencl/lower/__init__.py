@@ -10,7 +10,18 @@ from __future__ import annotations
 
 from dif.errors import NotImplementedOnBackend
 from dif.ir.program import Node
-from dif_backend_opencl.lower import attention, conv, elementwise, fused, layout, linalg, norm, norm_act, reduce  # noqa: F401
+from dif_backend_opencl.lower import (  # noqa: F401
+    attention,
+    conv,
+    elementwise,
+    fused,
+    layout,
+    linalg,
+    norm,
+    norm_act,
+    quant,
+    reduce,
+)
 from dif_backend_opencl.lower.base import (
     BACKEND,
     DT_CODE,

@@ -43,6 +43,7 @@ DT_CODE: dict[DType, int] = {
     DType.I8: 5,
     DType.U8: 6,
     DType.BOOL: 7,
+    DType.F8E4M3: 8,  # uchar bits, converted by kernels/common.cl (no OpenCL fp8 type)
 }
 
 

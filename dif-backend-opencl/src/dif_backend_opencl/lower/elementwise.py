@@ -69,9 +69,10 @@ def lower_cast(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Refs, outs: Refs) -
     n = y.numel
     if x.dtype == y.dtype:
         return ctx.copy(y, x)
-    if y.dtype in FLOATS:  # any -> float: widen to fp32, round to nearest even on store
+    # fp8 counts as a float here: its stores round to nearest even like the others (kernels/common.cl)
+    if y.dtype.is_float:  # any -> float: widen to fp32, round to nearest even on store
         return unary(ctx, "convert", y, x)
-    if x.dtype in FLOATS:  # float -> int / bool: truncate toward zero
+    if x.dtype.is_float:  # float -> int / bool: truncate toward zero
         return ctx.launch_1d(EW, "un_trunc", n, *y.full(), *x.full(), np.int64(n))
     return ctx.launch_1d(EW, "uni_convert", n, *y.full(), *x.full(), np.int64(n))
 

@@ -1,4 +1,5 @@
-"""OpenCL lowerings of `dif.ops.fused`, the ops optimizer passes make, onto `kernels/fused.cl`. The backend
+"""OpenCL lowerings of `dif.ops.fused`, the ops optimizer passes make, onto `kernels/fused.cl` (linear_add: onto
+the linear's GEMM with the residual in its epilogue, `lower/linalg.py`). The backend
 declares the fused ops of its lowering table as `op:<name>` (`LoweringTable.op_capabilities`), so
 `dif.passes` fuses only what is lowered here."""
 
@@ -10,6 +11,7 @@ from dif.ir.program import Node
 from dif_backend_opencl.lower.attention import lower_rope
 from dif_backend_opencl.lower.base import Attrs, LowerCtx, Refs, Steps, lowers, strided_args
 from dif_backend_opencl.lower.elementwise import bstrides
+from dif_backend_opencl.lower.linalg import linear
 from dif_backend_opencl.lower.norm import lower_rms_norm
 
 FUSED = "fused"
@@ -52,3 +54,11 @@ def lower_rms_norm_rope(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Refs, outs
             np.float32(a["offset"]), np.int32(a["round_before_weight"]))  # fmt: skip
     rows = x.numel // max(d, 1)
     return ctx.launch(FUSED, "rms_norm_rope", (rows * ctx.row_group,), (ctx.row_group,), *args, defines={"HD": d})
+
+
+@lowers("linear_add")
+def lower_linear_add(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Refs, outs: Refs) -> Steps:
+    """r + linear(x, w, bias?) as one GEMM: the epilogue rounds the product to y's dtype (= x's, as the unfused
+    linear stores it) and adds r, which has exactly y's shape, so the add costs no launch or pass of its own."""
+    x, w, r = ins[:3]
+    return linear(ctx, outs[0], x, w, ins[3] if len(ins) > 3 else None, residual=r)

@@ -1,5 +1,6 @@
 """OpenCL lowerings of `dif.ops.linalg` (linear, matmul) onto the tiled GEMM of `kernels/linalg.cl`;
-`gemm` also serves conv2d (im2col / 1x1) and the unfused attention."""
+`gemm` also serves conv2d (im2col / 1x1) and the unfused attention, and `linear` with the GEMM's epilogues
+the fused linear_add (`lower/fused.py`) and the quantized linears (`lower/quant.py`)."""
 
 from __future__ import annotations
 
@@ -55,9 +56,12 @@ def gemm(
     bias: Ref | None = None,
     bias_mode: int = 0,
     alpha: float = 1.0,
+    scales: tuple[Ref, Ref] | None = None,
+    residual: Ref | None = None,
 ) -> Steps:
-    """C(m, n) = alpha * A(m, k) @ B(k, n) (+ bias per column (mode 1) or per row (mode 2)) for
-    strided views; `batch` lists (size, a stride, b stride, c stride), outermost first."""
+    """C(m, n) = alpha * A(m, k) @ B(k, n) (* rows[m] * cols[n] with `scales` = (rows, cols), fp32)
+    (+ bias per column (mode 1) or per row (mode 2)) (rounded to C's dtype + `residual`, laid out like C)
+    for strided views; `batch` lists (size, a stride, b stride, c stride), outermost first."""
     import pyopencl.cltypes as ct
 
     need_group(ctx, "linalg.cl gemm")
@@ -68,28 +72,44 @@ def gemm(
         for i in range(size):
             steps += gemm(ctx, c.view(i * sc), a.view(i * sa), b.view(i * sb), m=m, n=n, k=k, sam=sam, sak=sak,
                           sbk=sbk, sbn=sbn, ldc=ldc, batch=dims[1:], bias=bias, bias_mode=bias_mode,
-                          alpha=alpha)  # fmt: skip
+                          alpha=alpha, scales=scales,
+                          residual=None if residual is None else residual.view(i * sc))  # fmt: skip
         return steps
     dims = [(1, 0, 0, 0)] * (4 - len(dims)) + dims
     nb = math.prod(d[0] for d in dims)
     bshape = ct.make_int4(*(d[0] for d in dims))  # type: ignore[attr-defined]
     strides = [ct.make_long4(*(d[j] for d in dims)) for j in (1, 2, 3)]  # type: ignore[attr-defined]
     gsize = (-(-n // TILE) * GEMM_GROUP, -(-m // TILE) * GEMM_GROUP, nb)
+    rows, cols = scales or (c, c)  # unused operands point at C
     args = (
         *c.full(), *a.full(), *b.full(), *(bias or c).full(), np.int32(bias_mode if bias is not None else 0),
+        *rows.ptr(), *cols.ptr(), np.int32(scales is not None), *(residual or c).full(), np.int32(residual is not None),
         *i32s(m, n, k), *i64s(sam, sak, sbk, sbn, ldc), bshape, *strides, np.float32(alpha),
     )  # fmt: skip
     return ctx.launch("linalg", "gemm", gsize, (GEMM_GROUP, GEMM_GROUP, 1), *args)
 
 
-@lowers("linear")
-def lower_linear(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Refs, outs: Refs) -> Steps:
-    x, w = ins[0], ins[1]
-    bias = ins[2] if len(ins) > 2 else None
-    y = outs[0]
+def linear(
+    ctx: LowerCtx,
+    y: Ref,
+    x: Ref,
+    w: Ref,
+    bias: Ref | None = None,
+    *,
+    scales: tuple[Ref, Ref] | None = None,
+    residual: Ref | None = None,
+) -> Steps:
+    """y[..., out] = x[..., in] @ w[out, in]^T (+ bias[out]) with `gemm`'s epilogues: `scales` = (per row of x
+    [..., 1], per output [out]), `residual` [..., out]."""
     n_out, k = w.type.shape
     m = x.numel // k if k else numel(x.type.shape[:-1])
-    return gemm(ctx, y, x, w, m=m, n=n_out, k=k, sam=k, sak=1, sbk=1, sbn=k, ldc=n_out, bias=bias, bias_mode=1)
+    return gemm(ctx, y, x, w, m=m, n=n_out, k=k, sam=k, sak=1, sbk=1, sbn=k, ldc=n_out, bias=bias, bias_mode=1,
+                scales=scales, residual=residual)  # fmt: skip
+
+
+@lowers("linear")
+def lower_linear(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Refs, outs: Refs) -> Steps:
+    return linear(ctx, outs[0], ins[0], ins[1], ins[2] if len(ins) > 2 else None)
 
 
 @lowers("matmul")

@@ -1,0 +1,55 @@
+// Quantized ops (dif.ops.quant): symmetric per-row quantization and the int4 weight dequantization
+// the int4 GEMM reads. The W8A8 GEMM itself is linalg.cl's with its scale epilogue; fp8 e4m3
+// values are uchar bits converted by ldf / stf (common.cl).
+
+// a / b rounded to nearest as IEEE division is: OpenCL lets fp32 `/` be 2.5 ulp off (GPUs use
+// that unless built with -cl-fp32-correctly-rounded-divide-sqrt), and one ulp in x / scale moves a
+// value across a rounding boundary of the quantized grid. Steps to the neighbour while that makes
+// the remainder a - q * b (computed with one rounding by fma) smaller: the nearest quotient has the
+// smallest remainder, and a quotient of floats is never exactly halfway between two.
+inline float div_rn(float a, float b) {
+  float q = a / b;
+  for (int i = 0; i < 3; ++i) {
+    float r = fma(-q, b, a);
+    float next = nextafter(q, ((r > 0.0f) == (b > 0.0f)) ? INFINITY : -INFINITY);
+    if (!(fabs(fma(-next, b, a)) < fabs(r))) break;
+    q = next;
+  }
+  return q;
+}
+
+// quantize_rows over rows of L (one work-group each): scale = amax / qmax (1 for an all-zero row)
+// to s[row] (fp32), q = x / scale clipped to +-qmax, then rounded to nearest even (rint for i8,
+// the encoder for f8e4m3): the reference's saturating quantizer.
+__kernel void quantize_rows(gptr q, long qo, int qt, __global float* s, long so, gcptr x, long xo,
+                            int xt, int L, float qmax) {
+  __local float buf[WG];
+  long row = get_group_id(0);
+  long base = row * (long)L;
+  int l = get_local_id(0);
+  float m = 0.0f;
+  for (int j = l; j < L; j += WG) m = fmax(m, fabs(ldf(x, xo + base + j, xt)));
+  m = wg_max(m, buf);
+  float scale = m > 0.0f ? div_rn(m, qmax) : 1.0f;
+  if (l == 0) s[so + row] = scale;
+  for (int j = l; j < L; j += WG) {
+    float v = clamp(div_rn(ldf(x, xo + base + j, xt), scale), -qmax, qmax);
+    stf(q, qo + base + j, qt, qt == DT_I8 ? rint(v) : v);  // clip then rint = rint then clip: qmax is whole
+  }
+}
+
+// int4 groups -> w[r, k] = (nibble(r, k) - 8) * ws[r, k / G] stored as wt (x's dtype: the reference
+// rounds the dequantized weight to it), for the n rows * K inputs of a block of output rows. Nibble k
+// is the low half of byte k / 2 for even k, the high half for odd k. The product (4 x 11 bits) is
+// exact in fp32, so the store is the only rounding.
+__kernel void int4_dequant(gptr w, long wo, int wt, __global const uchar* p, long po, gcptr ws,
+                           long wso, int wst, long n, int K, int G) {
+  long i = get_global_id(0);
+  if (i >= n) return;
+  long r = i / K;
+  int k = (int)(i - r * K);
+  uchar byte = p[po + r * (K / 2) + k / 2];
+  int nib = (k & 1) ? (byte >> 4) : (byte & 15);
+  float scale = ldf(ws, wso + r * (K / G) + k / G, wst);
+  stf(w, wo + i, wt, (float)(nib - 8) * scale);
+}
