@@ -69,18 +69,14 @@ def test_lowerings_and_kernels_are_named_after_the_op_groups(backend: str) -> No
     assert kernels and kernels <= op_groups(), sorted(kernels - op_groups())
 
 
-CUDA_ONLY = {"quant"}
-
-
 def test_cuda_and_opencl_share_their_stems() -> None:
     def stems(backend: str) -> tuple[set[str], set[str]]:
         folder = _package_dir(backend)
         return _stems(folder / "lower", ".py"), _stems(folder / "kernels", GPU_BACKENDS[backend][1])
 
     (cuda_lower, cuda_kernels), (ocl_lower, ocl_kernels) = stems("cuda"), stems("opencl")
-    # beyond the shared stems a backend has only the quantized formats it executes (CUDA: fp8 / int8 / int4)
-    assert cuda_lower - CUDA_ONLY == ocl_lower
-    assert cuda_kernels - {KERNEL_PRELUDE} - CUDA_ONLY == ocl_kernels - {KERNEL_PRELUDE}
+    assert cuda_lower == ocl_lower  # the same op groups, quant included: one shape for every backend
+    assert cuda_kernels - {KERNEL_PRELUDE} == ocl_kernels - {KERNEL_PRELUDE}
 
 
 def test_cuda_kernel_loader_knows_exactly_the_kernel_files() -> None:
@@ -111,10 +107,7 @@ def test_supported_ops_and_fused_capabilities_come_from_the_lowering_table(backe
     table = _table(backend)
     info = backends()[backend]
     assert info.declared_ops() == table.ops == frozenset(table)
-    # both GPU backends lower the whole core op table but the quantized formats and linear_add (a GEMM epilogue of
-    # cuBLASLt), which CUDA alone executes: OpenCL does not declare them, so no pass makes them there
-    cuda_only = {d.name for d in OPS if d.reference.__module__ == "dif.ops.quant"} | {"linear_add"}
-    assert table.ops == {d.name for d in OPS} - (cuda_only if backend == "opencl" else set())
+    assert table.ops == {d.name for d in OPS}  # both GPU backends lower the whole op table
     fused = {d.name for d in OPS if d.category == "fused"} & table.ops
     assert set(table.fused_ops()) == fused
     assert sorted(table.op_capabilities()) == sorted(f"op:{op}" for op in fused)
