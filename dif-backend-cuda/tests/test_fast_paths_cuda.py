@@ -2,8 +2,8 @@
 interpreter: the 16-byte elementwise paths (unary, same-shape binary, row modulate), norm_modulate with a
 warp per row (or 16 values per thread), q/k norm + RoPE with 8 or 4 heads per warp, the GLU with 8 per
 thread, cuDNN attention with a key mask, attention with a 512-wide head (a VAE's mid block: cuBLASLt
-steps, or the wide flash kernel), the cuDNN convolution with and without bias, 2-D transposes in tiles and
-few long reductions split across warps."""
+steps, or the wide flash kernel), the cuDNN convolution with and without bias, 2-D transposes in tiles,
+few long reductions split across warps and the portable convolution's split-K."""
 
 from __future__ import annotations
 
@@ -118,6 +118,20 @@ def test_few_long_reductions_split_across_warps(op: str, dtype: str, shape: tupl
     kind = "max" if op == "reduce_max" else "sum"
     kernels = _run(b.build(), tol)
     assert kernels == [f"reduce_partial_{kind}_{dtype}", f"reduce_finish_{kind}_{dtype}"]
+
+
+@pytest.mark.parametrize(("dtype", "bias", "tol"), [("f32", True, 1e-5), ("f32", False, 1e-5), ("bf16", True, 1e-2)])
+def test_weight_gradient_shaped_convolution_splits_its_reduction(dtype: str, bias: bool, tol: float) -> None:
+    """conv2d as autodiff writes a weight gradient (the batch as channels, the output gradient as a 64x64
+    kernel, 3x3 outputs, dilation 2): two output tiles over 16*64*64 terms, split over K (kernels/conv.cu)."""
+    b = ProgramBuilder("wgrad")
+    x, g = b.input("x", (8, 16, 130, 130), dtype), b.input("g", (8, 16, 64, 64), dtype)
+    extra = [b.input("bias", (8,), dtype)] if bias else []
+    b.output(b.emit("conv2d", x, g, *extra, padding=(0, 0, 0, 0), stride=(1, 1), dilation=(2, 2), groups=1))
+    seen: list[str] = []
+    kernels = _run(b.build(), tol, seen=seen, gemm="nvrtc")
+    assert kernels == [f"conv2d_split_{dtype}", f"conv2d_finish_{dtype}"]
+    assert any("split over K in" in c for c in seen), seen
 
 
 @pytest.mark.parametrize(("heads", "per_warp"), [(16, 8), (12, 4)])

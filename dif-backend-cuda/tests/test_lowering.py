@@ -294,3 +294,46 @@ def test_one_kernel_mode_makes_every_kernel_a_template(sigs: dict[str, dict[str,
             r"template\s*<\s*int\s*>\s*__global__\s+void\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?(\w+)", text
         )
         assert sorted(templated) == sorted(sigs[mod]), mod
+
+
+def test_a_weight_gradient_convolution_splits_its_reduction_with_matching_kernels(
+    sigs: dict[str, dict[str, list[str]]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The weight-gradient shape (3x3 outputs of a 16 x 128 x 128 reduction, 8 images as channels) lowers to
+    the split-K pair with the arguments their signatures declare; a convolution with many output tiles does
+    not split."""
+    from types import SimpleNamespace
+
+    from dif.ir.builder import ProgramBuilder
+    from dif_backend_cuda.lower.conv import split_k
+
+    def conv(x: tuple[int, ...], w: tuple[int, ...], padding: tuple[int, ...]) -> Any:
+        b = ProgramBuilder("conv")
+        out = b.emit("conv2d", b.input("x", x, "f32"), b.input("w", w, "f32"), b.input("b", (w[0],), "f32"),
+                     padding=padding, stride=(1, 1), dilation=(1, 1), groups=1)  # fmt: skip
+        b.output(out)
+        return b.build()
+
+    asked: list[int] = []
+
+    def scratch(key: Any, nbytes: int) -> Any:
+        asked.append(nbytes)
+        return SimpleNamespace(ptr=1 << 40)
+
+    for program, kernels in [
+        (conv((8, 16, 130, 130), (8, 16, 128, 128), (0, 0, 0, 0)), ["conv2d_split_f32", "conv2d_finish_f32"]),
+        (conv((2, 8, 128, 128), (8, 8, 3, 3), (1, 1, 1, 1)), ["conv2d_f32"]),
+    ]:
+        ctx = LowerCtx(_FakeBackend(sigs), OPS)
+        monkeypatch.setattr(ctx, "shared_scratch", scratch)
+        t = _tensors(program)
+        node = program.nodes[0]
+        steps = lower_node(ctx, node, [t[o] for o in node.operands], [t[r.name] for r in node.results])
+        assert [s.name for s in steps] == kernels
+        for step in steps:
+            _check_args(step)
+            assert all(1 <= g <= 65535 for g in step.grid[1:])
+    splits, chunk = split_k(2, 16 * 128 * 128, 8 * 8 * 9, 1, 132)
+    assert (splits, chunk) == (132, 1986 // 16 * 16 + 16) and splits * chunk >= 16 * 128 * 128
+    assert asked == [4 * splits * 8 * 8 * 9]  # fp32 partials [split, O, N * Ho * Wo]
+    assert split_k(200, 1 << 20, 1, 1, 132) == (1, 1 << 20) and split_k(2, 3000, 1, 1, 132) == (1, 3000)

@@ -13,9 +13,10 @@ struct MatLoad {
   __device__ __forceinline__ float operator()(i64 r, i64 c) const { return to_f(p[r * sr + c * sc]); }
 };
 
+// The products over k in [k_begin, k_end) only (a split-K part); gemm_tile below is the whole range.
 template <class LA, class LB, class ST>
-__device__ __forceinline__ void gemm_tile(const LA& la, const LB& lb, const ST& st, i64 m_total, i64 n_total,
-                                          i64 k_total) {
+__device__ __forceinline__ void gemm_tile_k(const LA& la, const LB& lb, const ST& st, i64 m_total, i64 n_total,
+                                            i64 k_begin, i64 k_end) {
   __shared__ float as[TBK][TBM + 4];
   __shared__ float bs[TBK][TBN + 4];
   const int tid = threadIdx.x, tx = tid % 16, ty = tid / 16;
@@ -25,16 +26,16 @@ __device__ __forceinline__ void gemm_tile(const LA& la, const LB& lb, const ST& 
   for (int i = 0; i < 4; ++i)
 #pragma unroll
     for (int j = 0; j < 4; ++j) acc[i][j] = 0.0f;
-  for (i64 k0 = 0; k0 < k_total; k0 += TBK) {
+  for (i64 k0 = k_begin; k0 < k_end; k0 += TBK) {
     for (int e = tid; e < TBM * TBK; e += 256) {
       const int mm = e / TBK, kk = e % TBK;
       const i64 m = m0 + mm, k = k0 + kk;
-      as[kk][mm] = (m < m_total && k < k_total) ? la(m, k) : 0.0f;
+      as[kk][mm] = (m < m_total && k < k_end) ? la(m, k) : 0.0f;
     }
     for (int e = tid; e < TBK * TBN; e += 256) {
       const int kk = e / TBN, nn = e % TBN;
       const i64 k = k0 + kk, n = n0 + nn;
-      bs[kk][nn] = (k < k_total && n < n_total) ? lb(k, n) : 0.0f;
+      bs[kk][nn] = (k < k_end && n < n_total) ? lb(k, n) : 0.0f;
     }
     __syncthreads();
 #pragma unroll
@@ -58,4 +59,10 @@ __device__ __forceinline__ void gemm_tile(const LA& la, const LB& lb, const ST& 
       const i64 m = m0 + ty * 4 + i, n = n0 + tx * 4 + j;
       if (m < m_total && n < n_total) st(m, n, acc[i][j]);
     }
+}
+
+template <class LA, class LB, class ST>
+__device__ __forceinline__ void gemm_tile(const LA& la, const LB& lb, const ST& st, i64 m_total, i64 n_total,
+                                          i64 k_total) {
+  gemm_tile_k(la, lb, st, m_total, n_total, 0, k_total);
 }

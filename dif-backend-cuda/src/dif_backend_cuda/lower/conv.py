@@ -57,8 +57,39 @@ def _conv2d(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Ts, outs: Ts) -> Steps
     ctx.choices.setdefault(node.id, "nvrtc-implicit-gemm")
     grid = (-(-(n * ho * wo) // TILE), -(-(o // groups) // TILE), groups)
     geometry = (n, c, h, wd, o, kh, kw, ho, wo, sh, sw, pt, pl, dh, dw, groups)
-    args = [ptr(x), ptr(w), ptr(bias), ptr(y), *(i64(v) for v in geometry)]
-    return [ctx.kernel("conv", f"conv2d_{dt}", grid, (256,), args)]
+    reduction = (c // groups) * kh * kw
+    splits, chunk = split_k(grid[0] * grid[1] * groups, reduction, o * n * ho * wo, groups, ctx.sm_count)
+    if splits == 1:
+        args = [ptr(x), ptr(w), ptr(bias), ptr(y), *(i64(v) for v in geometry)]
+        return [ctx.kernel("conv", f"conv2d_{dt}", grid, (256,), args)]
+    ctx.choices[node.id] += f", split over K in {splits}"
+    part = ctx.shared_scratch("conv_partials", 4 * splits * o * n * ho * wo)
+    first = [ptr(x), ptr(w), np.uint64(part.ptr), *(i64(v) for v in geometry), i64(chunk)]
+    split = ctx.kernel("conv", f"conv2d_split_{dt}", (grid[0], grid[1], groups * splits), (256,), first)
+    split.scratch = part  # the buffer lives as long as the steps that use it
+    second = [np.uint64(part.ptr), ptr(bias), ptr(y), i64(o), i64(n * ho * wo), i64(ho * wo), i64(splits)]
+    return [split, ctx.flat("conv", f"conv2d_finish_{dt}", o * n * ho * wo, second)]
+
+
+SPLIT_K_SHARE = 1024
+"""Reduction terms a block of a split-K convolution sums at least (64 of gemm_tile's k-steps of 16)."""
+SPLIT_K_MAX_BYTES = 64 << 20
+"""Most fp32 partial-sum bytes a split-K convolution may hold (one scratch buffer shared by the program)."""
+
+
+def split_k(tiles: int, reduction: int, outputs: int, groups: int, sm_count: int) -> tuple[int, int]:
+    """(splits, terms per split) of the implicit GEMM's reduction: (1, reduction) when its `tiles` output tiles
+    already fill the SMs or the reduction is short; else enough splits for ~2 blocks per SM, each summing at least
+    SPLIT_K_SHARE terms (a multiple of gemm_tile's k-step), within the partials' and the grid's bounds."""
+    if tiles >= sm_count or reduction < 4 * SPLIT_K_SHARE:
+        return 1, reduction
+    want = min(-(-2 * sm_count // tiles), reduction // SPLIT_K_SHARE, MAX_GRID_Z // groups)
+    want = min(want, SPLIT_K_MAX_BYTES // (4 * outputs))
+    if want <= 1:
+        return 1, reduction
+    chunk = -(-reduction // want)
+    chunk = -(-chunk // 16) * 16
+    return -(-reduction // chunk), chunk
 
 
 def _cudnn_conv_step(ctx: LowerCtx, node: Node, x: DevTensor, w: DevTensor, y: DevTensor, attrs: Attrs) -> Any:
