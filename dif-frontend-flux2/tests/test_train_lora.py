@@ -64,7 +64,8 @@ def test_lora_training_lowers_the_held_out_loss(pipeline, data: Path) -> None:  
     tr.run(60)
     after = tr.evaluate(held)
     assert after < 0.75 * before, (before, after)  # measured: 43.0 -> 21.5
-    assert len(tr.losses) == 60 and np.mean(tr.losses[-10:]) < np.mean(tr.losses[:10])
+    # the running loss too, by medians: a step's sigma is random, and one near 1 costs ~3x the typical loss
+    assert len(tr.losses) == 60 and np.median(tr.losses[-20:]) < np.median(tr.losses[:20])
 
 
 def test_stop_and_resume_is_bit_identical(pipeline, data: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
