@@ -40,36 +40,43 @@ def test_every_requested_format_has_facts_stages_and_a_verdict(searched: dict) -
         assert c["verdict"] in ("accepted", "rejected", "excluded") and c["reason"]
         assert c["facts"]["usage"] and "legal" in c["facts"]
     assert by["nvfp4"]["verdict"] == "excluded" and "no format pass" in by["nvfp4"]["reason"]
-    fp8 = by["fp8-e4m3"]
+    fp8, int8 = by["fp8-e4m3"], by["int8"]
     assert fp8["emulated"] and fp8["facts"]["legal"] is False  # the cpu lists no fp8 matrix units
-    assert [s["stage"] for s in fp8["stages"]] == ["capability", "verify", "execute", "gate", "memory", "time"]
+    stages = ["capability", "verify", "execute", "gate", "memory", "time"]
+    assert [s["stage"] for s in int8["stages"]] == stages  # accepted: every stage ran
+    assert [s["stage"] for s in fp8["stages"]] == stages[:4]  # rejected at the gate: no further
     assert fp8["numbers"]["linears_converted"] > 0 and fp8["numbers"]["linears_left"] > 0  # inputs not from norms stay
 
 
 def test_the_gate_numbers_over_the_whole_schedule(searched: dict) -> None:
+    """On the trained embedded model (stop 20) fp8-e4m3 misses the default rel-L2 bound (measured 0.059 at
+    step 1), int8 passes (0.039): the search rejects fp8 with its numbers and falls back to int8."""
     by = {c["format"]: c for c in searched["candidates"]}
     for name in ("fp8-e4m3", "int8"):
         gate = by[name]["gate"]
-        assert gate["passed"] and len(gate["steps"]) == 2
-        assert gate["worst_cosine"] >= 0.995 and gate["worst_rel_l2"] <= 5e-2
+        assert len(gate["steps"]) == 2 and gate["worst_cosine"] >= 0.995
         assert gate["psnr_db"] is not None and gate["psnr_db"] > 25 and 0.9 < gate["ssim"] <= 1.0
     assert by["int8"]["gate"]["worst_rel_l2"] < by["fp8-e4m3"]["gate"]["worst_rel_l2"]  # 7 more bits than e4m3
-    assert by["fp8-e4m3"]["verdict"] == "accepted" and searched["chosen"] == "fp8-e4m3"
-    # int4 weight-only at random weights, groups of 64: the gate rejects it, saying by how much
+    fp8 = by["fp8-e4m3"]
+    assert not fp8["gate"]["passed"] and fp8["gate"]["worst_rel_l2"] > 5e-2
+    assert fp8["verdict"] == "rejected" and fp8["reason"].startswith("gate: failed") and "> 0.05" in fp8["reason"]
+    assert by["int8"]["gate"]["passed"] and by["int8"]["gate"]["worst_rel_l2"] <= 5e-2
+    assert by["int8"]["verdict"] == "accepted" and searched["chosen"] == "int8"
+    # int4 weight-only, groups of 64: the gate rejects it, saying by how much
     int4 = by["int4-group"]
     assert int4["verdict"] == "rejected" and int4["reason"].startswith("gate: failed")
     assert int4["gate"]["worst_cosine"] < 0.995
     whats = [d["what"] for d in searched["decisions"]]
-    assert whats[-1] == "formats: fp8-e4m3" and "format int4-group: rejected" in whats
+    assert whats[-1] == "formats: int8" and "format int4-group: rejected" in whats
 
 
-def test_a_forced_tolerance_rejects_fp8_and_the_run_falls_back_to_int8() -> None:
-    # fp8 reaches a worst rel-L2 of about 0.05 on the (trained) embedded model, int8 about 0.03
-    code, doc, err = opt("--formats", "fp8-e4m3,int8", "--emulate", "--rel-l2-max", "0.04")
+def test_a_looser_tolerance_accepts_fp8_the_first_requested() -> None:
+    # the gate is configurable: with rel-L2 up to 0.08 fp8 (0.059) passes and, first in the order, is chosen
+    code, doc, err = opt("--formats", "fp8-e4m3,int8", "--emulate", "--rel-l2-max", "0.08")
     assert code == 0 and doc is not None, err
     fp8, int8 = doc["data"]["candidates"]
-    assert fp8["verdict"] == "rejected" and "rel-L2" in fp8["reason"] and "> 0.04" in fp8["reason"]
-    assert int8["verdict"] == "accepted" and doc["data"]["chosen"] == "int8"
+    assert fp8["verdict"] == "accepted" and int8["verdict"] == "accepted"  # both pass: the order decides
+    assert doc["data"]["chosen"] == "fp8-e4m3" and 0.05 < fp8["gate"]["worst_rel_l2"] <= 0.08
 
 
 def test_without_emulation_the_cpu_excludes_fp8_and_int8_saying_why() -> None:

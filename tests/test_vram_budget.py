@@ -27,10 +27,10 @@ def _invoke(*args: str) -> Any:
         return CliRunner().invoke(build_cli(), list(args), catch_exceptions=False)
 
 
-def _generate(frontend: str, out: Path, *extra: str) -> dict[str, Any]:
+def _generate(frontend: str, out: Path, *extra: str, size: int = 256) -> dict[str, Any]:
     # 256x256: the VAE decoder's arena makes it the largest program, larger than the text encoder (whose
     # one big embedding table cannot be streamed usefully), so capping just below it streams VAE weights
-    args = ["-p", "a fox", "-W", "256", "-H", "256", "--steps", "2", "--seed", "4", "--dtype", "f32"]
+    args = ["-p", "a fox", "-W", str(size), "-H", str(size), "--steps", "2", "--seed", "4", "--dtype", "f32"]
     result = _invoke(frontend, "generate", *args, "--backend", "cpu", "-o", str(out), "--json", *extra)
     assert result.exit_code == 0, result.output
     doc = json.loads(result.stdout)
@@ -108,9 +108,9 @@ def test_parse_byte_size_refuses(text: str) -> None:
         parse_byte_size(text)
 
 
-def _all_resident_sizes(frontend: str, tmp_path: Path) -> tuple[dict[str, Any], np.ndarray]:
+def _all_resident_sizes(frontend: str, tmp_path: Path, size: int = 256) -> tuple[dict[str, Any], np.ndarray]:
     """Each program's bytes with every weight resident (stage, all_resident_bytes), and the unbudgeted image."""
-    free = _generate(frontend, tmp_path / "free.png")["data"]["memory"]
+    free = _generate(frontend, tmp_path / "free.png", size=size)["data"]["memory"]
     assert free["pipeline"]["cpu"]["strategy"] == "all-resident" and free["releases"] == []
     return free["programs"], _pixels(tmp_path / "free.png")
 
@@ -151,11 +151,12 @@ def test_a_budget_the_programs_fit_together_keeps_them_all_resident(
 def test_one_program_at_a_time_releases_the_text_encoder_before_the_denoiser(
     tmp_path: Path, releases: list[str]
 ) -> None:
-    programs, free_pixels = _all_resident_sizes("flux2", tmp_path)
+    # 128x128: no program outweighs two others together (at 256² the wider VAE's arena alone does)
+    programs, free_pixels = _all_resident_sizes("flux2", tmp_path, size=128)
     sizes = {name: p["all_resident_bytes"] for name, p in programs.items()}
     cap = max(sizes.values())  # each program fits alone, no two together
     assert all(a + b > cap for a in sizes.values() for b in sizes.values() if a is not b)
-    doc = _generate("flux2", tmp_path / "one.png", "--vram-budget", str(cap))
+    doc = _generate("flux2", tmp_path / "one.png", "--vram-budget", str(cap), size=128)
     memory = doc["data"]["memory"]
     decision = memory["pipeline"]["cpu"]
     assert decision["strategy"] == "one-stage-at-a-time"

@@ -130,3 +130,15 @@ def test_plugin_registers_the_backend() -> None:
     assert info.rank() in (device.PRIORITY_CPU_ONLY, device.PRIORITY_GPU)
     if device.list_devices() and all(device._kind(d) == "cpu" for d in device.list_devices()):
         assert info.rank() < backends()["cpu"].rank() if "cpu" in backends() else info.rank() < 0
+
+
+def test_a_build_that_logs_warns_nothing(fresh_backend) -> None:  # type: ignore[no-untyped-def]
+    """Intel's CPU runtime logs every successful build; pyopencl's CompilerWarning for it would land on
+    stderr, inside a `--json` tool's output. A fresh kernel library builds without one."""
+    import warnings
+
+    backend = fresh_backend(host_eval_max_bytes=0)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        backend.library.program("elementwise", {"DIF_TEST_FRESH_BUILD": 1})
+    assert not [w for w in seen if "compiler output" in str(w.message).lower()], [str(w.message) for w in seen]

@@ -222,9 +222,11 @@ def availability() -> Availability:
 def _compiler_failure(platform: str, device: str) -> str | None:
     import pyopencl as cl
 
+    from dif_backend_opencl.library import build
+
     target = next(d for d in list_devices() if (d.platform.name, d.name) == (platform, device))
     try:
-        cl.Program(cl.Context([target]), PROBE_KERNEL).build()
+        build(cl.Program(cl.Context([target]), PROBE_KERNEL))
     except Exception as exc:  # the driver's build error: its log says why
         log = " ".join(str(exc).split())[:300]
         return (

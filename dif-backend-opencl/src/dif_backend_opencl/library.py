@@ -30,6 +30,19 @@ def full_source(name: str) -> str:
     return source("common") + "\n" + source(name)
 
 
+def build(program: Any, options: list[str] | None = None) -> Any:
+    """`program.build(options)` without pyopencl's CompilerWarning for a build that succeeded but logged
+    something: Intel's CPU runtime logs "Compilation started ... done" for every build, and the warning text
+    lands on stderr, in the middle of a `--json` tool's output. A failed build still raises, with its log."""
+    import warnings
+
+    import pyopencl as cl
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", cl.CompilerWarning)
+        return program.build(options=options or [])
+
+
 class KernelLibrary:
     """Programs built on demand for one context; `kernel()` returns a fresh `cl.Kernel` so each
     launch can keep its own arguments bound (set once at prepare time, never again)."""
@@ -54,7 +67,7 @@ class KernelLibrary:
         prog = self._programs.get(key)
         if prog is None:
             try:
-                prog = cl.Program(self.context, full_source(name)).build(options=self.options(dict(key[1])))
+                prog = build(cl.Program(self.context, full_source(name)), self.options(dict(key[1])))
             except cl.Error as exc:
                 raise BackendError(f"OpenCL build of kernels/{name}.cl failed: {exc}") from exc
             self._programs[key] = prog
