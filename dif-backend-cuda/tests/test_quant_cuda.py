@@ -13,7 +13,6 @@ import numpy as np
 import pytest
 
 from dif.dtypes import DType
-from dif.ir.builder import ProgramBuilder
 from dif.ops.quant import (
     glu_quant,
     int4_linear,
@@ -50,17 +49,10 @@ def needs_units(be: Any, fmt: str) -> None:
 
 def run_one(be: Any, op: str, operands: list[np.ndarray], **attrs: Any) -> tuple[list[np.ndarray], dict[int, str]]:
     """One-node program over `operands` as inputs, prepared and run on `be`: (results, the lowering's choices)."""
-    from dif.dtypes import dtype_of
-    from dif.plan.planner import plan_program
+    from dif.testing.conformance import run_one_node
 
-    b = ProgramBuilder(op)
-    ins = [b.input(f"x{i}", a.shape, dtype_of(a)) for i, a in enumerate(operands)]
-    outs = b.emit_multi(op, *ins, **attrs)
-    b.output(*outs)
-    program = b.build()
-    exe = be.prepare(program, plan_program(program, be.profile(), be.budget()), {})
-    got = exe.run({f"x{i}": a for i, a in enumerate(operands)})
-    return [got[o.name] for o in outs], dict(getattr(exe, "choices", {}))
+    results, exe = run_one_node(be, op, operands, **attrs)
+    return results, dict(getattr(exe, "choices", {}))
 
 
 def rel(a: np.ndarray, b: np.ndarray) -> float:

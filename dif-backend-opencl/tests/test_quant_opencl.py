@@ -11,10 +11,8 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from dif.dtypes import dtype_of
-from dif.ir.builder import ProgramBuilder
 from dif.ops.quant import glu_quant, int4_linear, norm_modulate_quant, quantize_rows, quantize_weight_groups
-from dif.plan.planner import plan_program
+from dif.testing.conformance import run_one_node
 
 F8 = ml_dtypes.float8_e4m3fn
 BF16 = ml_dtypes.bfloat16
@@ -23,14 +21,8 @@ RNG = np.random.default_rng(5)
 
 def run_one(be: Any, op: str, operands: list[np.ndarray], **attrs: Any) -> tuple[list[np.ndarray], list[str]]:
     """One-node program over `operands` as inputs, run on `be`: (results, the kernels it launched)."""
-    b = ProgramBuilder(op)
-    ins = [b.input(f"x{i}", a.shape, dtype_of(a)) for i, a in enumerate(operands)]
-    outs = b.emit_multi(op, *ins, **attrs)
-    b.output(*outs)
-    program = b.build()
-    exe = be.prepare(program, plan_program(program, be.profile(), be.budget()), {})
-    got = exe.run({f"x{i}": a for i, a in enumerate(operands)})
-    return [got[o.name] for o in outs], [s.kernel for s in exe.steps]
+    results, exe = run_one_node(be, op, operands, **attrs)
+    return results, [s.kernel for s in exe.steps]
 
 
 # -- fp8 e4m3 storage ----------------------------------------------------------------------------------------

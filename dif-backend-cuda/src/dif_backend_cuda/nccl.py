@@ -15,7 +15,6 @@ Not run on a multi-GPU machine yet: only single-GPU machines were lent when it w
 from __future__ import annotations
 
 import json
-import socket
 from typing import Any
 
 import numpy as np
@@ -48,7 +47,7 @@ def rendezvous(rank: int, world: int, addr: str, port: int, make_id: Any) -> tup
     """Rank 0 calls `make_id()` (cupy's unique id: a tuple of ints, signed) and serves it to the `world - 1`
     others, met through `dif.parallel.rendezvous.meet` near addr:port; every rank returns the same tuple."""
     from dif.parallel.launch import RankEnv
-    from dif.parallel.rendezvous import meet
+    from dif.parallel.rendezvous import meet, read_exact
 
     peers = meet(RankEnv(rank, world, rank, addr, port), timeout_s=RENDEZVOUS_TIMEOUT_S)
     try:
@@ -58,24 +57,11 @@ def rendezvous(rank: int, world: int, addr: str, port: int, make_id: Any) -> tup
             for peer in peers:
                 peer.sendall(len(data).to_bytes(4, "big") + data)
             return uid
-        return tuple(json.loads(_exact(peers[0], _length(peers[0]))))
+        length = int.from_bytes(read_exact(peers[0], 4, rank), "big")
+        return tuple(json.loads(read_exact(peers[0], length, rank)))
     finally:
         for peer in peers:
             peer.close()
-
-
-def _length(sock: socket.socket) -> int:
-    return int.from_bytes(_exact(sock, 4), "big")
-
-
-def _exact(sock: socket.socket, n: int) -> bytes:
-    buf = b""
-    while len(buf) < n:
-        chunk = sock.recv(n - len(buf))
-        if not chunk:
-            raise DifError("NCCL rendezvous: rank 0 closed the connection early")
-        buf += chunk
-    return buf
 
 
 class NcclCommunicator:

@@ -21,7 +21,7 @@ import numpy as np
 from dif.errors import DifError
 from dif.parallel.collectives import exchange_all_to_all
 from dif.parallel.launch import RankEnv
-from dif.parallel.rendezvous import meet
+from dif.parallel.rendezvous import meet, read_exact
 
 CONNECT_TIMEOUT_S = 120.0
 
@@ -32,20 +32,10 @@ def _send(sock: socket.socket, x: np.ndarray) -> None:
     sock.sendall(len(head).to_bytes(4, "big") + head + x.nbytes.to_bytes(8, "big") + x.tobytes())
 
 
-def _exact(sock: socket.socket, n: int, rank: int) -> bytes:
-    buf = bytearray()
-    while len(buf) < n:
-        chunk = sock.recv(min(n - len(buf), 1 << 22))
-        if not chunk:
-            raise DifError(f"rank {rank}: a peer closed its connection (did another rank fail?)")
-        buf += chunk
-    return bytes(buf)
-
-
 def _recv(sock: socket.socket, like: np.ndarray, rank: int) -> np.ndarray:
     """One array; its dtype must be `like`'s (every rank runs the same program, so it is)."""
-    head = json.loads(_exact(sock, int.from_bytes(_exact(sock, 4, rank), "big"), rank))
-    data = _exact(sock, int.from_bytes(_exact(sock, 8, rank), "big"), rank)
+    head = json.loads(read_exact(sock, int.from_bytes(read_exact(sock, 4, rank), "big"), rank))
+    data = read_exact(sock, int.from_bytes(read_exact(sock, 8, rank), "big"), rank)
     if head["dtype"] != like.dtype.name:
         raise DifError(f"rank {rank}: a peer sent {head['dtype']}, this rank holds {like.dtype.name}")
     return np.frombuffer(data, dtype=like.dtype).reshape(head["shape"]).copy()

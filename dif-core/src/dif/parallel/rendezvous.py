@@ -29,14 +29,15 @@ def _greeting(env: RankEnv) -> bytes:
     return _MAGIC + env.master_port.to_bytes(4, "big") + env.world.to_bytes(4, "big")
 
 
-def _read(sock: socket.socket, n: int) -> bytes:
-    buf = b""
+def read_exact(sock: socket.socket, n: int, rank: int) -> bytes:
+    """Exactly `n` bytes from `sock`; `DifError` when the peer closes first (the ranks' one way to read)."""
+    buf = bytearray()
     while len(buf) < n:
-        chunk = sock.recv(n - len(buf))
+        chunk = sock.recv(min(n - len(buf), 1 << 22))
         if not chunk:
-            break
+            raise DifError(f"rank {rank}: a peer closed its connection (did another rank fail?)")
         buf += chunk
-    return buf
+    return bytes(buf)
 
 
 def _address(env: RankEnv) -> str:
@@ -74,13 +75,13 @@ def _serve(env: RankEnv, timeout_s: float) -> list[socket.socket]:
                 ) from None
             conn.settimeout(HANDSHAKE_TIMEOUT_S)
             try:
-                hello = _read(conn, len(greeting) + 4)
+                hello = read_exact(conn, len(greeting) + 4, 0)
                 rank = int.from_bytes(hello[-4:], "big")
                 if hello[:-4] != greeting or not 0 < rank < env.world or rank in by_rank:
                     conn.close()
                     continue
                 conn.sendall(greeting)
-            except OSError:
+            except (OSError, DifError):  # a stranger that hung up or stayed silent
                 conn.close()
                 continue
             conn.settimeout(None)
@@ -101,10 +102,10 @@ def _join(env: RankEnv, timeout_s: float) -> socket.socket:
                 continue
             try:
                 sock.sendall(greeting + env.rank.to_bytes(4, "big"))
-                if _read(sock, len(greeting)) == greeting:
+                if read_exact(sock, len(greeting), env.rank) == greeting:
                     sock.settimeout(None)
                     return sock
-            except OSError:
+            except (OSError, DifError):  # not this job's rank 0
                 pass
             sock.close()
         time.sleep(0.05)

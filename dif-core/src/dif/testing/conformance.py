@@ -159,6 +159,23 @@ def case_tolerance(opdef: OpDef, case: ConformanceCase, dtype: DType) -> Toleran
 # -- running -----------------------------------------------------------------------------------
 
 
+def run_one_node(
+    backend: Backend, op: str, operands: Sequence[np.ndarray], **attrs: Any
+) -> tuple[list[np.ndarray], Any]:
+    """A one-node program of `op` over `operands` (inputs x0, x1, ...) prepared and run once on `backend`:
+    (its results in order, the executable, for the kernels it launched or the lowering's choices)."""
+    from dif.plan.planner import plan_program
+
+    b = ProgramBuilder(op)
+    ins = [b.input(f"x{i}", a.shape, dtype_of(a)) for i, a in enumerate(operands)]
+    outs = b.emit_multi(op, *ins, **attrs)
+    b.output(*outs)
+    program = b.build()
+    exe = backend.prepare(program, plan_program(program, backend.profile(), backend.budget()), {})
+    got = exe.run({f"x{i}": a for i, a in enumerate(operands)})
+    return [got[o.name] for o in outs], exe
+
+
 def run_on_backend(backend: Backend, program: Program, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """Plan `program` for `backend`, prepare it (no weights) and run it once."""
     from dif.plan.planner import plan_program
