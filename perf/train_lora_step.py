@@ -135,7 +135,7 @@ def _base(model: Any) -> Any:
 
 def dif_step(dev: Device, case: Any, modules: list[str], init: dict[str, np.ndarray], target: np.ndarray,
              iters: int, warm: int, checkpoint: bool, profile: int = 0) -> dict[str, Any]:  # fmt: skip
-    from dif.plan.planner import plan_program
+    from dif.train.loop import prepare_step
     from dif.train.optim import BC1, BC2, GRAD_SCALE, moment_names
     from dif.train.optim import LR as LR_INPUT
     from dif.train.schedule import AdamW, bias_corrections
@@ -145,10 +145,9 @@ def dif_step(dev: Device, case: Any, modules: list[str], init: dict[str, np.ndar
     step, grad, trainable = dif_programs(case, modules, checkpoint)
     build_s = time.perf_counter() - t0
     backend = dev.backend()
-    plan = plan_program(step.step, backend.profile(), backend.budget(), decisions=step.grad.decisions)
-    with dev.bridge():
+    with dev.bridge():  # legalized and optimized as `dif train` runs it (dif.train.loop.prepare_step)
         t1 = time.perf_counter()
-        exe = backend.prepare(step.step, plan, dev.weights(step.step, _base(case.model)))
+        exe, plan = prepare_step(backend, step.step, dev.weights(step.step, _base(case.model)), step.grad.decisions)
         prepare_s = time.perf_counter() - t1
     bc1, bc2 = bias_corrections(AdamW(lr=LR), 0)
     scalars = {LR_INPUT: LR, BC1: bc1, BC2: bc2, GRAD_SCALE: 1.0}
@@ -167,6 +166,8 @@ def dif_step(dev: Device, case: Any, modules: list[str], init: dict[str, np.ndar
         "device_free_after_gib": round(dev.free_bytes() / 2**30, 2), "build_s": round(build_s, 2),
         "prepare_s": round(prepare_s, 2), "nodes": len(step.step.nodes), "executable": dev.describe(exe),
         "recomputed_blocks": sum(1 for d in step.grad.decisions if d.what.startswith("checkpoint:")),
+        "fused_attention_backward_nodes": step.step.op_histogram().get("sdpa_backward", 0),
+        "legalized": [d.what for d in plan.decisions if d.what.startswith("legalize:")],
     }  # fmt: skip
     if profile:  # where the step's device time goes: by op, and the `profile` costliest op / shape / lowerings
         result["profile_by_op"] = dev.profile(exe, 1)
@@ -174,9 +175,8 @@ def dif_step(dev: Device, case: Any, modules: list[str], init: dict[str, np.ndar
     del exe
     dev.empty_cache()
     if not checkpoint:  # the first step's gradients, from the gradient program on the same inputs
-        gplan = plan_program(grad.program, backend.profile(), backend.budget(), decisions=grad.decisions)
         with dev.bridge():
-            gexe = backend.prepare(grad.program, gplan, dev.weights(grad.program, _base(case.model)))
+            gexe, _ = prepare_step(backend, grad.program, dev.weights(grad.program, _base(case.model)), grad.decisions)
         gout = gexe.run({**case.inputs, TARGET: target, **init})
         result["grads"] = {n: np.asarray(gout[grad.gradients[n]], np.float32) for n in trainable}
         del gexe

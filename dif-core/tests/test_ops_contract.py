@@ -11,6 +11,7 @@ from dif.dtypes import DType, dtype_of
 from dif.interp import interpret
 from dif.ir.builder import ProgramBuilder
 from dif.ops.registry import OPS, OpDef
+from dif.testing.conformance import HALF_ONLY_OPS
 
 OPS_LIST = list(OPS)
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "ir.md"
@@ -23,8 +24,9 @@ def test_op_is_complete(op: OpDef) -> None:
     assert len(op.doc) >= 10, f"{op.name} lacks a docstring"
     assert op.cases is not None, f"{op.name} lacks conformance cases"
     rng = np.random.default_rng(0)
-    cases = op.cases(rng, DType.F32)
-    assert cases, f"{op.name} has no f32 conformance case"
+    dtype = DType.BF16 if op.name in HALF_ONLY_OPS else DType.F32
+    cases = op.cases(rng, dtype)
+    assert cases, f"{op.name} has no {dtype.value} conformance case"
 
 
 @pytest.mark.parametrize("op", OPS_LIST, ids=lambda o: o.name)

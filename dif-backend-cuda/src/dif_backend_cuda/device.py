@@ -18,6 +18,7 @@ from dif.env import DIF_CUDA_GEMM, DIF_CUDA_SDPA, DIF_CUDA_TUNE, EnvVar
 from dif.errors import BackendUnavailableError, UsageError
 from dif.host import total_memory_bytes
 from dif.ops.registry import OPS, OpTable
+from dif.passes.context import OP_CAPABILITY
 from dif.plan.plan import ALIAS_CAPABILITY
 from dif.plan.views import CONCAT_CAPABILITY, SPLIT_CAPABILITY, view_capability
 from dif.target import RuntimeBudget, TargetProfile
@@ -155,6 +156,8 @@ def probe_profile(device: int = 0) -> TargetProfile:
         caps.append("cublaslt")
     if "cudnn_frontend" in libs:
         caps.append("cudnn-sdpa")
+    else:  # the fused attention backward is cuDNN's: without it autodiff's node is legalized to its chain
+        caps.remove(OP_CAPABILITY.format("sdpa_backward"))
     return TargetProfile(
         backend=NAME,
         device=p["name"],

@@ -42,7 +42,10 @@ WORKSPACE_BYTES = 256 << 20
 
 REFUSED = b"refused\n"  # a stored artifact saying cuDNN refused the problem, then why
 
-UIDS = {"q": 1, "k": 2, "v": 3, "o": 4, "bias": 5, "x": 6, "w": 7, "y": 8, "seq_q": 9, "seq_kv": 10}
+UIDS = {
+    "q": 1, "k": 2, "v": 3, "o": 4, "bias": 5, "x": 6, "w": 7, "y": 8, "seq_q": 9, "seq_kv": 10,
+    "stats": 11, "do": 12, "dq": 13, "dk": 14, "dv": 15,
+}  # fmt: skip
 """The uid of each graph tensor by name: what a variant pack is keyed by, and what survives serialization."""
 
 
@@ -293,6 +296,104 @@ class CudnnSdpa:
 
     def __call__(self, stream: Any) -> None:
         self.built.graph.execute(self.pack, self.built.workspace.ptr, handle=self.ctx.handle)
+
+
+class CudnnSdpaBackward:
+    """One `sdpa_backward` node on cuDNN: the softmax statistics (log-sum-exp per query row, fp32)
+    recomputed by a forward SDPA graph run with `generate_stats` (its output goes to dq's buffer, which the
+    backward overwrites), then cuDNN's flash-attention backward from q, k, v, the stored o and do. Both
+    graphs are shared per problem like the forward's. The backward is asked for cuDNN's deterministic
+    algorithm first (so a training step repeats bit for bit); where that is refused, the default one."""
+
+    kind = "cudnn"
+
+    def __init__(
+        self,
+        ctx: CudnnContext,
+        dtype: DType,
+        b: int,
+        sq: int,
+        skv: int,
+        hq: int,
+        hkv: int,
+        d: int,
+        pointers: Mapping[str, int],
+        stats: int,
+        scale: float,
+        token_strides: Mapping[str, int],
+    ) -> None:
+        t = token_strides  # elements between tokens of each of q k v o do dq dk dv
+        rows = {"q": (sq, hq), "o": (sq, hq), "do": (sq, hq), "dq": (sq, hq),
+                "k": (skv, hkv), "v": (skv, hkv), "dk": (skv, hkv), "dv": (skv, hkv)}  # fmt: skip
+        strides = tuple(t[n] for n in rows)
+
+        def graph() -> tuple[Any, Any]:
+            cudnn = ctx.lib
+            dt = cudnn.data_type.BFLOAT16 if dtype == DType.BF16 else cudnn.data_type.HALF
+            fp32 = cudnn.data_type.FLOAT
+            return cudnn.pygraph(io_data_type=dt, intermediate_data_type=fp32, compute_data_type=fp32,
+                                 handle=ctx.handle), dt  # fmt: skip
+
+        def bhsd(g: Any, dt: Any, name: str) -> Any:
+            s, h = rows[name]
+            return g.tensor(name=name, dim=[b, h, s, d], stride=[s * t[name], d, t[name], 1], data_type=dt,
+                            uid=UIDS[name])  # fmt: skip
+
+        def stats_tensor(g: Any) -> Any:
+            return g.tensor(name="stats", dim=[b, hq, sq, 1], stride=[hq * sq, sq, 1, 1],
+                            data_type=ctx.lib.data_type.FLOAT, uid=UIDS["stats"])  # fmt: skip
+
+        def output(tensor: Any, name: str, dt: Any) -> None:
+            s, h = rows[name]
+            tensor.set_output(True).set_dim([b, h, s, d]).set_stride([s * t[name], d, t[name], 1]).set_data_type(dt)
+            tensor.set_uid(UIDS[name])
+
+        def build_stats(limit: int | None) -> Any:
+            g, dt = graph()
+            qkv = {n: bhsd(g, dt, n) for n in ("q", "k", "v")}
+            kwargs = {**qkv, "name": "sdpa_stats", "attn_scale": scale, "use_causal_mask": False}
+            try:
+                o, lse = g.sdpa(generate_stats=True, **kwargs)
+            except TypeError:  # older frontends spell it is_inference
+                o, lse = g.sdpa(is_inference=False, **kwargs)
+            output(o, "dq", dt)  # the recomputed output lands in dq's buffer: scratch until the backward
+            lse.set_output(True).set_dim([b, hq, sq, 1]).set_stride([hq * sq, sq, 1, 1])
+            lse.set_data_type(ctx.lib.data_type.FLOAT).set_uid(UIDS["stats"])
+            finish_graph(ctx.lib, g, limit)
+            return g
+
+        self.deterministic = True
+
+        def build_backward(limit: int | None) -> Any:
+            g, dt = graph()
+            ins = {n: bhsd(g, dt, n) for n in ("q", "k", "v", "o")}
+            grads = g.sdpa_backward(
+                name="sdpa_backward", **ins, dO=bhsd(g, dt, "do"), stats=stats_tensor(g), attn_scale=scale,
+                use_causal_mask=False, use_deterministic_algorithm=self.deterministic,
+            )  # fmt: skip
+            for tensor, name in zip(grads, ("dq", "dk", "dv"), strict=True):
+                output(tensor, name, dt)
+            finish_graph(ctx.lib, g, limit)
+            return g
+
+        common = (dtype, b, sq, skv, hq, hkv, d, scale, *strides)
+        stats_pointers = {"q": pointers["q"], "k": pointers["k"], "v": pointers["v"], "dq": pointers["dq"],
+                          "stats": stats}  # fmt: skip
+        back_pointers = {**{n: pointers[n] for n in rows}, "stats": stats}
+        self.ctx = ctx
+        self.forward, shared_f = ctx.shared_graph(("sdpa-stats", *common), build_stats, stats_pointers)
+        try:
+            self.backward, shared_b = ctx.shared_graph(("sdpa-backward", True, *common), build_backward, back_pointers)
+        except Exception:  # noqa: BLE001 - no deterministic plan for this problem: cuDNN's default algorithm
+            self.deterministic = False
+            self.backward, shared_b = ctx.shared_graph(("sdpa-backward", False, *common), build_backward, back_pointers)
+        self.packs = (SharedGraph.pack(stats_pointers), SharedGraph.pack(back_pointers))
+        how = "deterministic" if self.deterministic else "non-deterministic"
+        self.choice = f"{self.backward.choice}, {how}{', graphs shared' if shared_f and shared_b else ''}"
+
+    def __call__(self, stream: Any) -> None:
+        for built, pack in zip((self.forward, self.backward), self.packs, strict=True):
+            built.graph.execute(pack, built.workspace.ptr, handle=self.ctx.handle)
 
 
 def finish_graph(cudnn: Any, graph: Any, workspace_limit: int | None) -> None:

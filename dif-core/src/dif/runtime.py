@@ -237,17 +237,19 @@ def optimize_for(
     *,
     extra: Sequence[str] = (),
 ) -> tuple[Program, tuple[Decision, ...]]:
-    """`program` through the optimizer pipeline for `profile` (None: `DIF_PASSES`, see
-    `dif.passes.selected_passes`) followed by the passes of `extra` it lacks, checked against what `backend`
-    runs; with the passes' decisions."""
+    """`program` legalized for `profile` (`dif.passes.legalize`), then through the optimizer pipeline
+    (None: `DIF_PASSES`, see `dif.passes.selected_passes`) followed by the passes of `extra` it lacks,
+    checked against what `backend` runs; with the legalization's and the passes' decisions."""
     from dif.passes import optimize, selected_passes, summarize
+    from dif.passes.legalize import legalize
 
     pipeline = selected_passes() if passes is None else tuple(passes)
     pipeline += tuple(p for p in extra if p not in pipeline)
-    optimized, decisions = optimize(program, target=profile, passes=pipeline)
+    legal, legalized = legalize(program, profile)  # not a pass: a backend cannot run the program without it
+    optimized, decisions = optimize(legal, target=profile, passes=pipeline)
     check_coverage(optimized, backend, profile)
     source = None if passes is None else "requested by the caller"
-    return optimized, tuple(summarize(decisions, pipeline, source=source))
+    return optimized, (*legalized, *summarize(decisions, pipeline, source=source))
 
 
 def prepare(

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 from attrs import evolve
 
+from dif.dtypes import DType
 from dif.ir.program import Node
 from dif_backend_cuda.lower.base import (
     FLOATS,
@@ -77,6 +78,33 @@ def _sdpa(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Ts, outs: Ts) -> Steps:
         if steps is not None:
             return steps
     return [_flash(ctx, node, q, k, v, mask, o, scale, causal, strides)]
+
+
+@lowering("sdpa_backward")
+def _sdpa_backward(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Ts, outs: Ts) -> Steps:
+    """cuDNN's flash-attention backward (sdpa.py `CudnnSdpaBackward`); the per-row statistics it needs live
+    in scratch shared by every node (the steps run one at a time)."""
+    from dif_backend_cuda.sdpa import CudnnSdpaBackward
+
+    need(node, ins[0].dtype, (DType.F16, DType.BF16))
+    handle = ctx.backend.cudnn()
+    if handle is None:
+        raise unsupported(node, f"cuDNN unavailable: {ctx.backend._cudnn_error}")
+    q, k = ins[0], ins[1]
+    b, sq, hq, d = q.shape
+    skv, hkv = k.shape[1], k.shape[2]
+    tensors = dict(zip(("q", "k", "v", "o", "do", "dq", "dk", "dv"), (*ins, *outs), strict=True))
+    stats = ctx.shared_scratch(("sdpa_backward_stats",), b * hq * sq * 4)
+    try:
+        step = CudnnSdpaBackward(
+            handle, q.dtype, b, sq, skv, hq, hkv, d, {n: t.ptr for n, t in tensors.items()}, stats.ptr,
+            attrs["scale"] or 1.0 / math.sqrt(d), {n: row_stride(node, t, 2) for n, t in tensors.items()},
+        )  # fmt: skip
+    except Exception as exc:
+        raise unsupported(node, f"cuDNN rejected it: {type(exc).__name__}: {str(exc)[:300]}") from exc
+    step.scratch = stats  # a larger node's scratch replaces the shared one; this step keeps its own alive
+    ctx.choices[node.id] = f"cudnn-sdpa-backward ({step.choice})"
+    return [step]
 
 
 FLASH_TRIED_SCORES = 256 * 256

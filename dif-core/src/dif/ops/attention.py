@@ -166,3 +166,87 @@ def rope(x: np.ndarray, cos: np.ndarray, sin: np.ndarray, *, mode: str) -> np.nd
     c = fp(cos)[None, :, None, :]
     s = fp(sin)[None, :, None, :]
     return np.concatenate([xr * c + rot * s, rest], axis=-1)
+
+
+# -- the fused attention backward -------------------------------------------------------------------
+
+FUSED_BACKWARD_DTYPES = (DType.F16, DType.BF16)
+FUSED_BACKWARD_MAX_DIM = 256
+
+
+def fused_backward_refusal(q: TensorType, k: TensorType, v: TensorType) -> str:
+    """'' when `sdpa_backward` is defined for these operands, else why not: half precision, one head dim
+    for q, k and v, a multiple of 8 up to 256 (the problems fused attention-backward kernels take)."""
+    if q.dtype not in FUSED_BACKWARD_DTYPES:
+        return f"dtype {q.dtype.value} (the fused backward is defined for f16 / bf16)"
+    d = q.shape[3]
+    if k.shape[3] != d or v.shape[3] != d or d % 8 or d > FUSED_BACKWARD_MAX_DIM:
+        return f"head dims q/k {d}/{k.shape[3]}, v {v.shape[3]} (one head dim, a multiple of 8 up to 256)"
+    return ""
+
+
+def _sdpa_backward_infer(
+    q: TensorType, k: TensorType, v: TensorType, o: TensorType, do: TensorType, *, scale: float
+) -> tuple[TensorType, TensorType, TensorType]:
+    _sdpa_infer(q, k, v, scale=scale, causal=False)
+    for t, what in ((o, "o"), (do, "do")):
+        if t != q:
+            raise fail(f"{what} must have q's type {q} (the forward's output and its cotangent), got {t}")
+    why = fused_backward_refusal(q, k, v)
+    if why:
+        raise fail(why)
+    return q, k, v
+
+
+def _sdpa_backward_cases(rng: np.random.Generator, dtype: DType) -> list[Case]:
+    if dtype not in FUSED_BACKWARD_DTYPES:
+        return []
+    out = []
+    for name, (b, sq, skv, hq, hkv, scale) in {
+        "mha": (2, 6, 6, 4, 4, 0.0), "gqa": (2, 6, 6, 4, 2, 0.0), "cross-scale": (1, 5, 9, 2, 2, 0.3),
+    }.items():  # fmt: skip
+        q = randn(rng, (b, sq, hq, 16), dtype)
+        k, v = randn(rng, (b, skv, hkv, 16), dtype), randn(rng, (b, skv, hkv, 16), dtype)
+        o = sdpa(q, k, v, scale=scale, causal=False).astype(dtype.np)  # the forward's output, as stored
+        out.append(Case(name, (q, k, v, o, randn(rng, (b, sq, hq, 16), dtype)), {"scale": scale}))
+    return out
+
+
+@defop(
+    "sdpa_backward",
+    operands=("q", "k", "v", "o", "do"),
+    attrs=(AttrSpec("scale", "float", 0.0, doc="the forward's softmax scale; 0 means 1/sqrt(head_dim)"),),
+    infer=_sdpa_backward_infer,
+    cases=_sdpa_backward_cases,
+    category="fused",
+    num_results=3,
+)
+def sdpa_backward(
+    q: np.ndarray, k: np.ndarray, v: np.ndarray, o: np.ndarray, do: np.ndarray, *, scale: float
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """sdpa_backward(q, k, v, o, do; scale) -> (dq, dk, dv): the gradients of an unmasked, non-causal
+    `sdpa(q, k, v; scale)` whose output o received the cotangent do, computed in fp32 without storing the
+    probabilities (as flash-attention backward kernels do). Autodiff emits it for half-precision attention
+    (f16 / bf16, one head dim, a multiple of 8 up to 256); a backend that does not declare it runs the
+    chain of core ops it stands for (`dif.passes.legalize`).
+
+    P = softmax(q k^T s), dv = P^T do, dS = P (do v^T - rowsum(do o)), dq = dS k s, dk = dS^T q s, per head;
+    a kv head's dk / dv sum over the query heads it serves. The row term reads the o given (the forward's
+    stored output), as the fused kernels do."""
+    qf, kf, vf, of, gf = (np.swapaxes(fp(a), 1, 2) for a in (q, k, v, o, do))  # [B, H, S, D]
+    group = q.shape[2] // k.shape[2]
+    kr, vr = (np.repeat(t, group, axis=1) for t in (kf, vf))
+    s = scale or 1.0 / math.sqrt(q.shape[3])
+    logits = np.matmul(qf * qf.dtype.type(s), np.swapaxes(kr, 2, 3))
+    p = np.exp(logits - logits.max(axis=-1, keepdims=True))
+    p /= p.sum(axis=-1, keepdims=True)
+    dv = np.matmul(np.swapaxes(p, 2, 3), gf)
+    ds = p * (np.matmul(gf, np.swapaxes(vr, 2, 3)) - np.sum(gf * of, axis=-1, keepdims=True))
+    dq = np.matmul(ds, kr) * s
+    dk = np.matmul(np.swapaxes(ds, 2, 3), qf) * s
+
+    def per_kv_head(t: np.ndarray) -> np.ndarray:
+        b, h, n, d = t.shape
+        return np.swapaxes(t.reshape(b, h // group, group, n, d).sum(axis=2), 1, 2)
+
+    return np.swapaxes(dq, 1, 2), per_kv_head(dk), per_kv_head(dv)

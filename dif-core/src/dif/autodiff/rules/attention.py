@@ -3,7 +3,8 @@
 sdpa's backward recomputes the attention probabilities P with matmul + softmax under the forward's
 scale and masks (a fully masked row: zeros), then applies the softmax backward with matmuls. P is
 [B, Hq, Sq, Skv] for the duration of one block's backward; a backend with a fused attention backward
-(flash) can replace the chain later. Until then the chain touches P as few times as it can, since at
+(flash) runs `sdpa_backward` instead, which autodiff emits for unmasked half-precision attention (other
+backends run the chain through `dif.passes.legalize`). The chain touches P as few times as it can, since at
 DiT sizes every pass over P costs more than the matmuls' own epilogues (klein-9B at 1024²: 32 heads x
 4608² per block, 13 ms a transpose on the H200): P and dS are never transposed (the products that need
 their transposes are formed transposed, from the small operands), the softmax backward's row term is
@@ -20,6 +21,8 @@ import ml_dtypes
 from dif.autodiff.emit import const, iota, scale, transpose_last2
 from dif.autodiff.registry import VjpArgs, vjp
 from dif.ir.builder import ProgramBuilder, Var
+from dif.ops.attention import fused_backward_refusal
+from dif.passes.legalize import decomposition
 
 _BHSD = (0, 2, 1, 3)  # [B, S, H, D] <-> [B, H, S, D]
 
@@ -72,37 +75,58 @@ def _probabilities(b: ProgramBuilder, q: Var, k: Var, mask: Var | None, s: float
 
 @vjp("sdpa", constants=(3,))
 def _sdpa(a: VjpArgs) -> list[Var | None]:
-    """P recomputed with matmul + softmax (the same masks), then dV = P^T dO (as (dO^T P)^T),
-    dS = P (dP - rowsum(dO O)), dQ = (dS K) s, dK = (Q^T dS)^T s, kv heads summed over their query-head
-    groups."""
+    """Unmasked half-precision attention: one `sdpa_backward` node (flash-attention backward where the
+    backend has one, else legalized to the chain below). Otherwise the chain: P recomputed with matmul +
+    softmax (the same masks), then dV = P^T dO (as (dO^T P)^T), dS = P (dP - rowsum(dO O)), dQ = (dS K) s,
+    dK = (Q^T dS)^T s, kv heads summed over their query-head groups."""
     b = a.b
     q, k, v = a.operands[:3]
     mask = a.operands[3] if len(a.operands) > 3 else None
     assert q is not None and k is not None and v is not None
-    d, hq, hkv = q.shape[3], q.shape[2], k.shape[2]
+    if mask is not None and a.wants[3]:
+        raise a.refuse(3, "the key mask is boolean")
+    s = float(a.attrs["scale"]) or 1.0 / math.sqrt(q.shape[3])
+    causal = bool(a.attrs["causal"])
+    if mask is None and not causal and not fused_backward_refusal(q.type, k.type, v.type):
+        grads = b.emit_multi("sdpa_backward", q, k, v, a.y, a.g, scale=s)
+    else:
+        grads = _backward_chain(b, q, k, v, a.y, a.g, s, mask=mask, causal=causal, wants=a.wants[:3])
+    out: list[Var | None] = [g if want else None for g, want in zip(grads, a.wants, strict=False)]
+    return out + [None] * (len(a.operands) - 3)
+
+
+@decomposition("sdpa_backward")
+def _sdpa_backward_chain(b: ProgramBuilder, q: Var, k: Var, v: Var, o: Var, do: Var, *, scale: float) -> list[Var]:
+    return _backward_chain(b, q, k, v, o, do, scale or 1.0 / math.sqrt(q.shape[3]))  # type: ignore[return-value]
+
+
+def _backward_chain(
+    b: ProgramBuilder, q: Var, k: Var, v: Var, o: Var, g_out: Var, s: float, *, mask: Var | None = None,
+    causal: bool = False, wants: tuple[bool, ...] = (True, True, True),
+) -> list[Var | None]:  # fmt: skip
+    """(dq, dk, dv) of sdpa(q, k, v, mask; s, causal) with output o and cotangent g_out, from core ops
+    (None where not wanted)."""
+    hq, hkv = q.shape[2], k.shape[2]
     group = hq // hkv
-    s = float(a.attrs["scale"]) or 1.0 / math.sqrt(d)
     qh = _heads_first(b, q)
     kr = _repeat_kv(b, _heads_first(b, k), group)
     vr = _repeat_kv(b, _heads_first(b, v), group)
-    p = _probabilities(b, qh, kr, mask, s, bool(a.attrs["causal"]))
-    g = _heads_first(b, a.g)  # [B, Hq, Sq, Dv]
-    out: list[Var | None] = [None] * len(a.operands)
-    if a.wants[2]:  # dV^T = dO^T P: [B, Hq, Dv, Skv]
+    p = _probabilities(b, qh, kr, mask, s, causal)
+    g = _heads_first(b, g_out)  # [B, Hq, Sq, Dv]
+    out: list[Var | None] = [None, None, None]
+    if wants[2]:  # dV^T = dO^T P: [B, Hq, Dv, Skv]
         dvt = b.emit("matmul", transpose_last2(b, g), p)
         out[2] = _sum_groups(b, transpose_last2(b, dvt), group)
-    if a.wants[0] or a.wants[1]:
+    if wants[0] or wants[1]:
         dp = b.emit("matmul", g, transpose_last2(b, vr))
         # sum_j P_ij dP_ij = dO_i . (sum_j P_ij V_j) = dO_i . O_i: a sum over Dv, not over Skv
-        row = b.emit("reduce_sum", b.emit("mul", g, _heads_first(b, a.y)), axes=(-1,), keepdims=True)
+        row = b.emit("reduce_sum", b.emit("mul", g, _heads_first(b, o)), axes=(-1,), keepdims=True)
         ds = b.emit("mul", p, b.emit("sub", dp, row))  # unscaled: s goes on the products below
-        if a.wants[0]:
+        if wants[0]:
             out[0] = _heads_first(b, scale(b, b.emit("matmul", ds, kr), s))
-        if a.wants[1]:  # dK^T = Q^T dS: [B, Hq, D, Skv]
+        if wants[1]:  # dK^T = Q^T dS: [B, Hq, D, Skv]
             dkt = b.emit("matmul", transpose_last2(b, qh), ds)
             out[1] = _sum_groups(b, scale(b, transpose_last2(b, dkt), s), group)
-    if len(a.operands) > 3 and a.wants[3]:
-        raise a.refuse(3, "the key mask is boolean")
     return out
 
 
