@@ -11,19 +11,28 @@ from dif.ir.builder import Var
 
 @vjp("linear")
 def _linear(a: VjpArgs) -> list[Var | None]:
-    """y = x w^T + bias: dx = g w, dw = g^T x (leading axes flattened), dbias = sum g."""
+    """y = x w^T + bias: dx = g w, dw = g^T x (leading axes flattened), dbias = sum g.
+
+    Nothing as large as a weight is transposed per step: dx is a plain matmul of the flattened g with w
+    (w [out, in] is already the right-hand side it needs), and dw transposes whichever of its two
+    ways moves fewer elements: g^T x, or (x^T g)^T when g is the wider (a LoRA up-factor's gradient:
+    g [rows, 36864] against x [rows, 16])."""
     b = a.b
     x, w = a.operands[0], a.operands[1]
     assert x is not None and w is not None
     g = a.g
     out: list[Var | None] = [None, None, None]
+    rows, n_in, n_out = math.prod(x.shape[:-1]), x.shape[-1], g.shape[-1]
+    g2 = b.emit("reshape", g, shape=(rows, n_out))
     if a.wants[0]:
-        out[0] = b.emit("linear", g, b.emit("transpose", w, perm=(1, 0)))
-    rows = math.prod(x.shape[:-1])
+        out[0] = b.emit("reshape", b.emit("matmul", g2, w), shape=x.shape)
     if a.wants[1]:
-        g2 = b.emit("reshape", g, shape=(rows, g.shape[-1]))
-        x2 = b.emit("reshape", x, shape=(rows, x.shape[-1]))
-        out[1] = b.emit("matmul", b.emit("transpose", g2, perm=(1, 0)), x2)
+        x2 = b.emit("reshape", x, shape=(rows, n_in))
+        if rows * n_out <= rows * n_in + n_out * n_in:
+            out[1] = b.emit("matmul", b.emit("transpose", g2, perm=(1, 0)), x2)
+        else:
+            dwt = b.emit("matmul", b.emit("transpose", x2, perm=(1, 0)), g2)
+            out[1] = b.emit("transpose", dwt, perm=(1, 0))
     if len(a.operands) > 2 and a.operands[2] is not None and a.wants[2]:
         out[2] = b.emit("reduce_sum", g, axes=tuple(range(g.type.rank - 1))) if g.type.rank > 1 else g
     return out[: len(a.operands)]
