@@ -326,3 +326,32 @@ def test_linear_residual_pass_on_cuda_matches_the_interpreter(dtype: str) -> Non
     program, decisions = optimize(b.build(), target=CudaBackend().profile())
     assert program.op_histogram() == {"linear_add": 2}, [d.describe() for d in decisions]
     _run(program, 1e-2 if dtype != "f32" else 1e-5)
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "f32"])
+@pytest.mark.parametrize(("op", "a_shape", "b_shape"), [
+    ("mul", (1, 64, 4, 128), (64, 1, 128)),  # a rotary table against heads (rope's VJP)
+    ("sub", (2, 16, 96), (16, 96)),
+    ("add", (3, 1, 64), (3, 5, 64)),  # the first operand broadcast
+])  # fmt: skip
+def test_broadcasting_binary_runs_over_chunks(
+    dtype: str, op: str, a_shape: tuple[int, ...], b_shape: tuple[int, ...]
+) -> None:
+    b = ProgramBuilder("bcast")
+    x, y = b.input("x", a_shape, dtype), b.input("y", b_shape, dtype)
+    b.output(b.emit(op, x, y))
+    kernels = _run(b.build(), 1e-6)
+    assert kernels == [f"binary_bvec_{op}_{dtype}"]
+
+
+@pytest.mark.parametrize(("op", "dtype", "shape", "axes", "tol"), [
+    ("reduce_mean", "bf16", (1, 1200, 4096), (-1,), 1e-2),  # a norm's row statistic: 16-byte chunks
+    ("reduce_sum", "f32", (64, 16, 128), (1, 2), 1e-5),  # two axes that are one contiguous run
+    ("reduce_max", "f32", (300, 1001), (1,), 0.0),  # rows starting off a chunk boundary, and a tail
+    ("reduce_sum", "bf16", (8, 40, 24), (0,), 1e-2),  # strided: the general index path
+])  # fmt: skip
+def test_reductions_over_rows(op: str, dtype: str, shape: tuple[int, ...], axes: tuple[int, ...], tol: float) -> None:
+    b = ProgramBuilder("reduce")
+    b.output(b.emit(op, b.input("x", shape, dtype), axes=axes))
+    kind = "max" if op == "reduce_max" else "sum"
+    assert _run(b.build(), tol) == [f"reduce_{kind}_{dtype}"]

@@ -189,6 +189,38 @@ BINARY_VEC_ALL(f32)
 BINARY_VEC_ALL(f16)
 BINARY_VEC_ALL(bf16)
 
+// Broadcasting binaries over 16-byte chunks: every operand's innermost axis is contiguous and holds whole
+// chunks (a [S, 1, D] rotary table against [B, S, H, D] heads), so the broadcast is indexed per chunk and
+// every load and store is one 16-byte instruction; meta describes the chunk grid (`binary_*` describes
+// elements).
+template <int OP, class T>
+__device__ __forceinline__ void binary_bvec_impl(const C16<T>* __restrict__ a, const C16<T>* __restrict__ b,
+                                                 C16<T>* __restrict__ y, const i64* __restrict__ meta, i64 chunks) {
+  const BIdx<2> idx(meta);
+  for (i64 c = THREAD_FIRST; c < chunks; c += THREAD_STEP) {
+    i64 off[2];
+    idx.offsets(c, off);
+    const C16<T> va = a[off[0]], vb = b[off[1]];
+    C16<T> o;
+#pragma unroll
+    for (int e = 0; e < (int)(16 / sizeof(T)); ++e) o.v[e] = from_f<T>(binary_math<OP>(to_f(va.v[e]), to_f(vb.v[e])));
+    y[c] = o;
+  }
+}
+#define BINARY_BVEC(NAME, OP, TN)                                                                          \
+  KERNEL_ENTRY binary_bvec_##NAME##_##TN(const C16<TN>* __restrict__ a, const C16<TN>* __restrict__ b,     \
+                                         C16<TN>* __restrict__ y, const i64* __restrict__ meta,            \
+                                         i64 chunks) {                                                     \
+    binary_bvec_impl<OP, TN>(a, b, y, meta, chunks);                                                       \
+  }
+#define BINARY_BVEC_ALL(TN)                                                                                \
+  BINARY_BVEC(add, B_ADD, TN) BINARY_BVEC(sub, B_SUB, TN) BINARY_BVEC(mul, B_MUL, TN)                      \
+  BINARY_BVEC(div, B_DIV, TN) BINARY_BVEC(maximum, B_MAX, TN) BINARY_BVEC(minimum, B_MIN, TN)             \
+  BINARY_BVEC(pow, B_POW, TN)
+BINARY_BVEC_ALL(f32)
+BINARY_BVEC_ALL(f16)
+BINARY_BVEC_ALL(bf16)
+
 // ---- comparisons -> bool -------------------------------------------------------------------------
 enum CompareOp { C_LESS, C_GREATER, C_EQUAL };
 template <int OP, class T>

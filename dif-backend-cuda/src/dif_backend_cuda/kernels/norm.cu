@@ -415,13 +415,38 @@ __device__ __forceinline__ i64 strided_offset(i64 i, const i64* __restrict__ m) 
   for (int d = r - 1; d >= 0; --d) off += divmod(i, m[1 + d]) * m[1 + r + d];
   return off;
 }
-// The reduction of elements [lo, hi) of output o by one warp (the warp's lanes stride through them).
+// The reduction of elements [lo, hi) of output o by one warp (the warp's lanes stride through them). Over
+// one contiguous run (a norm's row statistics) the index needs no division per element, and the lanes read
+// 16-byte chunks where the run starts on one.
 template <class T, bool MAX>
 __device__ __forceinline__ float reduce_range(const T* __restrict__ x, const i64* __restrict__ meta, i64 o, i64 lo,
                                               i64 hi, int lane) {
   const i64* red = meta + 1 + 2 * meta[0];
   const i64 base = strided_offset(o, meta);
   float acc = MAX ? -DIF_INF : 0.0f;
+  if (red[0] == 1 && red[2] == 1) {
+    constexpr int PER = 16 / sizeof(T);
+    const T* row = x + base;
+    i64 j = lo;
+    if (((unsigned long long)(row + lo) & 15) == 0) {
+      const C16<T>* chunks = reinterpret_cast<const C16<T>*>(row + lo);
+      const i64 n = (hi - lo) / PER;
+      for (i64 c = lane; c < n; c += 32) {
+        const C16<T> v = chunks[c];
+#pragma unroll
+        for (int e = 0; e < PER; ++e) {
+          const float f = to_f(v.v[e]);
+          acc = MAX ? ((f != f || f > acc) ? f : acc) : acc + f;
+        }
+      }
+      j = lo + n * PER;
+    }
+    for (j += lane; j < hi; j += 32) {
+      const float v = to_f(row[j]);
+      acc = MAX ? ((v != v || v > acc) ? v : acc) : acc + v;
+    }
+    return MAX ? warp_max(acc) : warp_sum(acc);
+  }
   for (i64 j = lo + lane; j < hi; j += 32) {
     const float v = to_f(x[base + strided_offset(j, red)]);
     acc = MAX ? ((v != v || v > acc) ? v : acc) : acc + v;
