@@ -18,7 +18,7 @@ python3 perf/junit_summary.py /tmp/junit1.xml "$OUT/cuda_tests_h200.json" \
   --label "CUDA tests (perf/h200_attention_backward.sh)" || true
 LEFT=$((${LIMIT:-570} - (SECONDS - T0) - 15))
 stamp "stage 2: klein-9B LoRA step with its profile (${LEFT} s)"
-timeout "$LEFT" python3 perf/train_lora_step.py --iters 5 --warm 2 --no-checkpoint-variant --profile 30 \
+timeout "$LEFT" python3 perf/train_lora_step.py --iters 5 --warm 2 --no-checkpoint-variant --profile 80 \
   --out-dir "$OUT/lora" 2>&1 | tail -40
 echo "lora rc=$?"
 stamp "done"
