@@ -16,7 +16,7 @@ from collections.abc import Sequence
 import numpy as np
 from attrs import frozen
 
-from dif.errors import UsageError
+from dif.errors import DifError, UsageError
 from dif.media.frame_counts import nearest_frame_counts
 from dif_frontend_h3.config import AUDIO_CHANNELS, FPS, TAGS, H3Configs
 
@@ -225,14 +225,24 @@ def build_layout(
 
 
 def layout_for(
-    configs: H3Configs, text_len: int, frames: int, width: int, height: int, anchors: Sequence[str] = ()
+    configs: H3Configs,
+    text_len: int,
+    frames: int,
+    width: int,
+    height: int,
+    anchors: Sequence[str] = (),
+    text_tags: Sequence[int] | np.ndarray | None = None,
 ) -> PackedLayout:
-    """The layout of a (checked) request: `frames` pixel frames at width x height, `text_len` text rows."""
+    """The layout of a (checked) request: `frames` pixel frames at width x height, `text_len` text rows
+    (tagged `text_tags`, all text by default; fl2va's picture blocks are tagged video)."""
     v = configs.video_vae
     check_frames(frames, v.clip_length, v.latents_per_clip)
     check_size(width, height, configs.canvas_multiple)
+    tags = np.full(text_len, TAGS["text"]) if text_tags is None else np.asarray(text_tags, dtype=np.int64)
+    if len(tags) != text_len:
+        raise DifError(f"{len(tags)} text tags for {text_len} text rows")
     return build_layout(
-        np.full(text_len, TAGS["text"]),
+        tags,
         latent_frames(frames, v.clip_length, v.latents_per_clip),
         height // v.spatial_ratio,
         width // v.spatial_ratio,

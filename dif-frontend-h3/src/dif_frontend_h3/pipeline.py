@@ -12,7 +12,10 @@ forward per step:
 Latents stay float32 the whole loop. Noise: video (1, C, T', H/16, W/16) first, then audio rows (2A, C),
 from one numpy PCG64(seed) stream (or the caller's arrays, for parity with another tool).
 fl2va (`VideoRequest.keyframes`): each keyframe through the video VAE encoder, noised to t = 0.999 and packed
-as conditioning rows ahead of the generated video rows, held fixed through the loop.
+as conditioning rows ahead of the generated video rows, held fixed through the loop; the text is the reference's
+presentation, `"<Picture i>: "` + a vision block per keyframe (the Qwen3-VL vision tower, rows tagged video)
+before the prompt, when the checkpoint holds the vision tower and a processor/ folder (else a warning says the
+text has no picture blocks).
 Decoding is a separate stage (`decode_video`, `decode_audio`) that can be run on latents alone.
 """
 
@@ -44,10 +47,19 @@ from dif_frontend_h3.layout import (
     unpatchify,
 )
 from dif_frontend_h3.model import build_denoiser, rope_tables, time_proj
+from dif_frontend_h3.presentation import PicturePrompt, fl2va_presentation
 from dif_frontend_h3.schedule import H3Schedule
 from dif_frontend_h3.text_encoder import build_text_encoder, prompt_ids, text_inputs
-from dif_frontend_h3.weights import H3Checkpoint, bind_denoiser, bind_text_encoder
+from dif_frontend_h3.vision_config import H3VisionConfig, ImageProcessorConfig
+from dif_frontend_h3.weights import (
+    H3Checkpoint,
+    bind_denoiser,
+    bind_text_encoder,
+    bind_vision_tower,
+    has_vision_tower,
+)
 
+PREPROCESSOR = "preprocessor_config.json"  # the image processor's settings, in the folder's processor/
 KEYFRAME_T = 0.999  # the t keyframe anchors are noised to and held at (modular_pipeline.py keyframe_noise_aug)
 StepCallback = Callable[[int, int, np.ndarray, np.ndarray], None]  # (step, steps, video rows, audio rows)
 TileCallback = Callable[[int, int], None]  # (tiles done, tiles in all)
@@ -109,6 +121,7 @@ class H3Pipeline:
     vram_budget: int | None = None
     _programs: ProgramCache = field(init=False)
     _tokenizer: TextTokenizer | None = field(init=False, default=None)
+    _vision: tuple[H3VisionConfig, ImageProcessorConfig] | None | bool = field(init=False, default=False)
 
     def __attrs_post_init__(self) -> None:
         self._programs = ProgramCache(self.backend, vram_budget=self.vram_budget)
@@ -127,15 +140,36 @@ class H3Pipeline:
             self._tokenizer = TextTokenizer.from_folder(self.checkpoint.tokenizer_dir)
         return self._tokenizer
 
+    @property
+    def vision(self) -> tuple[H3VisionConfig, ImageProcessorConfig] | None:
+        """The vision tower's and the image processor's configs when the checkpoint can build fl2va's picture
+        blocks (`model.visual.*` in text_encoder/ and a processor/ folder), else None."""
+        if self._vision is False:
+            ck = self.checkpoint
+            processor = ck.root / "processor"
+            found = has_vision_tower(ck.text_encoder, ck.text_prefix) and (processor / PREPROCESSOR).is_file()
+            self._vision = None
+            if found:
+                from dif_frontend_h3.config import read_json
+
+                vcfg = H3VisionConfig.from_dict(read_json(ck.root / "text_encoder" / "config.json"))
+                self._vision = (vcfg, ImageProcessorConfig.from_folder(processor))
+        assert self._vision is not False
+        return self._vision
+
+    def pictures(self, req: VideoRequest) -> PicturePrompt | None:
+        """fl2va's presentation with picture blocks; None for t2va or a checkpoint without the vision tower."""
+        if not req.keyframes or self.vision is None:
+            return None
+        vcfg, pcfg = self.vision
+        return fl2va_presentation(self.tokenizer, vcfg, pcfg, req.prompt, [k.pixels for k in req.keyframes])
+
     # -- checks, before anything runs ----------------------------------------------------------
     def check(self, req: VideoRequest, *, decode: bool = True) -> PackedLayout:
         """The request's layout; `UsageError` for frames not 17n + 5, a size not a multiple of 32, steps < 2,
         an empty prompt; `CheckpointError` when decoding needs a VAE the checkpoint lacks."""
         if req.steps < 2:
             raise UsageError(f"--steps {req.steps}: MiniMax-H3 needs at least 2 grid points (1 model evaluation)")
-        ids = prompt_ids(self.tokenizer, req.prompt)
-        layout = layout_for(self.configs, ids.shape[1], req.frames, req.width, req.height, anchors=req.anchors)
-        self._check_noise(req, layout)
         for k in req.keyframes:
             if k.anchor not in ("first", "last"):
                 raise UsageError(f"{k.name}: a keyframe is anchored 'first' or 'last', not {k.anchor!r}")
@@ -148,6 +182,13 @@ class H3Pipeline:
                 )
         if len(set(req.anchors)) != len(req.anchors):
             raise UsageError(f"one keyframe per end of the video, got anchors {list(req.anchors)}")
+        pictures = self.pictures(req)
+        if pictures is None:
+            text_len, tags = prompt_ids(self.tokenizer, req.prompt).shape[1], None
+        else:
+            text_len, tags = len(pictures.ids), pictures.tags
+        layout = layout_for(self.configs, text_len, req.frames, req.width, req.height, req.anchors, tags)
+        self._check_noise(req, layout)
         if req.keyframes:
             self.require_decoders(audio=False)  # the keyframes go through the video VAE's encoder
         if decode:
@@ -251,6 +292,37 @@ class H3Pipeline:
 
         return self._programs.get(("text_encoder", seq_len), build, "encode")
 
+    def _vision_runner(self, images: int, grid_h: int, grid_w: int) -> Runner:
+        from dif_frontend_h3.vision_tower import build_vision_tower
+
+        assert self.vision is not None
+        vcfg = self.vision[0]
+
+        def build() -> tuple[Program, Mapping[str, np.ndarray]]:
+            prog = build_vision_tower(vcfg, images=images, grid_h=grid_h, grid_w=grid_w, dtype=self.dtype)
+            return prog, bind_vision_tower(prog, self.checkpoint.text_encoder, self.checkpoint.text_prefix)
+
+        return self._programs.get(("vision_tower", images, grid_h, grid_w), build, "encode")
+
+    def _picture_text_runner(self, seq_len: int, vision_rows: int) -> Runner:
+        from dif_frontend_h3.vision_text import build_vision_text_encoder
+
+        assert self.vision is not None
+        cfg, vcfg, tap = self.configs.text_encoder, self.vision[0], self.configs.text_encoder_layer
+
+        def build() -> tuple[Program, Mapping[str, np.ndarray]]:
+            prog = build_vision_text_encoder(cfg, vcfg, seq_len=seq_len, vision_rows=vision_rows, tap=tap,
+                                             dtype=self.dtype)  # fmt: skip
+            return prog, bind_text_encoder(prog, self.checkpoint.text_encoder, self.checkpoint.text_prefix)
+
+        return self._programs.get(("picture_text_encoder", seq_len, vision_rows), build, "encode")
+
+    def _picture_runners(self, p: PicturePrompt) -> tuple[Runner, Runner]:
+        assert self.vision is not None
+        _, gh, gw = p.grid
+        rows = p.images * gh * gw // self.vision[0].merge_unit
+        return self._vision_runner(p.images, gh, gw), self._picture_text_runner(len(p.ids), rows)
+
     def _denoiser_runner(self, layout: PackedLayout) -> Runner:
         key = ("denoiser", layout.text_len, layout.condition_rows, layout.audio_rows, layout.num_latent_frames,
                layout.latent_height, layout.latent_width)  # fmt: skip
@@ -268,6 +340,23 @@ class H3Pipeline:
         run = self._text_runner(ids.shape[1])
         out = run(text_inputs(self.configs.text_encoder, ids, dtype=self.dtype))
         return require_finite("text features", next(iter(out.values())))
+
+    def encode_pictures(self, p: PicturePrompt) -> np.ndarray:
+        """Text features (1, L, text_dim) of fl2va's presentation with picture blocks: the vision tower over
+        the keyframes, then the text stack with their rows (3-D mRoPE, deepstack) read at the tap."""
+        from dif_frontend_h3.vision_text import deepstack_used, picture_inputs
+        from dif_frontend_h3.vision_tower import vision_inputs
+
+        assert self.vision is not None
+        vcfg = self.vision[0]
+        _, gh, gw = p.grid
+        tower, text = self._picture_runners(p)
+        feats = list(tower(vision_inputs(vcfg, p.pixel_values, gh, gw, p.images, dtype=self.dtype)).values())
+        inputs = picture_inputs(self.configs.text_encoder, vcfg, p.ids, p.grids, dtype=self.dtype)
+        inputs["image_embeds"] = feats[0]  # the tower's outputs in order: embeds, then each deepstack feature
+        for j in range(deepstack_used(vcfg, self.configs.text_encoder_layer)):
+            inputs[f"deepstack_{j}"] = feats[1 + j]
+        return require_finite("text features", next(iter(text(inputs).values())))
 
     def initial_noise(self, req: VideoRequest, layout: PackedLayout) -> tuple[np.ndarray, np.ndarray]:
         """(video latents (1, C, T', h, w), audio rows (2A, C)) float32: the request's, or drawn from
@@ -411,12 +500,16 @@ class H3Pipeline:
         rgb = require_finite("decoded frames", rgb)[0]  # (3, F, H, W) in [0, 1]
         return np.ascontiguousarray((np.round(rgb * 255.0)).clip(0, 255).astype(np.uint8).transpose(1, 2, 3, 0))
 
-    def prepare_all(self, layout: PackedLayout, *, decode: bool) -> None:
+    def prepare_all(self, layout: PackedLayout, *, decode: bool, pictures: PicturePrompt | None = None) -> None:
         """Register every program of one run under the pipeline's one budget (`ProgramCache.planning`): the
         memory decision then says which stay resident across stages (the text encoder is released before
-        the DiT when they do not fit together)."""
+        the DiT when they do not fit together). With `pictures`, the vision tower and the text stack over
+        the picture blocks take the text encoder's place."""
         with self._programs.planning():
-            self._text_runner(layout.text_len)
+            if pictures is None:
+                self._text_runner(layout.text_len)
+            else:
+                self._picture_runners(pictures)
             self._denoiser_runner(layout)
             if decode:
                 c = self.configs.transformer.in_channels
@@ -461,20 +554,23 @@ class H3Pipeline:
             if self.on_stage is not None:
                 self.on_stage(name, timings[name])
 
+        pictures = self.pictures(req)
         t0 = time.perf_counter()
-        self.prepare_all(layout, decode=decode)
+        self.prepare_all(layout, decode=decode, pictures=pictures)
         stage("load", t0)
         t0 = time.perf_counter()
         self._programs.enter("encode")
-        text = self.encode(req.prompt)
+        text = self.encode(req.prompt) if pictures is None else self.encode_pictures(pictures)
         rows = None
         if req.keyframes:
-            warnings.warn(
-                "fl2va: the text has no picture blocks (dif does not build the Qwen3-VL vision tower): the "
-                "keyframes condition the video through their latent rows only",
-                DifWarning,
-                stacklevel=2,
-            )
+            if pictures is None:
+                warnings.warn(
+                    "fl2va: the text has no picture blocks (this checkpoint has no Qwen3-VL vision tower "
+                    "`model.visual.*` or no processor/ folder): the keyframes condition the video through their "
+                    "latent rows only",
+                    DifWarning,
+                    stacklevel=2,
+                )
             latents_k = [self.encode_keyframe(k.pixels) for k in req.keyframes]
             rows = self.condition_rows(latents_k, self.condition_noise(req), self.configs.transformer.patch_size[2])
         stage("encode", t0)

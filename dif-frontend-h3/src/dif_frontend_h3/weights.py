@@ -104,3 +104,17 @@ def bind_text_encoder(program: Program, source: TensorSource, prefix: str | None
     layers = {int(m.group(1)) for p in program.params if (m := re.match(r"language_model\.layers\.(\d+)\.", p.name))}
     depth = max(layers) + 1 if layers else 0
     return bind_weights(program, source, lambda p: prefix + p, ignore=text_encoder_unused(prefix, depth))
+
+
+def has_vision_tower(source: TensorSource, prefix: str) -> bool:
+    """Whether the text encoder's save holds the vision tower (a transformers save does; a checkpoint cut to
+    the text stack does not, and fl2va then conditions without picture blocks)."""
+    return f"{prefix}visual.patch_embed.proj.weight" in source
+
+
+def bind_vision_tower(program: Program, source: TensorSource, prefix: str | None = None) -> BoundWeights:
+    """Bind a `vision_tower.build_vision_tower` program (`visual.*`) to a Qwen3-VL source (either naming);
+    the text stack and `lm_head` are not read."""
+    prefix = text_prefix(source) if prefix is None else prefix
+    visual = re.compile(re.escape(prefix) + r"visual\.")
+    return bind_weights(program, source, lambda p: prefix + p, ignore=lambda name: visual.match(name) is None)
