@@ -7,9 +7,10 @@ Reproducible with numpy and dif only (no torch): tensor names and shapes come fr
 builders, each tensor drawn from PCG64 seeded by a CRC of its name. The DiT is MiniMax-H3 at toy widths
 (attention wider than the residual stream, partial RoPE, a refiner block) stored fp32; the Qwen3-VL text
 stack has 4 layers tapped at hidden_states[3] (`text_encoder_layer` in model_index.json, a dif key; the
-real model taps 50 of 64), stored bf16 with the real vocabulary. The video and audio VAEs are written with
-the shapes of the package's VAE builders (`video_vae.build_video_decoder`, `audio_vae.build_audio_decoder`)
-when those modules are present.
+real model taps 50 of 64), stored bf16 with the real vocabulary, beside a one-block vision tower
+(`model.visual.*`, deepstack after it; the published image processor settings in processor/) so that fl2va
+builds its picture blocks. The video and audio VAEs are written with the shapes of the package's VAE
+builders (`video_vae.build_video_decoder`, `audio_vae.build_audio_decoder`) when those modules are present.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ from dif_frontend_h3.config import H3TextConfig, H3TransformerConfig
 from dif_frontend_h3.layout import build_layout
 from dif_frontend_h3.model import build_denoiser
 from dif_frontend_h3.text_encoder import build_text_encoder
+from dif_frontend_h3.vision_config import H3VisionConfig
+from dif_frontend_h3.vision_tower import build_vision_tower
 
 HERE = Path(__file__).resolve().parent
 PACKAGE = HERE.parent / "src" / "dif_frontend_h3"
@@ -35,6 +38,16 @@ PUBLISHED = PACKAGE / "configs" / "h3"
 BF16 = np.dtype(ml_dtypes.bfloat16)
 VERSION = "0.42.1"
 TAP = 3
+PROCESSOR: dict[str, Any] = {  # MiniMaxAI/MiniMax-H3 processor/preprocessor_config.json
+    "size": {"longest_edge": 16777216, "shortest_edge": 65536},
+    "patch_size": 16,
+    "temporal_patch_size": 2,
+    "merge_size": 2,
+    "image_mean": [0.5, 0.5, 0.5],
+    "image_std": [0.5, 0.5, 0.5],
+    "processor_class": "Qwen3VLProcessor",
+    "image_processor_type": "Qwen2VLImageProcessorFast",
+}
 
 
 def _component(library: str, cls: str) -> list[Any]:
@@ -194,10 +207,14 @@ def make(out: Path, tokenizer: Path) -> None:
     last = {n.replace(f"layers.{TAP - 1}.", f"layers.{TAP}."): s for n, s in text.items() if f".layers.{TAP - 1}." in n}
     text.update(last)
     text["model.language_model.norm.weight"] = (q_cfg.hidden_size,)
+    vision = build_vision_tower(H3VisionConfig.from_dict(text_config), images=1, grid_h=2, grid_w=2)
+    text.update({f"model.{n}": s for n, s in param_shapes(vision).items()})
     components = {"transformer": (TRANSFORMER, dit), "text_encoder": (text_config, text), **_vae_components()}
     scheduler = {"_class_name": "MiniMaxH3Scheduler", "_diffusers_version": VERSION, "shift": 12.0}
     line = write_diffusers_folder(out, MODEL_INDEX, components, tensor_for, scheduler=scheduler, tokenizer=tokenizer)
     (out / "audio_scheduler").mkdir()
+    (out / "processor").mkdir()
+    (out / "processor" / "preprocessor_config.json").write_text(json.dumps(PROCESSOR, indent=4) + "\n")
     audio = {**scheduler, "shift": 3.0}
     (out / "audio_scheduler" / "scheduler_config.json").write_text(json.dumps(audio, indent=2) + "\n")
     print(line)
