@@ -333,6 +333,8 @@ def test_linear_residual_pass_on_cuda_matches_the_interpreter(dtype: str) -> Non
     ("mul", (1, 64, 4, 128), (64, 1, 128)),  # a rotary table against heads (rope's VJP)
     ("sub", (2, 16, 96), (16, 96)),
     ("add", (3, 1, 64), (3, 5, 64)),  # the first operand broadcast
+    ("mul", (1, 64, 4, 128), (1, 64, 4, 1)),  # a norm's statistic per row: one scalar per chunk
+    ("sub", (2, 16, 1), (2, 16, 96)),
 ])  # fmt: skip
 def test_broadcasting_binary_runs_over_chunks(
     dtype: str, op: str, a_shape: tuple[int, ...], b_shape: tuple[int, ...]
@@ -355,3 +357,17 @@ def test_reductions_over_rows(op: str, dtype: str, shape: tuple[int, ...], axes:
     b.output(b.emit(op, b.input("x", shape, dtype), axes=axes))
     kind = "max" if op == "reduce_max" else "sum"
     assert _run(b.build(), tol) == [f"reduce_{kind}_{dtype}"]
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "f32"])
+@pytest.mark.parametrize(("x_shape", "g_shape", "u_shape"), [
+    ((1, 64, 4, 128), (64, 1, 128), (1, 64, 4, 128)),  # rope's VJP: g c + rope(g s) with c [S, 1, D]
+    ((1, 64, 256), (1, 64, 1), (1, 64, 256)),  # a gate per row
+])  # fmt: skip
+def test_broadcasting_gated_residual_runs_over_chunks(
+    dtype: str, x_shape: tuple[int, ...], g_shape: tuple[int, ...], u_shape: tuple[int, ...]
+) -> None:
+    b = ProgramBuilder("gated")
+    x, g, u = b.input("x", x_shape, dtype), b.input("g", g_shape, dtype), b.input("u", u_shape, dtype)
+    b.output(b.emit("gated_residual", x, g, u))
+    assert _run(b.build(), 1e-6) == [f"gated_residual_bvec_{dtype}"]

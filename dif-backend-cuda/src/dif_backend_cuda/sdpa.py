@@ -321,6 +321,7 @@ class CudnnSdpaBackward:
         stats: int,
         scale: float,
         token_strides: Mapping[str, int],
+        deterministic: bool = True,
     ) -> None:
         t = token_strides  # elements between tokens of each of q k v o do dq dk dv
         rows = {"q": (sq, hq), "o": (sq, hq), "do": (sq, hq), "dq": (sq, hq),
@@ -362,7 +363,7 @@ class CudnnSdpaBackward:
             finish_graph(ctx.lib, g, limit)
             return g
 
-        self.deterministic = True
+        self.deterministic = deterministic
 
         def build_backward(limit: int | None) -> Any:
             g, dt = graph()
@@ -383,8 +384,12 @@ class CudnnSdpaBackward:
         self.ctx = ctx
         self.forward, shared_f = ctx.shared_graph(("sdpa-stats", *common), build_stats, stats_pointers)
         try:
-            self.backward, shared_b = ctx.shared_graph(("sdpa-backward", True, *common), build_backward, back_pointers)
+            self.backward, shared_b = ctx.shared_graph(
+                ("sdpa-backward", self.deterministic, *common), build_backward, back_pointers
+            )
         except Exception:  # noqa: BLE001 - no deterministic plan for this problem: cuDNN's default algorithm
+            if not self.deterministic:
+                raise
             self.deterministic = False
             self.backward, shared_b = ctx.shared_graph(("sdpa-backward", False, *common), build_backward, back_pointers)
         self.packs = (SharedGraph.pack(stats_pointers), SharedGraph.pack(back_pointers))

@@ -212,6 +212,23 @@ struct alignas(16) C16 {
   T v[16 / sizeof(T)];
 };
 
+// One operand's values of one output chunk in a chunked broadcast (lower/base.py `chunk_broadcast`): its
+// 16-byte chunk at chunk offset `off`, or, for a `scalar` operand (innermost size 1), its element `off`
+// repeated.
+template <class T>
+__device__ __forceinline__ void load_chunk(const T* __restrict__ base, i64 off, bool scalar,
+                                           float (&out)[16 / sizeof(T)]) {
+  if (scalar) {
+    const float v = to_f(base[off]);
+#pragma unroll
+    for (int e = 0; e < (int)(16 / sizeof(T)); ++e) out[e] = v;
+    return;
+  }
+  const C16<T> c = reinterpret_cast<const C16<T>*>(base)[off];
+#pragma unroll
+  for (int e = 0; e < (int)(16 / sizeof(T)); ++e) out[e] = to_f(c.v[e]);
+}
+
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);

@@ -189,29 +189,33 @@ BINARY_VEC_ALL(f32)
 BINARY_VEC_ALL(f16)
 BINARY_VEC_ALL(bf16)
 
-// Broadcasting binaries over 16-byte chunks: every operand's innermost axis is contiguous and holds whole
-// chunks (a [S, 1, D] rotary table against [B, S, H, D] heads), so the broadcast is indexed per chunk and
-// every load and store is one 16-byte instruction; meta describes the chunk grid (`binary_*` describes
-// elements).
+// Broadcasting binaries over 16-byte chunks of the output (lower/base.py `chunk_broadcast`): an operand
+// spanning the innermost axis (a [S, 1, D] rotary table against [B, S, H, D] heads) is read a chunk at a
+// time, one of innermost size 1 (a norm's per-row statistic) one scalar per chunk (bit k of `scalars`
+// set); meta describes the chunk grid.
 template <int OP, class T>
-__device__ __forceinline__ void binary_bvec_impl(const C16<T>* __restrict__ a, const C16<T>* __restrict__ b,
-                                                 C16<T>* __restrict__ y, const i64* __restrict__ meta, i64 chunks) {
+__device__ __forceinline__ void binary_bvec_impl(const T* __restrict__ a, const T* __restrict__ b,
+                                                 C16<T>* __restrict__ y, const i64* __restrict__ meta, i64 chunks,
+                                                 int scalars) {
+  constexpr int PER = 16 / sizeof(T);
   const BIdx<2> idx(meta);
   for (i64 c = THREAD_FIRST; c < chunks; c += THREAD_STEP) {
     i64 off[2];
     idx.offsets(c, off);
-    const C16<T> va = a[off[0]], vb = b[off[1]];
+    float va[PER], vb[PER];
+    load_chunk<T>(a, off[0], scalars & 1, va);
+    load_chunk<T>(b, off[1], scalars & 2, vb);
     C16<T> o;
 #pragma unroll
-    for (int e = 0; e < (int)(16 / sizeof(T)); ++e) o.v[e] = from_f<T>(binary_math<OP>(to_f(va.v[e]), to_f(vb.v[e])));
+    for (int e = 0; e < PER; ++e) o.v[e] = from_f<T>(binary_math<OP>(va[e], vb[e]));
     y[c] = o;
   }
 }
 #define BINARY_BVEC(NAME, OP, TN)                                                                          \
-  KERNEL_ENTRY binary_bvec_##NAME##_##TN(const C16<TN>* __restrict__ a, const C16<TN>* __restrict__ b,     \
-                                         C16<TN>* __restrict__ y, const i64* __restrict__ meta,            \
-                                         i64 chunks) {                                                     \
-    binary_bvec_impl<OP, TN>(a, b, y, meta, chunks);                                                       \
+  KERNEL_ENTRY binary_bvec_##NAME##_##TN(const TN* __restrict__ a, const TN* __restrict__ b,               \
+                                         C16<TN>* __restrict__ y, const i64* __restrict__ meta, i64 chunks, \
+                                         int scalars) {                                                    \
+    binary_bvec_impl<OP, TN>(a, b, y, meta, chunks, scalars);                                              \
   }
 #define BINARY_BVEC_ALL(TN)                                                                                \
   BINARY_BVEC(add, B_ADD, TN) BINARY_BVEC(sub, B_SUB, TN) BINARY_BVEC(mul, B_MUL, TN)                      \

@@ -113,6 +113,29 @@ NORM_MODULATE(bf16)
 GATED_RESIDUAL(f32)
 GATED_RESIDUAL(f16)
 GATED_RESIDUAL(bf16)
+// The same over 16-byte chunks of the output (lower/base.py `chunk_broadcast`): operands spanning the
+// innermost axis a chunk at a time, those of innermost size 1 (bit k of `scalars`) a scalar per chunk.
+#define GATED_RESIDUAL_BVEC(TN)                                                                            \
+  KERNEL_ENTRY gated_residual_bvec_##TN(const TN* __restrict__ x, const TN* __restrict__ g,                \
+                                        const TN* __restrict__ u, C16<TN>* __restrict__ y,                 \
+                                        const i64* __restrict__ meta, i64 chunks, int scalars) {           \
+    constexpr int PER = 16 / sizeof(TN);                                                                   \
+    const BIdx<3> idx(meta);                                                                               \
+    for (i64 c = THREAD_FIRST; c < chunks; c += THREAD_STEP) {                                             \
+      i64 off[3];                                                                                          \
+      idx.offsets(c, off);                                                                                 \
+      float vx[PER], vg[PER], vu[PER];                                                                     \
+      load_chunk<TN>(x, off[0], scalars & 1, vx);                                                          \
+      load_chunk<TN>(g, off[1], scalars & 2, vg);                                                          \
+      load_chunk<TN>(u, off[2], scalars & 4, vu);                                                          \
+      C16<TN> o;                                                                                           \
+      _Pragma("unroll") for (int e = 0; e < PER; ++e) o.v[e] = from_f<TN>(vx[e] + round_to<TN>(vg[e] * vu[e])); \
+      y[c] = o;                                                                                            \
+    }                                                                                                      \
+  }
+GATED_RESIDUAL_BVEC(f32)
+GATED_RESIDUAL_BVEC(f16)
+GATED_RESIDUAL_BVEC(bf16)
 
 // ---- rms_norm_rope: x, y [B, S, H, D] whose tokens are xt / yt elements apart (H * D when contiguous);
 // one warp per (b, s, h) row, the normalized row staged in shared memory so each lane can read the channel

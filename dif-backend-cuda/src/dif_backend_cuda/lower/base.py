@@ -244,6 +244,44 @@ def chunk_elements(*tensors: DevTensor) -> int:
     return per if ok else 0
 
 
+@frozen
+class ChunkBroadcast:
+    """A broadcasting elementwise op run over the output's 16-byte chunks (`kernels/common.cuh`
+    `load_chunk`): `per` elements a chunk, `meta` the chunk grid with each operand's strides (in chunks for
+    an operand spanning the innermost axis, in elements for one whose innermost axis is 1, read as one
+    scalar per chunk), `scalars` the bit mask of the latter."""
+
+    per: int
+    meta: MetaRef
+    scalars: int
+    chunks: int
+
+
+def chunk_broadcast(ctx: LowerCtx, ins: Sequence[DevTensor], out: DevTensor) -> ChunkBroadcast | None:
+    """The chunked form of a broadcasting elementwise op, or None: the output contiguous, 16-byte aligned and
+    a whole number of chunks per row; every operand contiguous, each spanning the output's innermost axis
+    (16-byte aligned) or of innermost size 1. Outer strides of a spanning operand are multiples of its
+    innermost axis, so whole chunks are only ever repeated."""
+    per = CHUNK_BYTES // out.dtype.itemsize
+    if not out.shape or out.shape[-1] % per or out.pitched or out.ptr % CHUNK_BYTES:
+        return None
+    strides: list[list[int]] = []
+    scalars = 0
+    for k, t in enumerate(ins):
+        if t.pitched or not t.shape:
+            return None
+        element = broadcast_strides(t.shape, out.shape)
+        if t.shape[-1] == out.shape[-1] and t.ptr % CHUNK_BYTES == 0:
+            strides.append([*(st // per for st in element[:-1]), 1])
+        elif t.shape[-1] == 1:
+            strides.append([*element[:-1], 0])
+            scalars |= 1 << k
+        else:
+            return None
+    chunk_shape = (*out.shape[:-1], out.shape[-1] // per)
+    return ChunkBroadcast(per, ctx.meta(strided_meta(chunk_shape, strides)), scalars, out.numel // per)
+
+
 def row_groups(gate: tuple[int, ...], out: tuple[int, ...]) -> int:
     """G when `gate`, left-padded to out's rank, is [out[:k]..., 1, ..., 1, d] (one gate row per group of
     consecutive output rows); 0 when it is not of that form."""

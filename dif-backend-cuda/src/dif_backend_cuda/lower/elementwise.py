@@ -8,18 +8,16 @@ import numpy as np
 from dif.dtypes import DType
 from dif.ir.program import Node
 from dif_backend_cuda.lower.base import (
-    CHUNK_BYTES,
     FLOATS,
     INTS,
     Attrs,
     Copy,
-    DevTensor,
     LowerCtx,
     Steps,
     Ts,
     bcast_meta,
     bits,
-    broadcast_strides,
+    chunk_broadcast,
     chunk_elements,
     f32,
     fill_steps,
@@ -27,7 +25,6 @@ from dif_backend_cuda.lower.base import (
     lowering,
     need,
     ptr,
-    strided_meta,
     unsupported,
 )
 
@@ -82,29 +79,12 @@ def _binary(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Ts, outs: Ts) -> Steps
     if per:
         chunks = y.numel // per
         return [ctx.flat("elementwise", f"binary_vec_{node.op}_{dt}", chunks, [ptr(a), ptr(b), ptr(y), i64(chunks)])]
-    per = broadcast_chunk_elements(a, b, y) if a.dtype in FLOATS else 0
-    if per:
-        chunk_shape = (*y.shape[:-1], y.shape[-1] // per)
-        # in chunks: the innermost axis is contiguous (one chunk per step); the outer strides are multiples
-        # of it (or 0 where broadcast)
-        strides = [[*(s // per for s in broadcast_strides(t.shape, y.shape)[:-1]), 1] for t in (a, b)]
-        meta = ctx.meta(strided_meta(chunk_shape, strides))
-        chunks = y.numel // per
-        args = [ptr(a), ptr(b), ptr(y), meta, i64(chunks)]
-        return [ctx.flat("elementwise", f"binary_bvec_{node.op}_{dt}", chunks, args)]
+    cb = chunk_broadcast(ctx, [a, b], y) if a.dtype in FLOATS else None
+    if cb is not None:
+        args = [ptr(a), ptr(b), ptr(y), cb.meta, i64(cb.chunks), np.int32(cb.scalars)]
+        return [ctx.flat("elementwise", f"binary_bvec_{node.op}_{dt}", cb.chunks, args)]
     meta = bcast_meta(ctx, [a, b], y)
     return [ctx.flat("elementwise", f"binary_{node.op}_{dt}", y.numel, [ptr(a), ptr(b), ptr(y), meta, i64(y.numel)])]
-
-
-def broadcast_chunk_elements(a: DevTensor, b: DevTensor, y: DevTensor) -> int:
-    """Elements per 16-byte chunk when a broadcasting binary can run over chunks: every tensor contiguous
-    and 16-byte aligned, and both operands spanning the output's whole innermost axis, a whole number of
-    chunks (so a broadcast only ever repeats whole chunks); else 0."""
-    per = CHUNK_BYTES // y.dtype.itemsize
-    tensors = (a, b, y)
-    if not y.shape or y.shape[-1] % per or any(t.pitched or t.ptr % CHUNK_BYTES for t in tensors):
-        return 0
-    return per if all(t.shape and t.shape[-1] == y.shape[-1] for t in (a, b)) else 0
 
 
 @lowering("less", "greater", "equal")

@@ -20,6 +20,7 @@ from dif_backend_cuda.lower.base import (
     aligned,
     bcast_meta,
     broadcast_strides,
+    chunk_broadcast,
     chunk_elements,
     f32,
     i64,
@@ -81,6 +82,10 @@ def _gated_residual(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Ts, outs: Ts) 
         n4 = y.numel // 4
         args = [ptr(x), ptr(g), ptr(u), ptr(y), i64(n4), i64(d), i64(rows // groups)]
         return [ctx.flat("fused", f"gated_residual_rows_{dt}", n4 * ILP, args)]
+    cb = chunk_broadcast(ctx, [x, g, u], y)
+    if cb is not None:  # a gate [S, 1, D] over heads [B, S, H, D] (rope's VJP), or a scalar per row
+        args = [ptr(x), ptr(g), ptr(u), ptr(y), cb.meta, i64(cb.chunks), np.int32(cb.scalars)]
+        return [ctx.flat("fused", f"gated_residual_bvec_{dt}", cb.chunks, args)]
     meta = bcast_meta(ctx, [x, g, u], y)
     return [ctx.flat("fused", f"gated_residual_{dt}", y.numel, [ptr(x), ptr(g), ptr(u), ptr(y), meta, i64(y.numel)])]
 
