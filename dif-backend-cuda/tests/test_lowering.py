@@ -133,7 +133,7 @@ def _tensors(program: Any) -> dict[str, DevTensor]:
     return out
 
 
-LIBRARY_ONLY_OPS = {"sdpa_backward"}
+LIBRARY_ONLY_OPS = {"sdpa_backward", "sdpa_stats"}
 """Ops whose only lowering is a library's (cuDNN's flash-attention backward): the fake backend has none;
 `test_conformance_cuda.py` runs them on the GPU."""
 

@@ -286,7 +286,10 @@ def test_default_pipeline_fuses_everything_and_keeps_results(dtype: str) -> None
     assert_same_results(program, out)
 
 
-FUSIONS = "fuse_norm_rope, fuse_norm_modulate, fuse_gated_residual, fuse_group_norm_silu, fuse_linear_residual"
+FUSIONS = (
+    "fuse_norm_rope, fuse_norm_modulate, fuse_gated_residual, fuse_group_norm_silu, fuse_linear_residual, "
+    "reuse_attention_stats"
+)
 
 
 def test_summary_lists_the_pipeline_verdicts_and_places() -> None:
@@ -312,7 +315,7 @@ def test_dif_passes_selects_disables_and_rejects(monkeypatch: pytest.MonkeyPatch
         assert selected_passes() == ("fuse_gated_residual", "fuse_norm_rope")
         monkeypatch.setenv("DIF_PASSES", "fuse_gated_residual,default")
         expanded = ("fuse_gated_residual", "rope_before_concat", "fuse_norm_rope", "fuse_norm_modulate",
-                    "fuse_group_norm_silu", "fuse_linear_residual")  # fmt: skip
+                    "fuse_group_norm_silu", "fuse_linear_residual", "reuse_attention_stats")  # fmt: skip
         assert selected_passes() == expanded
         for bad in ("fuse_everything", "none,fuse_norm_rope"):
             monkeypatch.setenv("DIF_PASSES", bad)

@@ -11,7 +11,7 @@ from dif.autodiff import grad_program
 from dif.dtypes import DType
 from dif.interp import interpret
 from dif.ir.builder import ProgramBuilder
-from dif.ops.attention import sdpa_backward
+from dif.ops.attention import sdpa_backward, sdpa_stats
 from dif.passes.legalize import legalize
 from dif.target import TargetProfile
 from dif.testing.backward import interpret_float64
@@ -33,7 +33,7 @@ def _rel(got: np.ndarray, want: np.ndarray) -> float:
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
 def test_reference_matches_torch_autograd(case: ConformanceCase) -> None:
     torch = pytest.importorskip("torch")
-    q, k, v, _o, do = (torch.tensor(a, requires_grad=i < 3) for i, a in enumerate(_f64(case)))
+    q, k, v, _o, do = (torch.tensor(a, requires_grad=i < 3) for i, a in enumerate(_f64(case)[:5]))
     scale = float(case.case.attrs["scale"]) or None
     group = q.shape[2] // k.shape[2]
     out = torch.nn.functional.scaled_dot_product_attention(
@@ -102,3 +102,47 @@ def test_fused_gradients_match_the_chain_in_bf16() -> None:
     for n in "qkv":
         out = grad.gradients[n]
         assert _rel(np.asarray(chain[out], np.float64), np.asarray(fused[out], np.float64)) < 2e-2, n
+
+
+STATS_CASES = conformance_cases(dtypes=(DType.BF16,), ops=["sdpa_stats"])
+
+
+@pytest.mark.parametrize("case", STATS_CASES, ids=lambda c: c.id)
+def test_statistics_are_torch_logsumexp_and_the_decomposition_agrees(case: ConformanceCase) -> None:
+    torch = pytest.importorskip("torch")
+    q, k, v = _f64(case)
+    scale = float(case.case.attrs["scale"]) or 1.0 / np.sqrt(q.shape[3])
+    qt, kt = torch.tensor(q).transpose(1, 2), torch.tensor(k).transpose(1, 2)
+    kt = kt.repeat_interleave(q.shape[2] // k.shape[2], dim=1)
+    want = torch.logsumexp(qt @ kt.transpose(2, 3) * scale, dim=-1).numpy()
+    o, lse = sdpa_stats(q, k, v, scale=float(case.case.attrs["scale"]))
+    assert _rel(lse, want) < 1e-12
+    chain = legalize(case_program(case), BARE)[0]
+    got = interpret_float64(chain, case_inputs(case))
+    assert _rel(got[chain.outputs[1]], want) < 1e-12 and _rel(got[chain.outputs[0]], o) < 1e-12
+
+
+def test_the_forward_hands_its_statistics_to_the_backward() -> None:
+    """In a bf16 training-style program (attention, a loss, its gradients), `reuse_attention_stats` turns
+    the forward sdpa into sdpa_stats and feeds its statistics to sdpa_backward; the gradients do not change."""
+    from dif.passes import optimize
+
+    b = ProgramBuilder("attn")
+    q, k, v = (b.input(n, (1, 16, 4, 32), "bf16") for n in "qkv")
+    y = b.emit("sdpa", q, k, v)
+    b.output(b.emit("reduce_sum", b.emit("mul", y, y), axes=(0, 1, 2, 3)))
+    prog = b.build()
+    grad = grad_program(prog, ["q", "k", "v"], loss=prog.outputs[0])
+    target = TargetProfile(backend="fused", device="test", capabilities=("op:sdpa_backward", "op:sdpa_stats"))
+    out, decisions = optimize(grad.program, target=target, passes=["reuse_attention_stats"])
+    hist = out.op_histogram()
+    assert hist.get("sdpa_stats") == 1 and "sdpa" not in hist and hist["sdpa_backward"] == 1
+    backward = next(n for n in out.nodes if n.op == "sdpa_backward")
+    assert backward.operands[5] == next(n for n in out.nodes if n.op == "sdpa_stats").results[1].name
+    assert [d.verdict for d in decisions] == ["applied"]
+    rng = np.random.default_rng(1)
+    inputs = {n: rng.standard_normal((1, 16, 4, 32)).astype(DType.BF16.np) for n in "qkv"}
+    want, got = interpret(grad.program, inputs, {}), interpret(out, inputs, {})
+    assert all(np.array_equal(got[o], want[o]) for o in grad.program.outputs)
+    lacking, skipped = optimize(grad.program, target=RUNS_IT, passes=["reuse_attention_stats"])
+    assert lacking is grad.program and "does not declare op:sdpa_stats" in skipped[0].reason

@@ -140,6 +140,10 @@ def device_properties(device: int = 0) -> dict[str, Any]:
     }
 
 
+CUDNN_ONLY_OPS = ("sdpa_backward", "sdpa_stats")
+"""Fused ops whose only CUDA lowering is cuDNN's: not declared where cudnn-frontend is missing."""
+
+
 def probe_profile(device: int = 0) -> TargetProfile:
     """Static capability of CUDA device `device`; raises BackendUnavailableError without one."""
     avail = cuda_availability()
@@ -157,7 +161,8 @@ def probe_profile(device: int = 0) -> TargetProfile:
     if "cudnn_frontend" in libs:
         caps.append("cudnn-sdpa")
     else:  # the fused attention backward is cuDNN's: without it autodiff's node is legalized to its chain
-        caps.remove(OP_CAPABILITY.format("sdpa_backward"))
+        for op in CUDNN_ONLY_OPS:
+            caps.remove(OP_CAPABILITY.format(op))
     return TargetProfile(
         backend=NAME,
         device=p["name"],

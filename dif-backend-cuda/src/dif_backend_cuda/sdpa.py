@@ -249,10 +249,12 @@ class CudnnSdpa:
         key_bias: int = 0,
         bias_rows: int = 1,
         seq_lens: int = 0,
+        stats: int = 0,
     ) -> None:
         qt, kt, vt, ot = token_strides  # elements between tokens: h * d, or more for a view in a wider buffer
         padded = bool(seq_lens)  # int32 [2, B] at seq_lens: query and key lengths (cuDNN's padding mask)
         key = ("sdpa", dtype, b, sq, skv, hq, hkv, d, scale, causal, bool(key_bias), bias_rows, padded, *token_strides)
+        key += ("stats",) if stats else ()  # fp32 [B, H, Sq] at `stats`: the log-sum-exp rows (`sdpa_stats`)
 
         def build(limit: int | None) -> Any:
             cudnn = ctx.lib
@@ -278,15 +280,19 @@ class CudnnSdpa:
                     )  # fmt: skip
                 kwargs["use_padding_mask"] = True
             try:
-                out, _stats = g.sdpa(generate_stats=False, **kwargs)
+                out, lse = g.sdpa(generate_stats=bool(stats), **kwargs)
             except TypeError:  # older frontends spell it is_inference
-                out, _stats = g.sdpa(is_inference=True, **kwargs)
+                out, lse = g.sdpa(is_inference=not stats, **kwargs)
             out.set_output(True).set_dim([b, hq, sq, d]).set_stride([sq * ot, d, ot, 1]).set_data_type(dt)
             out.set_uid(UIDS["o"])
+            if stats:
+                lse.set_output(True).set_dim([b, hq, sq, 1]).set_stride([hq * sq, sq, 1, 1])
+                lse.set_data_type(fp32).set_uid(UIDS["stats"])
             finish_graph(cudnn, g, limit)
             return g
 
         pointers = {"q": q, "k": k, "v": v, "o": o, **({"bias": key_bias} if key_bias else {})}
+        pointers.update({"stats": stats} if stats else {})
         if padded:
             pointers.update(seq_q=seq_lens, seq_kv=seq_lens + 4 * b)
         self.ctx = ctx
@@ -299,9 +305,10 @@ class CudnnSdpa:
 
 
 class CudnnSdpaBackward:
-    """One `sdpa_backward` node on cuDNN: the softmax statistics (log-sum-exp per query row, fp32)
-    recomputed by a forward SDPA graph run with `generate_stats` (its output goes to dq's buffer, which the
-    backward overwrites), then cuDNN's flash-attention backward from q, k, v, the stored o and do. Both
+    """One `sdpa_backward` node on cuDNN: the softmax statistics (log-sum-exp per query row, fp32) at
+    `stats`, given by the forward (`sdpa_stats`) or, with `recompute_stats`, recomputed by a forward SDPA
+    graph run with `generate_stats` (its output goes to dq's buffer, which the backward overwrites), then
+    cuDNN's flash-attention backward from q, k, v, the stored o and do. Both
     graphs are shared per problem like the forward's. The backward is asked for cuDNN's deterministic
     algorithm first (so a training step repeats bit for bit); where that is refused, the default one."""
 
@@ -322,6 +329,7 @@ class CudnnSdpaBackward:
         scale: float,
         token_strides: Mapping[str, int],
         deterministic: bool = True,
+        recompute_stats: bool = True,
     ) -> None:
         t = token_strides  # elements between tokens of each of q k v o do dq dk dv
         rows = {"q": (sq, hq), "o": (sq, hq), "do": (sq, hq), "dq": (sq, hq),
@@ -382,7 +390,10 @@ class CudnnSdpaBackward:
                           "stats": stats}  # fmt: skip
         back_pointers = {**{n: pointers[n] for n in rows}, "stats": stats}
         self.ctx = ctx
-        self.forward, shared_f = ctx.shared_graph(("sdpa-stats", *common), build_stats, stats_pointers)
+        self.forward: SharedGraph | None = None
+        shared_f = True
+        if recompute_stats:
+            self.forward, shared_f = ctx.shared_graph(("sdpa-stats", *common), build_stats, stats_pointers)
         try:
             self.backward, shared_b = ctx.shared_graph(
                 ("sdpa-backward", self.deterministic, *common), build_backward, back_pointers
@@ -394,11 +405,13 @@ class CudnnSdpaBackward:
             self.backward, shared_b = ctx.shared_graph(("sdpa-backward", False, *common), build_backward, back_pointers)
         self.packs = (SharedGraph.pack(stats_pointers), SharedGraph.pack(back_pointers))
         how = "deterministic" if self.deterministic else "non-deterministic"
-        self.choice = f"{self.backward.choice}, {how}{', graphs shared' if shared_f and shared_b else ''}"
+        stats_from = "statistics recomputed" if recompute_stats else "the forward's statistics"
+        self.choice = f"{self.backward.choice}, {how}, {stats_from}{', graphs shared' if shared_f and shared_b else ''}"
 
     def __call__(self, stream: Any) -> None:
-        for built, pack in zip((self.forward, self.backward), self.packs, strict=True):
-            built.graph.execute(pack, built.workspace.ptr, handle=self.ctx.handle)
+        if self.forward is not None:
+            self.forward.graph.execute(self.packs[0], self.forward.workspace.ptr, handle=self.ctx.handle)
+        self.backward.graph.execute(self.packs[1], self.backward.workspace.ptr, handle=self.ctx.handle)
 
 
 def finish_graph(cudnn: Any, graph: Any, workspace_limit: int | None) -> None:

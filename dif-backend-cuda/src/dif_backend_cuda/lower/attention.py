@@ -86,25 +86,60 @@ def _sdpa_backward(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Ts, outs: Ts) -
     in scratch shared by every node (the steps run one at a time)."""
     from dif_backend_cuda.sdpa import CudnnSdpaBackward
 
-    need(node, ins[0].dtype, (DType.F16, DType.BF16))
-    handle = ctx.backend.cudnn()
-    if handle is None:
-        raise unsupported(node, f"cuDNN unavailable: {ctx.backend._cudnn_error}")
+    handle = _cudnn_for(ctx, node, ins[0].dtype)
     q, k = ins[0], ins[1]
     b, sq, hq, d = q.shape
     skv, hkv = k.shape[1], k.shape[2]
-    tensors = dict(zip(("q", "k", "v", "o", "do", "dq", "dk", "dv"), (*ins, *outs), strict=True))
-    stats = ctx.shared_scratch(("sdpa_backward_stats",), b * hq * sq * 4)
+    given = ins[5] if len(ins) > 5 else None  # the forward's statistics (`sdpa_stats`)
+    _contiguous_stats(node, given)
+    tensors = dict(zip(("q", "k", "v", "o", "do", "dq", "dk", "dv"), (*ins[:5], *outs), strict=True))
+    stats = ctx.shared_scratch(("sdpa_backward_stats",), b * hq * sq * 4) if given is None else None
     try:
         step = CudnnSdpaBackward(
-            handle, q.dtype, b, sq, skv, hq, hkv, d, {n: t.ptr for n, t in tensors.items()}, stats.ptr,
-            attrs["scale"] or 1.0 / math.sqrt(d), {n: row_stride(node, t, 2) for n, t in tensors.items()},
+            handle, q.dtype, b, sq, skv, hq, hkv, d, {n: t.ptr for n, t in tensors.items()},
+            stats.ptr if stats is not None else given.ptr, attrs["scale"] or 1.0 / math.sqrt(d),  # type: ignore[union-attr]
+            {n: row_stride(node, t, 2) for n, t in tensors.items()}, recompute_stats=given is None,
         )  # fmt: skip
     except Exception as exc:
         raise unsupported(node, f"cuDNN rejected it: {type(exc).__name__}: {str(exc)[:300]}") from exc
     step.scratch = stats  # a larger node's scratch replaces the shared one; this step keeps its own alive
     ctx.choices[node.id] = f"cudnn-sdpa-backward ({step.choice})"
     return [step]
+
+
+@lowering("sdpa_stats")
+def _sdpa_stats(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Ts, outs: Ts) -> Steps:
+    """cuDNN's SDPA with its softmax statistics written out (`generate_stats`), for the backward."""
+    from dif_backend_cuda.sdpa import CudnnSdpa
+
+    handle = _cudnn_for(ctx, node, ins[0].dtype)
+    (q, k, v), (o, lse) = ins, outs
+    _contiguous_stats(node, lse)
+    b, sq, hq, d = q.shape
+    strides = [row_stride(node, t, 2) for t in (q, k, v, o)]
+    try:
+        step = CudnnSdpa(
+            handle, q.dtype, b, sq, k.shape[1], hq, k.shape[2], d, q.ptr, k.ptr, v.ptr, o.ptr,
+            attrs["scale"] or 1.0 / math.sqrt(d), False, strides, stats=lse.ptr,
+        )  # fmt: skip
+    except Exception as exc:
+        raise unsupported(node, f"cuDNN rejected it: {type(exc).__name__}: {str(exc)[:300]}") from exc
+    ctx.choices[node.id] = f"cudnn-sdpa with statistics ({step.choice})"
+    return [step]
+
+
+def _contiguous_stats(node: Node, stats: DevTensor | None) -> None:
+    if stats is not None and stats.pitched:
+        raise unsupported(node, "the attention statistics as a view inside a wider buffer")
+
+
+def _cudnn_for(ctx: LowerCtx, node: Node, dtype: DType) -> Any:
+    """The backend's cuDNN context for a node only cuDNN runs (half precision), else why not."""
+    need(node, dtype, (DType.F16, DType.BF16))
+    handle = ctx.backend.cudnn()
+    if handle is None:
+        raise unsupported(node, f"cuDNN unavailable: {ctx.backend._cudnn_error}")
+    return handle
 
 
 FLASH_TRIED_SCORES = 256 * 256

@@ -185,9 +185,16 @@ def fused_backward_refusal(q: TensorType, k: TensorType, v: TensorType) -> str:
     return ""
 
 
+def _stats_type(q: TensorType) -> TensorType:
+    """The softmax statistics of attention over q [B, Sq, H, D]: log-sum-exp per (batch, head, query), fp32."""
+    b, sq, hq, _d = q.shape
+    return TensorType((b, hq, sq), DType.F32)
+
+
 def _sdpa_backward_infer(
-    q: TensorType, k: TensorType, v: TensorType, o: TensorType, do: TensorType, *, scale: float
-) -> tuple[TensorType, TensorType, TensorType]:
+    q: TensorType, k: TensorType, v: TensorType, o: TensorType, do: TensorType, lse: TensorType | None = None,
+    *, scale: float,
+) -> tuple[TensorType, TensorType, TensorType]:  # fmt: skip
     _sdpa_infer(q, k, v, scale=scale, causal=False)
     for t, what in ((o, "o"), (do, "do")):
         if t != q:
@@ -195,6 +202,8 @@ def _sdpa_backward_infer(
     why = fused_backward_refusal(q, k, v)
     if why:
         raise fail(why)
+    if lse is not None and lse != _stats_type(q):
+        raise fail(f"lse must be the forward's statistics {_stats_type(q)}, got {lse}")
     return q, k, v
 
 
@@ -209,12 +218,14 @@ def _sdpa_backward_cases(rng: np.random.Generator, dtype: DType) -> list[Case]:
         k, v = randn(rng, (b, skv, hkv, 16), dtype), randn(rng, (b, skv, hkv, 16), dtype)
         o = sdpa(q, k, v, scale=scale, causal=False).astype(dtype.np)  # the forward's output, as stored
         out.append(Case(name, (q, k, v, o, randn(rng, (b, sq, hq, 16), dtype)), {"scale": scale}))
+    q, k, v, o, do = out[1].operands  # gqa, with the forward's statistics given
+    out.append(Case("gqa-stats", (q, k, v, o, do, sdpa_stats(q, k, v, scale=0.0)[1]), {"scale": 0.0}))
     return out
 
 
 @defop(
     "sdpa_backward",
-    operands=("q", "k", "v", "o", "do"),
+    operands=("q", "k", "v", "o", "do", "lse?"),
     attrs=(AttrSpec("scale", "float", 0.0, doc="the forward's softmax scale; 0 means 1/sqrt(head_dim)"),),
     infer=_sdpa_backward_infer,
     cases=_sdpa_backward_cases,
@@ -222,13 +233,16 @@ def _sdpa_backward_cases(rng: np.random.Generator, dtype: DType) -> list[Case]:
     num_results=3,
 )
 def sdpa_backward(
-    q: np.ndarray, k: np.ndarray, v: np.ndarray, o: np.ndarray, do: np.ndarray, *, scale: float
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """sdpa_backward(q, k, v, o, do; scale) -> (dq, dk, dv): the gradients of an unmasked, non-causal
+    q: np.ndarray, k: np.ndarray, v: np.ndarray, o: np.ndarray, do: np.ndarray, lse: np.ndarray | None = None,
+    *, scale: float,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # fmt: skip
+    """sdpa_backward(q, k, v, o, do, lse?; scale) -> (dq, dk, dv): the gradients of an unmasked, non-causal
     `sdpa(q, k, v; scale)` whose output o received the cotangent do, computed in fp32 without storing the
     probabilities (as flash-attention backward kernels do). Autodiff emits it for half-precision attention
     (f16 / bf16, one head dim, a multiple of 8 up to 256); a backend that does not declare it runs the
-    chain of core ops it stands for (`dif.passes.legalize`).
+    chain of core ops it stands for (`dif.passes.legalize`). lse [B, H, Sq] f32, the forward's softmax
+    statistics (`sdpa_stats`, put in by the `reuse_attention_stats` pass), saves recomputing them; the
+    result does not depend on it (P is the same softmax either way).
 
     P = softmax(q k^T s), dv = P^T do, dS = P (do v^T - rowsum(do o)), dq = dS k s, dk = dS^T q s, per head;
     a kv head's dk / dv sum over the query heads it serves. The row term reads the o given (the forward's
@@ -250,3 +264,38 @@ def sdpa_backward(
         return np.swapaxes(t.reshape(b, h // group, group, n, d).sum(axis=2), 1, 2)
 
     return np.swapaxes(dq, 1, 2), per_kv_head(dk), per_kv_head(dv)
+
+
+def _sdpa_stats_infer(q: TensorType, k: TensorType, v: TensorType, *, scale: float) -> tuple[TensorType, TensorType]:
+    out = _sdpa_infer(q, k, v, scale=scale, causal=False)
+    why = fused_backward_refusal(q, k, v)
+    if why:
+        raise fail(why)
+    return out, _stats_type(q)
+
+
+def _sdpa_stats_cases(rng: np.random.Generator, dtype: DType) -> list[Case]:
+    return [Case(c.name, c.operands[:3], c.attrs) for c in _sdpa_backward_cases(rng, dtype)[:3]]
+
+
+@defop(
+    "sdpa_stats",
+    operands=("q", "k", "v"),
+    attrs=(AttrSpec("scale", "float", 0.0, doc="softmax scale; 0 means 1/sqrt(head_dim)"),),
+    infer=_sdpa_stats_infer,
+    cases=_sdpa_stats_cases,
+    category="fused",
+    num_results=2,
+)
+def sdpa_stats(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, scale: float) -> tuple[np.ndarray, np.ndarray]:
+    """sdpa_stats(q, k, v; scale) -> (o, lse): an unmasked, non-causal `sdpa` that also returns its softmax
+    statistics lse [B, H, Sq] f32 = log(sum_j exp(q_i . k_j s)), for the `sdpa_backward` of the same
+    attention (the `reuse_attention_stats` pass puts it in, in a training step, so the backward does not
+    recompute them). Half precision, the domain of `sdpa_backward`."""
+    qf, kf = (np.swapaxes(fp(a), 1, 2) for a in (q, k))
+    kr = np.repeat(kf, q.shape[2] // k.shape[2], axis=1)
+    s = scale or 1.0 / math.sqrt(q.shape[3])
+    logits = np.matmul(qf * qf.dtype.type(s), np.swapaxes(kr, 2, 3))
+    peak = logits.max(axis=-1)
+    lse = peak + np.log(np.exp(logits - peak[..., None]).sum(axis=-1))
+    return sdpa(q, k, v, scale=scale, causal=False), lse

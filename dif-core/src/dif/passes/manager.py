@@ -2,7 +2,8 @@
 between verify and the planner) and collects every decision they make.
 
     program --rope_before_concat--> --fuse_norm_rope--> --fuse_norm_modulate--> --fuse_gated_residual-->
-            --fuse_group_norm_silu--> --fuse_linear_residual--> [plugin passes] --> planner
+            --fuse_group_norm_silu--> --fuse_linear_residual--> --reuse_attention_stats--> [plugin passes]
+            --> planner
 
 A pass is `fn(program, **options) -> Program`; the manager passes the options the function takes:
 `ctx` (a `PassContext`: target, `supports(op)`, `record(...)`) and `target`. Every result is
@@ -20,6 +21,7 @@ from typing import Any
 from dif.env import DIF_PASSES
 from dif.errors import DifError, UsageError
 from dif.ir.program import Program
+from dif.passes.attention_stats import reuse_attention_stats
 from dif.passes.context import APPLIED, PassContext, PassDecision, log
 from dif.passes.distribute import rope_before_concat
 from dif.passes.fusions import fuse_gated_residual, fuse_linear_residual, fuse_norm_modulate, fuse_norm_rope
@@ -38,6 +40,7 @@ CORE_PASSES: dict[str, PassFn] = {
     "fuse_gated_residual": fuse_gated_residual,
     "fuse_group_norm_silu": fuse_group_norm_silu,
     "fuse_linear_residual": fuse_linear_residual,
+    "reuse_attention_stats": reuse_attention_stats,
     # format passes (dif.passes.quantize): chosen by the format search or by name, never by default
     "quantize_fp8": quantize_fp8,
     "quantize_int8": quantize_int8,

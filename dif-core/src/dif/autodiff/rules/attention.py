@@ -96,8 +96,25 @@ def _sdpa(a: VjpArgs) -> list[Var | None]:
 
 
 @decomposition("sdpa_backward")
-def _sdpa_backward_chain(b: ProgramBuilder, q: Var, k: Var, v: Var, o: Var, do: Var, *, scale: float) -> list[Var]:
+def _sdpa_backward_chain(
+    b: ProgramBuilder, q: Var, k: Var, v: Var, o: Var, do: Var, lse: Var | None = None, *, scale: float
+) -> list[Var]:
+    """The chain recomputes P itself: the forward's statistics `lse`, where given, are not needed."""
     return _backward_chain(b, q, k, v, o, do, scale or 1.0 / math.sqrt(q.shape[3]))  # type: ignore[return-value]
+
+
+@decomposition("sdpa_stats")
+def _sdpa_stats_chain(b: ProgramBuilder, q: Var, k: Var, v: Var, *, scale: float) -> list[Var]:
+    """sdpa itself, and lse = m + log(sum exp(logits - m)) per row with m the row's largest logit, in fp32."""
+    s = scale or 1.0 / math.sqrt(q.shape[3])
+    kr = _repeat_kv(b, _heads_first(b, k), q.shape[2] // k.shape[2])
+    qh = b.emit("cast", _heads_first(b, q), dtype="f32")
+    qs = b.emit("scalar_affine", qh, scale=s, bias=0.0)  # (`scale` is the attribute here)
+    logits = b.emit("matmul", qs, transpose_last2(b, b.emit("cast", kr, dtype="f32")))
+    peak = b.emit("reduce_max", logits, axes=(-1,), keepdims=True)
+    total = b.emit("reduce_sum", b.emit("exp", b.emit("sub", logits, peak)), axes=(-1,))
+    lse = b.emit("add", b.emit("reshape", peak, shape=total.shape), b.emit("log", total))
+    return [b.emit("sdpa", q, k, v, scale=s), lse]
 
 
 def _backward_chain(
