@@ -75,7 +75,7 @@ def test_fl2va_cli(dif_cli: Callable[..., Any], tmp_path: Path) -> None:
     fl2va, t2va = tmp_path / "fl2va.safetensors", tmp_path / "t2va.safetensors"
     ok = dif_cli(*base, "--first-frame", str(first), "--save-latents", str(fl2va))
     assert ok.exit_code == 0, ok.output
-    assert "no picture blocks" in ok.output  # the warning says what is left out
+    assert "no picture blocks" not in ok.output  # the embedded default has the vision tower: picture blocks
     assert dif_cli(*base, "--save-latents", str(t2va)).exit_code == 0
     a, b = open_safetensors(fl2va)["video_latents"], open_safetensors(t2va)["video_latents"]
     assert a.shape == b.shape and np.linalg.norm(a - b) / np.linalg.norm(b) > 1e-3  # the keyframe conditions

@@ -60,7 +60,7 @@ def folder(tmp_path_factory, randomize) -> tuple[Path, Any]:  # type: ignore[no-
     model = transformers.Qwen3VLForConditionalGeneration(cfg).eval().float()
     randomize(model, torch, 11)
     model.save_pretrained(root / "text_encoder")
-    (root / "processor").mkdir()
+    (root / "processor").mkdir(exist_ok=True)  # the embedded default has one: the published settings again
     (root / "processor" / "preprocessor_config.json").write_text(json.dumps(PUBLISHED_PROCESSOR))
     return root, model
 
