@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from dif.dtypes import DType
 from dif.errors import NotImplementedOnBackend
 from dif.ops.registry import OPS
 from dif.testing.conformance import case_program, conformance_cases
@@ -346,3 +347,61 @@ def test_a_weight_gradient_convolution_splits_its_reduction_with_matching_kernel
     assert (splits, chunk) == (132, 1986 // 16 * 16 + 16) and splits * chunk >= 16 * 128 * 128
     assert asked == [4 * splits * 8 * 8 * 9]  # fp32 partials [split, O, N * Ho * Wo]
     assert split_k(200, 1 << 20, 1, 1, 132) == (1, 1 << 20) and split_k(2, 3000, 1, 1, 132) == (1, 3000)
+
+
+def _chunked(cb: Any, ctx: LowerCtx, operands: list[np.ndarray], out_shape: tuple[int, ...], fn: Any) -> np.ndarray:
+    """What the chunked-broadcast kernels compute (kernels/common.cuh `BIdx` offsets, `load_chunk`), in
+    numpy: for every output chunk, each operand's chunk (or scalar, splatted) at the offset the metadata
+    gives, combined by `fn`."""
+    meta = np.concatenate(ctx.meta_chunks)[cb.meta.offset :]
+    rank = int(meta[0])
+    shape = meta[1 : 1 + rank]
+    strides = [meta[1 + rank * (1 + k) : 1 + rank * (2 + k)] for k in range(len(operands))]
+    flat = [a.reshape(-1) for a in operands]
+    out = np.empty((cb.chunks, cb.per), np.float64)
+    for c in range(cb.chunks):
+        digits = np.unravel_index(c, tuple(shape))
+        parts = []
+        for k, a in enumerate(flat):
+            off = int(sum(int(d) * int(s) for d, s in zip(digits, strides[k], strict=True)))
+            parts.append(np.full(cb.per, a[off]) if cb.scalars >> k & 1 else a[off * cb.per : (off + 1) * cb.per])
+        out[c] = fn(*parts)
+    return out.reshape(out_shape)
+
+
+@pytest.mark.parametrize("shapes", [
+    [(1, 8, 4, 32), (8, 1, 32)],  # a rotary table against heads
+    [(1, 8, 4, 32), (1, 8, 4, 1)],  # a statistic per row
+    [(2, 1, 1), (2, 5, 16)],  # a scalar per batch, first
+    [(3, 5, 16), (16,), (3, 5, 1)],  # three operands (gated_residual's)
+])  # fmt: skip
+def test_chunked_broadcast_metadata_addresses_numpy_broadcasting(sigs: Any, shapes: list[tuple[int, ...]]) -> None:
+    from dif_backend_cuda.lower.base import chunk_broadcast
+
+    rng = np.random.default_rng(0)
+    out_shape = np.broadcast_shapes(*shapes)
+    arrays = [rng.standard_normal(s) for s in shapes]
+    base = 1 << 32
+    tensors = []
+    for s in (*shapes, out_shape):
+        tensors.append(DevTensor(base, tuple(s), DType.BF16))
+        base += 1 << 20
+    ctx = LowerCtx(_FakeBackend(sigs), OPS)
+    cb = chunk_broadcast(ctx, tensors[:-1], tensors[-1])
+    assert cb is not None and cb.per == 8
+    fn = (lambda a, b: a * b) if len(shapes) == 2 else (lambda x, g, u: x + g * u)
+    want = fn(*np.broadcast_arrays(*arrays))
+    np.testing.assert_array_equal(_chunked(cb, ctx, arrays, out_shape, fn), want)
+
+
+def test_chunked_broadcast_refuses_what_it_cannot_address(sigs: Any) -> None:
+    from dif_backend_cuda.lower.base import chunk_broadcast
+
+    ctx = LowerCtx(_FakeBackend(sigs), OPS)
+    y = DevTensor(1 << 32, (4, 24), DType.BF16)
+    odd = DevTensor(1 << 34, (4, 3), DType.BF16)  # an innermost axis neither spanning the output's nor of size 1
+    assert chunk_broadcast(ctx, [DevTensor(1 << 33, (4, 24), DType.BF16), odd], y) is None
+    assert chunk_broadcast(ctx, [DevTensor((1 << 33) + 2, (4, 24), DType.BF16)], y) is None  # off a 16-byte boundary
+    assert (
+        chunk_broadcast(ctx, [DevTensor(1 << 33, (4, 20), DType.BF16)], DevTensor(1 << 32, (4, 20), DType.BF16)) is None
+    )
