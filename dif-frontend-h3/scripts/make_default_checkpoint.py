@@ -38,16 +38,7 @@ PUBLISHED = PACKAGE / "configs" / "h3"
 BF16 = np.dtype(ml_dtypes.bfloat16)
 VERSION = "0.42.1"
 TAP = 3
-PROCESSOR: dict[str, Any] = {  # MiniMaxAI/MiniMax-H3 processor/preprocessor_config.json
-    "size": {"longest_edge": 16777216, "shortest_edge": 65536},
-    "patch_size": 16,
-    "temporal_patch_size": 2,
-    "merge_size": 2,
-    "image_mean": [0.5, 0.5, 0.5],
-    "image_std": [0.5, 0.5, 0.5],
-    "processor_class": "Qwen3VLProcessor",
-    "image_processor_type": "Qwen2VLImageProcessorFast",
-}
+PROCESSOR = PUBLISHED / "processor" / "preprocessor_config.json"  # the published image processor settings
 
 
 def _component(library: str, cls: str) -> list[Any]:
@@ -214,7 +205,7 @@ def make(out: Path, tokenizer: Path) -> None:
     line = write_diffusers_folder(out, MODEL_INDEX, components, tensor_for, scheduler=scheduler, tokenizer=tokenizer)
     (out / "audio_scheduler").mkdir()
     (out / "processor").mkdir()
-    (out / "processor" / "preprocessor_config.json").write_text(json.dumps(PROCESSOR, indent=4) + "\n")
+    (out / "processor" / "preprocessor_config.json").write_bytes(PROCESSOR.read_bytes())
     audio = {**scheduler, "shift": 3.0}
     (out / "audio_scheduler" / "scheduler_config.json").write_text(json.dumps(audio, indent=2) + "\n")
     print(line)

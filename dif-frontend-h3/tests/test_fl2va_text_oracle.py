@@ -17,20 +17,12 @@ import numpy as np
 import pytest
 
 from dif_frontend_h3 import DEFAULT_CHECKPOINT
+from dif_frontend_h3.configs import published
 from dif_frontend_h3.pipeline import H3Pipeline, Keyframe, VideoRequest
 from dif_frontend_h3.weights import open_checkpoint
 
 pytestmark = pytest.mark.oracle
-PUBLISHED_PROCESSOR: dict[str, Any] = {  # MiniMaxAI/MiniMax-H3 processor/preprocessor_config.json
-    "size": {"longest_edge": 16777216, "shortest_edge": 65536},
-    "patch_size": 16,
-    "temporal_patch_size": 2,
-    "merge_size": 2,
-    "image_mean": [0.5, 0.5, 0.5],
-    "image_std": [0.5, 0.5, 0.5],
-    "processor_class": "Qwen3VLProcessor",
-    "image_processor_type": "Qwen2VLImageProcessorFast",
-}
+PUBLISHED_PROCESSOR: dict[str, Any] = json.loads((published() / "processor" / "preprocessor_config.json").read_text())
 TINY_VISION: dict[str, Any] = dict(
     depth=2,
     hidden_size=16,
