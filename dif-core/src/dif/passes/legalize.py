@@ -10,6 +10,7 @@ not change; the new nodes' provenance is the replaced node's with `legalize` app
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Sequence
 
 from attrs import evolve
@@ -68,9 +69,7 @@ def legalize(program: Program, target: TargetProfile | None) -> tuple[Program, l
                 provenance[nid] = base if n is node else evolve(base, transforms=(*base.transforms, TRANSFORM))
     out = evolve(program, nodes=tuple(nodes), provenance=provenance, meta=dict(program.meta))
     backend = target.backend if target is not None else "?"
-    counts: dict[str, int] = {}
-    for n in todo:
-        counts[n.op] = counts.get(n.op, 0) + 1
+    counts = Counter(n.op for n in todo)
     decisions = [
         Decision(
             f"legalize: {count} {op} node(s) run as their chain of core ops",
