@@ -48,6 +48,11 @@ def _registered() -> dict[str, Decomposition]:
     return _DECOMPOSITIONS
 
 
+def decomposable() -> frozenset[str]:
+    """The ops with a decomposition: a backend need not lower them (it gets their chains)."""
+    return frozenset(_registered())
+
+
 def legalize(program: Program, target: TargetProfile | None) -> tuple[Program, list[Decision]]:
     """`program` with every node the target cannot run replaced by its decomposition (the same object
     when there is none), and one decision per op replaced."""
