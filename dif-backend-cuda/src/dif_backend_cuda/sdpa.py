@@ -258,9 +258,8 @@ class CudnnSdpa:
 
         def build(limit: int | None) -> Any:
             cudnn = ctx.lib
-            dt = cudnn.data_type.BFLOAT16 if dtype == DType.BF16 else cudnn.data_type.HALF
+            g, dt = half_graph(ctx, dtype)
             fp32 = cudnn.data_type.FLOAT
-            g = cudnn.pygraph(io_data_type=dt, intermediate_data_type=fp32, compute_data_type=fp32, handle=ctx.handle)
 
             def bshd(name: str, s: int, h: int, t: int) -> Any:
                 return g.tensor(name=name, dim=[b, h, s, d], stride=[s * t, d, t, 1], data_type=dt, uid=UIDS[name])
@@ -306,11 +305,11 @@ class CudnnSdpa:
 
 class CudnnSdpaBackward:
     """One `sdpa_backward` node on cuDNN: the softmax statistics (log-sum-exp per query row, fp32) at
-    `stats`, given by the forward (`sdpa_stats`) or, with `recompute_stats`, recomputed by a forward SDPA
-    graph run with `generate_stats` (its output goes to dq's buffer, which the backward overwrites), then
-    cuDNN's flash-attention backward from q, k, v, the stored o and do. Both
-    graphs are shared per problem like the forward's. The backward is asked for cuDNN's deterministic
-    algorithm first (so a training step repeats bit for bit); where that is refused, the default one."""
+    `stats`, given by the forward (`sdpa_stats`) or, with `recompute_stats`, recomputed first by the forward
+    SDPA with statistics (`CudnnSdpa(stats=...)`, its output written to dq's buffer, which the backward then
+    overwrites); then cuDNN's flash-attention backward from q, k, v, the stored o and do, its graph shared
+    per problem like the forward's. The backward is asked for cuDNN's deterministic algorithm first (so a
+    training step repeats bit for bit); where that is refused, the default one."""
 
     kind = "cudnn"
 
@@ -334,84 +333,65 @@ class CudnnSdpaBackward:
         t = token_strides  # elements between tokens of each of q k v o do dq dk dv
         rows = {"q": (sq, hq), "o": (sq, hq), "do": (sq, hq), "dq": (sq, hq),
                 "k": (skv, hkv), "v": (skv, hkv), "dk": (skv, hkv), "dv": (skv, hkv)}  # fmt: skip
-        strides = tuple(t[n] for n in rows)
-
-        def graph() -> tuple[Any, Any]:
-            cudnn = ctx.lib
-            dt = cudnn.data_type.BFLOAT16 if dtype == DType.BF16 else cudnn.data_type.HALF
-            fp32 = cudnn.data_type.FLOAT
-            return cudnn.pygraph(io_data_type=dt, intermediate_data_type=fp32, compute_data_type=fp32,
-                                 handle=ctx.handle), dt  # fmt: skip
 
         def bhsd(g: Any, dt: Any, name: str) -> Any:
             s, h = rows[name]
             return g.tensor(name=name, dim=[b, h, s, d], stride=[s * t[name], d, t[name], 1], data_type=dt,
                             uid=UIDS[name])  # fmt: skip
 
-        def stats_tensor(g: Any) -> Any:
-            return g.tensor(name="stats", dim=[b, hq, sq, 1], stride=[hq * sq, sq, 1, 1],
-                            data_type=ctx.lib.data_type.FLOAT, uid=UIDS["stats"])  # fmt: skip
-
-        def output(tensor: Any, name: str, dt: Any) -> None:
-            s, h = rows[name]
-            tensor.set_output(True).set_dim([b, h, s, d]).set_stride([s * t[name], d, t[name], 1]).set_data_type(dt)
-            tensor.set_uid(UIDS[name])
-
-        def build_stats(limit: int | None) -> Any:
-            g, dt = graph()
-            qkv = {n: bhsd(g, dt, n) for n in ("q", "k", "v")}
-            kwargs = {**qkv, "name": "sdpa_stats", "attn_scale": scale, "use_causal_mask": False}
-            try:
-                o, lse = g.sdpa(generate_stats=True, **kwargs)
-            except TypeError:  # older frontends spell it is_inference
-                o, lse = g.sdpa(is_inference=False, **kwargs)
-            output(o, "dq", dt)  # the recomputed output lands in dq's buffer: scratch until the backward
-            lse.set_output(True).set_dim([b, hq, sq, 1]).set_stride([hq * sq, sq, 1, 1])
-            lse.set_data_type(ctx.lib.data_type.FLOAT).set_uid(UIDS["stats"])
-            finish_graph(ctx.lib, g, limit)
-            return g
-
-        self.deterministic = deterministic
-
         def build_backward(limit: int | None) -> Any:
-            g, dt = graph()
-            ins = {n: bhsd(g, dt, n) for n in ("q", "k", "v", "o")}
+            g, dt = half_graph(ctx, dtype)
+            ins = {n: bhsd(g, dt, n) for n in ("q", "k", "v", "o", "do")}
+            lse = g.tensor(name="stats", dim=[b, hq, sq, 1], stride=[hq * sq, sq, 1, 1],
+                           data_type=ctx.lib.data_type.FLOAT, uid=UIDS["stats"])  # fmt: skip
             grads = g.sdpa_backward(
-                name="sdpa_backward", **ins, dO=bhsd(g, dt, "do"), stats=stats_tensor(g), attn_scale=scale,
-                use_causal_mask=False, use_deterministic_algorithm=self.deterministic,
+                name="sdpa_backward", q=ins["q"], k=ins["k"], v=ins["v"], o=ins["o"], dO=ins["do"], stats=lse,
+                attn_scale=scale, use_causal_mask=False, use_deterministic_algorithm=self.deterministic,
             )  # fmt: skip
             for tensor, name in zip(grads, ("dq", "dk", "dv"), strict=True):
-                output(tensor, name, dt)
+                s, h = rows[name]
+                tensor.set_output(True).set_dim([b, h, s, d]).set_stride([s * t[name], d, t[name], 1])
+                tensor.set_data_type(dt).set_uid(UIDS[name])
             finish_graph(ctx.lib, g, limit)
             return g
 
-        common = (dtype, b, sq, skv, hq, hkv, d, scale, *strides)
-        stats_pointers = {"q": pointers["q"], "k": pointers["k"], "v": pointers["v"], "dq": pointers["dq"],
-                          "stats": stats}  # fmt: skip
-        back_pointers = {**{n: pointers[n] for n in rows}, "stats": stats}
         self.ctx = ctx
-        self.forward: SharedGraph | None = None
-        shared_f = True
+        self.recompute: CudnnSdpa | None = None
         if recompute_stats:
-            self.forward, shared_f = ctx.shared_graph(("sdpa-stats", *common), build_stats, stats_pointers)
+            self.recompute = CudnnSdpa(
+                ctx, dtype, b, sq, skv, hq, hkv, d, pointers["q"], pointers["k"], pointers["v"], pointers["dq"], scale,
+                False, [t["q"], t["k"], t["v"], t["dq"]], stats=stats,
+            )  # fmt: skip
+        self.deterministic = deterministic
+        common = (dtype, b, sq, skv, hq, hkv, d, scale, *(t[n] for n in rows))
+        back_pointers = {**{n: pointers[n] for n in rows}, "stats": stats}
         try:
-            self.backward, shared_b = ctx.shared_graph(
+            self.backward, shared = ctx.shared_graph(
                 ("sdpa-backward", self.deterministic, *common), build_backward, back_pointers
             )
         except Exception:  # noqa: BLE001 - no deterministic plan for this problem: cuDNN's default algorithm
             if not self.deterministic:
                 raise
             self.deterministic = False
-            self.backward, shared_b = ctx.shared_graph(("sdpa-backward", False, *common), build_backward, back_pointers)
-        self.packs = (SharedGraph.pack(stats_pointers), SharedGraph.pack(back_pointers))
+            self.backward, shared = ctx.shared_graph(("sdpa-backward", False, *common), build_backward, back_pointers)
+        self.pack = SharedGraph.pack(back_pointers)
         how = "deterministic" if self.deterministic else "non-deterministic"
         stats_from = "statistics recomputed" if recompute_stats else "the forward's statistics"
-        self.choice = f"{self.backward.choice}, {how}, {stats_from}{', graphs shared' if shared_f and shared_b else ''}"
+        self.choice = f"{self.backward.choice}, {how}, {stats_from}{', graph shared' if shared else ''}"
 
     def __call__(self, stream: Any) -> None:
-        if self.forward is not None:
-            self.forward.graph.execute(self.packs[0], self.forward.workspace.ptr, handle=self.ctx.handle)
-        self.backward.graph.execute(self.packs[1], self.backward.workspace.ptr, handle=self.ctx.handle)
+        if self.recompute is not None:
+            self.recompute(stream)
+        self.backward.graph.execute(self.pack, self.backward.workspace.ptr, handle=self.ctx.handle)
+
+
+def half_graph(ctx: CudnnContext, dtype: DType) -> tuple[Any, Any]:
+    """(a new cuDNN graph with fp16 / bf16 input and output and fp32 math, cuDNN's data type for `dtype`)."""
+    cudnn = ctx.lib
+    dt = cudnn.data_type.BFLOAT16 if dtype == DType.BF16 else cudnn.data_type.HALF
+    fp32 = cudnn.data_type.FLOAT
+    graph = cudnn.pygraph(io_data_type=dt, intermediate_data_type=fp32, compute_data_type=fp32, handle=ctx.handle)
+    return graph, dt
 
 
 def finish_graph(cudnn: Any, graph: Any, workspace_limit: int | None) -> None:
