@@ -135,7 +135,7 @@ def _base(model: Any) -> Any:
 
 def dif_step(dev: Device, case: Any, modules: list[str], init: dict[str, np.ndarray], target: np.ndarray,
              iters: int, warm: int, checkpoint: bool, profile: int = 0) -> dict[str, Any]:  # fmt: skip
-    from dif.train.loop import prepare_step
+    from dif.runtime import prepare
     from dif.train.optim import BC1, BC2, GRAD_SCALE, moment_names
     from dif.train.optim import LR as LR_INPUT
     from dif.train.schedule import AdamW, bias_corrections
@@ -145,9 +145,10 @@ def dif_step(dev: Device, case: Any, modules: list[str], init: dict[str, np.ndar
     step, grad, trainable = dif_programs(case, modules, checkpoint)
     build_s = time.perf_counter() - t0
     backend = dev.backend()
-    with dev.bridge():  # legalized and optimized as `dif train` runs it (dif.train.loop.prepare_step)
+    with dev.bridge():  # legalized and optimized as `dif train` runs it (dif.runtime.prepare)
         t1 = time.perf_counter()
-        exe, plan = prepare_step(backend, step.step, dev.weights(step.step, _base(case.model)), step.grad.decisions)
+        weights = dev.weights(step.step, _base(case.model))
+        exe, plan = prepare(step.step, weights, backend, decisions=step.grad.decisions)
         prepare_s = time.perf_counter() - t1
     bc1, bc2 = bias_corrections(AdamW(lr=LR), 0)
     scalars = {LR_INPUT: LR, BC1: bc1, BC2: bc2, GRAD_SCALE: 1.0}
@@ -176,7 +177,8 @@ def dif_step(dev: Device, case: Any, modules: list[str], init: dict[str, np.ndar
     dev.empty_cache()
     if not checkpoint:  # the first step's gradients, from the gradient program on the same inputs
         with dev.bridge():
-            gexe, _ = prepare_step(backend, grad.program, dev.weights(grad.program, _base(case.model)), grad.decisions)
+            gweights = dev.weights(grad.program, _base(case.model))
+            gexe, _ = prepare(grad.program, gweights, backend, decisions=grad.decisions)
         gout = gexe.run({**case.inputs, TARGET: target, **init})
         result["grads"] = {n: np.asarray(gout[grad.gradients[n]], np.float32) for n in trainable}
         del gexe

@@ -260,6 +260,7 @@ def prepare(
     *,
     precision: str = "as-built",
     passes: Sequence[str] | None = None,
+    decisions: Sequence[Decision] = (),
 ) -> tuple[Executable, Plan]:
     """Optimize `program` for `backend` (a name, an instance, or None for the default), plan it and
     prepare it.
@@ -267,19 +268,20 @@ def prepare(
     `weights` maps parameter names to host arrays of the declared shapes and dtypes (passes keep
     every parameter). `budget` defaults to what the backend reports now. `passes` names the
     optimizer pipeline (None: `DIF_PASSES`, see `dif.passes.selected_passes`); its decisions head
-    the plan's. The executable runs the optimized program: same inputs, outputs and names."""
+    the plan's, after `decisions` made before (a training step's autodiff recomputes). The executable
+    runs the optimized program: same inputs, outputs and names."""
     from dif.plan.planner import plan_program
 
     if backend is None or isinstance(backend, str):
         backend = get_backend(backend, program=program)
     profile = backend.profile()
-    optimized, decisions = optimize_for(program, backend, profile, passes)
+    optimized, passed = optimize_for(program, backend, profile, passes)
     plan = plan_program(
         optimized,
         profile,
         budget if budget is not None else backend.budget(),
         precision=precision,
-        decisions=decisions,
+        decisions=(*decisions, *passed),
     )
     from dif.weights.quantized import with_quantized_weights  # format passes derive weights at load
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 import numpy as np
 from attrs import define, field, frozen
@@ -22,11 +22,6 @@ from dif.train.checkpoint import TrainState, check_shapes, load_state, save_stat
 from dif.train.optim import BC1, BC2, GRAD_SCALE, LR, accum_name, moment_names
 from dif.train.schedule import AdamW, LrSchedule, bias_corrections
 from dif.train.step import LOSS, StepPrograms
-
-if TYPE_CHECKING:
-    from dif.backend import Backend, Executable
-    from dif.ir.program import Program
-    from dif.plan.plan import Decision, Plan
 
 
 class Task(Protocol):
@@ -48,20 +43,6 @@ class StepReport:
     grad_norm: float
     lr: float
     seconds: float
-
-
-def prepare_step(
-    backend: Backend, program: Program, weights: Mapping[str, np.ndarray], decisions: Sequence[Decision] = ()
-) -> tuple[Executable, Plan]:
-    """(executable, plan) of a step program on `backend`: legalized and optimized for it (as every
-    program the runtime runs), planned with the autodiff `decisions` first. Output names do not change."""
-    from dif.plan.planner import plan_program
-    from dif.runtime import optimize_for
-
-    profile = backend.profile()
-    optimized, passes = optimize_for(program, backend, profile)
-    plan = plan_program(optimized, profile, backend.budget(), decisions=(*decisions, *passes))
-    return backend.prepare(optimized, plan, weights), plan
 
 
 @define
@@ -105,11 +86,12 @@ class Trainer:
             def run(inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
                 return interpret(program, inputs, weights)
         else:
-            from dif.runtime import get_backend
+            from dif.runtime import get_backend, prepare
 
             backend = get_backend(self.backend, program=program)
             grad = progs.grad if which == "step" else None
-            executable, plan = prepare_step(backend, program, weights, grad.decisions if grad else ())
+            # legalized and optimized as every program the runtime runs; the autodiff decisions first
+            executable, plan = prepare(program, weights, backend, decisions=grad.decisions if grad else ())
             self.plans[(key, which)] = plan
             run = executable.run
         self._executables[(key, which)] = run
