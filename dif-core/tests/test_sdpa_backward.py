@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dif.autodiff import grad_program
+from dif.autodiff import GradProgram, grad_program
 from dif.dtypes import DType
 from dif.interp import interpret
 from dif.ir.builder import ProgramBuilder
@@ -66,22 +66,27 @@ def test_legalize_leaves_a_program_the_target_runs() -> None:
     assert all("legalize" in p.transforms for p in chain.provenance.values())
 
 
-def _attention_grad(dtype: str, d: int = 16, **attrs: object) -> dict[str, int]:
+def _attention_grad(dtype: str, shape: tuple[int, ...] = (1, 8, 2, 16), **attrs: object) -> GradProgram:
+    """The gradient program of sum(sdpa(q, k, v, mask?; attrs)²) for q, k, v of `shape` [B, S, H, D]."""
     b = ProgramBuilder("attn")
-    q, k, v = (b.input(n, (1, 8, 2, d), dtype) for n in "qkv")
-    mask = b.input("mask", (1, 8), "bool") if attrs.pop("masked", False) else None
+    q, k, v = (b.input(n, shape, dtype) for n in "qkv")
+    mask = b.input("mask", shape[:2], "bool") if attrs.pop("masked", False) else None
     y = b.emit("sdpa", q, k, v, mask, **attrs)
     b.output(b.emit("reduce_sum", b.emit("mul", y, y), axes=(0, 1, 2, 3)))
     prog = b.build()
-    return grad_program(prog, ["q", "k", "v"], loss=prog.outputs[0]).program.op_histogram()
+    return grad_program(prog, ["q", "k", "v"], loss=prog.outputs[0])
+
+
+def _grad_ops(dtype: str, d: int = 16, **attrs: object) -> dict[str, int]:
+    return _attention_grad(dtype, (1, 8, 2, d), **attrs).program.op_histogram()
 
 
 def test_autodiff_emits_the_fused_backward_only_where_it_is_defined() -> None:
-    assert _attention_grad("bf16").get("sdpa_backward") == 1
-    assert _attention_grad("f16", scale=0.2).get("sdpa_backward") == 1
+    assert _grad_ops("bf16").get("sdpa_backward") == 1
+    assert _grad_ops("f16", scale=0.2).get("sdpa_backward") == 1
     for why, hist in {
-        "f32": _attention_grad("f32"), "head dim 12": _attention_grad("bf16", d=12),
-        "key mask": _attention_grad("bf16", masked=True), "causal": _attention_grad("bf16", causal=True),
+        "f32": _grad_ops("f32"), "head dim 12": _grad_ops("bf16", d=12),
+        "key mask": _grad_ops("bf16", masked=True), "causal": _grad_ops("bf16", causal=True),
     }.items():  # fmt: skip
         assert "sdpa_backward" not in hist and hist.get("softmax") == 1, why
 
@@ -89,12 +94,7 @@ def test_autodiff_emits_the_fused_backward_only_where_it_is_defined() -> None:
 def test_fused_gradients_match_the_chain_in_bf16() -> None:
     """One bf16 attention's gradients from the fused reference and from the legalized chain (which rounds
     P and dS to bf16 between its steps): equal to bf16 precision."""
-    b = ProgramBuilder("attn")
-    q, k, v = (b.input(n, (2, 16, 4, 32), "bf16") for n in "qkv")
-    y = b.emit("sdpa", q, k, v)
-    b.output(b.emit("reduce_sum", b.emit("mul", y, y), axes=(0, 1, 2, 3)))
-    prog = b.build()
-    grad = grad_program(prog, ["q", "k", "v"], loss=prog.outputs[0])
+    grad = _attention_grad("bf16", (2, 16, 4, 32))
     rng = np.random.default_rng(0)
     inputs = {n: rng.standard_normal((2, 16, 4, 32)).astype(DType.BF16.np) for n in "qkv"}
     fused = interpret(grad.program, inputs, {})
@@ -127,12 +127,7 @@ def test_the_forward_hands_its_statistics_to_the_backward() -> None:
     the forward sdpa into sdpa_stats and feeds its statistics to sdpa_backward; the gradients do not change."""
     from dif.passes import optimize
 
-    b = ProgramBuilder("attn")
-    q, k, v = (b.input(n, (1, 16, 4, 32), "bf16") for n in "qkv")
-    y = b.emit("sdpa", q, k, v)
-    b.output(b.emit("reduce_sum", b.emit("mul", y, y), axes=(0, 1, 2, 3)))
-    prog = b.build()
-    grad = grad_program(prog, ["q", "k", "v"], loss=prog.outputs[0])
+    grad = _attention_grad("bf16", (1, 16, 4, 32))
     target = TargetProfile(backend="fused", device="test", capabilities=("op:sdpa_backward", "op:sdpa_stats"))
     out, decisions = optimize(grad.program, target=target, passes=["reuse_attention_stats"])
     hist = out.op_histogram()

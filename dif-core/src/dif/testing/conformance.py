@@ -39,9 +39,9 @@ from dif.testing.tolerances import FP8_ACCUMULATION, Tolerance, compare, toleran
 
 DEFAULT_DTYPES = (DType.F32, DType.BF16)
 ELEMENTWISE_CATEGORIES = frozenset({"elementwise", "layout"})
+"""Op categories whose results are not reductions: their tolerance is not loosened by length."""
 HALF_ONLY_OPS = frozenset({"sdpa_backward", "sdpa_stats"})
 """Ops whose type rule takes f16 / bf16 only, so they have no f32 cases (the fused attention backward)."""
-"""Op categories whose results are not reductions: their tolerance is not loosened by length."""
 
 PASS, FAIL, ERROR, UNSUPPORTED = "pass", "fail", "error", "unsupported"
 

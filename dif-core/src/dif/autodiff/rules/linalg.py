@@ -23,7 +23,7 @@ def _linear(a: VjpArgs) -> list[Var | None]:
     g = a.g
     out: list[Var | None] = [None, None, None]
     rows, n_in, n_out = math.prod(x.shape[:-1]), x.shape[-1], g.shape[-1]
-    g2 = b.emit("reshape", g, shape=(rows, n_out))
+    g2 = b.emit("reshape", g, shape=(rows, n_out)) if a.wants[0] or a.wants[1] else g
     if a.wants[0]:
         out[0] = b.emit("reshape", b.emit("matmul", g2, w), shape=x.shape)
     if a.wants[1]:
