@@ -423,6 +423,108 @@ GLU_ALL(f32)
 GLU_ALL(f16)
 GLU_ALL(bf16)
 
+// ---- glu_backward: dx of glu(x) given the cotangent g, in one pass -------------------------------
+// The gated half v: d v = g * plain * act'(v); the plain half: d plain = g * act(v).
+template <int ACT>
+__device__ __forceinline__ float glu_act_grad(float v) {
+  if (ACT == G_SILU) {
+    const float s = sigmoid_f(v);
+    return s * (1.0f + v * (1.0f - s));
+  }
+  if (ACT == G_GELU) return 0.5f * (1.0f + erff(v * 0.70710678118654752f)) + v * expf(-0.5f * v * v) * 0.39894228040143268f;
+  const float c = 0.79788456080286536f, k = 0.044715f;
+  const float t = tanhf(c * (v + k * v * v * v));
+  return 0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * c * (1.0f + 3.0f * k * v * v);
+}
+// (a, b) = the halves at one column, gg the cotangent there: writes (d a, d b).
+template <int ACT>
+__device__ __forceinline__ void glu_grad_pair(float a, float b, float gg, int gate_first, float& da, float& db) {
+  if (gate_first) {
+    da = gg * b * glu_act_grad<ACT>(a);
+    db = gg * glu_act<ACT>(a);
+  } else {
+    da = gg * glu_act<ACT>(b);
+    db = gg * a * glu_act_grad<ACT>(b);
+  }
+}
+// x, dx [rows, 2h] (row pitches xp, dp), g [rows, h] (pitch gp); the grid as glu's.
+#define GLU_BACKWARD(ACTN, ACT, TN)                                                                        \
+  KERNEL_ENTRY glu_backward_##ACTN##_##TN(const TN* __restrict__ x, const TN* __restrict__ g,              \
+                                          TN* __restrict__ dx, i64 rows, i64 h, int gate_first, i64 xp,     \
+                                          i64 gp, i64 dp) {                                                 \
+    const i64 step = (i64)gridDim.x * blockDim.x;                                                          \
+    for (i64 r = blockIdx.y; r < rows; r += gridDim.y) {                                                   \
+      const TN* xr = x + r * xp;                                                                           \
+      const TN* gr = g + r * gp;                                                                           \
+      TN* dr = dx + r * dp;                                                                                \
+      for (i64 base = (i64)blockIdx.x * blockDim.x + threadIdx.x; base < h; base += ILP * step) {          \
+        float va[ILP], vb[ILP], vg[ILP];                                                                   \
+        ILP_FOR(e) {                                                                                       \
+          const i64 j = base + e * step;                                                                   \
+          va[e] = j < h ? to_f(xr[j]) : 0.0f;                                                              \
+          vb[e] = j < h ? to_f(xr[h + j]) : 0.0f;                                                          \
+          vg[e] = j < h ? to_f(gr[j]) : 0.0f;                                                              \
+        }                                                                                                  \
+        ILP_FOR(e) {                                                                                       \
+          const i64 j = base + e * step;                                                                   \
+          if (j < h) {                                                                                     \
+            float da, db;                                                                                  \
+            glu_grad_pair<ACT>(va[e], vb[e], vg[e], gate_first, da, db);                                   \
+            dr[j] = from_f<TN>(da);                                                                        \
+            dr[h + j] = from_f<TN>(db);                                                                    \
+          }                                                                                                \
+        }                                                                                                  \
+      }                                                                                                    \
+    }                                                                                                      \
+  }
+// 8 columns per thread through 4-element vector loads, on glu_vec's conditions (g's pitch as well).
+template <int ACT, class T>
+__device__ __forceinline__ void glu_backward_vec_impl(const T* __restrict__ x, const T* __restrict__ g,
+                                                      T* __restrict__ dx, i64 rows, i64 h, int gate_first,
+                                                      i64 xp, i64 gp, i64 dp) {
+  const i64 j = ((i64)blockIdx.x * blockDim.x + threadIdx.x) * 8;
+  if (j >= h) return;
+  for (i64 r = blockIdx.y; r < rows; r += gridDim.y) {
+    const T* xr = x + r * xp + j;
+    const T* gr = g + r * gp + j;
+    Glu4<T> a[2], b[2], gg[2], da[2], db[2];
+#pragma unroll
+    for (int k = 0; k < 2; ++k) {
+      a[k] = *reinterpret_cast<const Glu4<T>*>(xr + 4 * k);
+      b[k] = *reinterpret_cast<const Glu4<T>*>(xr + h + 4 * k);
+      gg[k] = *reinterpret_cast<const Glu4<T>*>(gr + 4 * k);
+    }
+#pragma unroll
+    for (int k = 0; k < 2; ++k)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        float fa, fb;
+        glu_grad_pair<ACT>(to_f(a[k].v[e]), to_f(b[k].v[e]), to_f(gg[k].v[e]), gate_first, fa, fb);
+        da[k].v[e] = from_f<T>(fa);
+        db[k].v[e] = from_f<T>(fb);
+      }
+    T* dr = dx + r * dp + j;
+#pragma unroll
+    for (int k = 0; k < 2; ++k) {
+      *reinterpret_cast<Glu4<T>*>(dr + 4 * k) = da[k];
+      *reinterpret_cast<Glu4<T>*>(dr + h + 4 * k) = db[k];
+    }
+  }
+}
+#define GLU_BACKWARD_VEC(ACTN, ACT, TN)                                                                    \
+  KERNEL_ENTRY glu_backward_vec_##ACTN##_##TN(const TN* __restrict__ x, const TN* __restrict__ g,          \
+                                              TN* __restrict__ dx, i64 rows, i64 h, int gate_first, i64 xp, \
+                                              i64 gp, i64 dp) {                                             \
+    glu_backward_vec_impl<ACT, TN>(x, g, dx, rows, h, gate_first, xp, gp, dp);                             \
+  }
+#define GLU_BACKWARD_ALL(TN)                                                                               \
+  GLU_BACKWARD(silu, G_SILU, TN) GLU_BACKWARD(gelu, G_GELU, TN) GLU_BACKWARD(gelu_tanh, G_GELU_TANH, TN)   \
+  GLU_BACKWARD_VEC(silu, G_SILU, TN) GLU_BACKWARD_VEC(gelu, G_GELU, TN)                                    \
+  GLU_BACKWARD_VEC(gelu_tanh, G_GELU_TANH, TN)
+GLU_BACKWARD_ALL(f32)
+GLU_BACKWARD_ALL(f16)
+GLU_BACKWARD_ALL(bf16)
+
 // ---- casts ---------------------------------------------------------------------------------------
 template <class A, class B> struct same_t { static const bool value = false; };
 template <class A> struct same_t<A, A> { static const bool value = true; };

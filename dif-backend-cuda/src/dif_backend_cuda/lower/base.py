@@ -209,7 +209,9 @@ LOWERINGS = LoweringTable("cuda")
 lowering = LOWERINGS.register
 
 
-PITCHED_ROWS = {"linear": 1, "glu": 1, "sdpa": 2, "rms_norm_rope": 2, "sdpa_stats": 2, "sdpa_backward": 2}
+PITCHED_ROWS = {
+    "linear": 1, "glu": 1, "glu_backward": 1, "sdpa": 2, "rms_norm_rope": 2, "sdpa_stats": 2, "sdpa_backward": 2,
+}
 """Ops whose lowerings address every operand and result as pitched rows spanning this many trailing
 axes (`row_stride`); the backend declares them as `view:<op>:<axes>` (dif.plan.views). The attention
 statistics of `sdpa_stats` / `sdpa_backward` are the exception: a view of them is refused."""

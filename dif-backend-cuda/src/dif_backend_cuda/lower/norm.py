@@ -1,5 +1,6 @@
 """CUDA lowerings of `dif.ops.norm` (rms_norm, layer_norm, group_norm, softmax, l2_normalize, modulate,
-glu) onto `kernels/norm.cu` (row kernels) and `kernels/elementwise.cu` (modulate, glu)."""
+glu, glu_backward) onto `kernels/norm.cu` (row kernels) and `kernels/elementwise.cu` (modulate, glu and its
+backward)."""
 
 from __future__ import annotations
 
@@ -176,3 +177,21 @@ def _glu(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Ts, outs: Ts) -> Steps:
         return [ctx.kernel("elementwise", f"glu_vec_{attrs['act']}_{dt}", grid, (THREADS,), args)]
     grid = (max(1, min(-(-h // (THREADS * ILP)), 64)), max(1, min(rows, 65535)))
     return [ctx.kernel("elementwise", f"glu_{attrs['act']}_{dt}", grid, (THREADS,), args)]
+
+
+@lowering("glu_backward")
+def _glu_backward(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Ts, outs: Ts) -> Steps:
+    """glu's grid and its vector path's conditions (on the three rows: x, g, dx)."""
+    (x, g), (dx,) = ins, outs
+    dt = need(node, x.dtype, FLOATS)
+    h = g.shape[-1]
+    rows = g.numel // h
+    pitches = [row_stride(node, t, 1) for t in (x, g, dx)]
+    first = np.int32(1 if attrs["gated_half"] == "first" else 0)
+    args = [ptr(x), ptr(g), ptr(dx), i64(rows), i64(h), first, *map(i64, pitches)]
+    size = x.dtype.itemsize
+    if h % 8 == 0 and all(p % 4 == 0 for p in pitches) and all(t.ptr % (4 * size) == 0 for t in (x, g, dx)):
+        grid = (-(-h // (8 * THREADS)), max(1, min(rows, 65535)))
+        return [ctx.kernel("elementwise", f"glu_backward_vec_{attrs['act']}_{dt}", grid, (THREADS,), args)]
+    grid = (max(1, min(-(-h // (THREADS * ILP)), 64)), max(1, min(rows, 65535)))
+    return [ctx.kernel("elementwise", f"glu_backward_{attrs['act']}_{dt}", grid, (THREADS,), args)]

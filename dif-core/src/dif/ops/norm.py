@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from dif.dtypes import DType
 from dif.ir.types import TensorType
 from dif.ops._rules import broadcast_shape, fail, float_cases, fp, need_float, norm_axis, randn
-from dif.ops.elementwise import _sigmoid, gelu_math
+from dif.ops.elementwise import _erf, _sigmoid, gelu_math
 from dif.ops.registry import AttrSpec, Case, defop
 
 
@@ -226,3 +228,52 @@ def glu(x: np.ndarray, *, act: str, gated_half: str) -> np.ndarray:
     a, b = np.split(xf, 2, axis=-1)
     f = _ACTS[act]
     return f(a) * b if gated_half == "first" else a * f(b)
+
+
+def _act_grad(v: np.ndarray, act: str) -> np.ndarray:
+    """d act / dv for glu's activations, in v's (float) dtype."""
+    if act == "silu":
+        s = _sigmoid(v)
+        return s * (1 + v * (1 - s))
+    if act == "gelu_tanh":
+        c, k = math.sqrt(2 / math.pi), 0.044715
+        t = np.tanh(c * (v + k * v**3))
+        return 0.5 * (1 + t) + 0.5 * v * (1 - t * t) * c * (1 + 3 * k * v * v)
+    cdf = 0.5 * (1 + np.asarray(_erf(v / math.sqrt(2))).astype(v.dtype))
+    return cdf + v * np.exp(-0.5 * v * v) / math.sqrt(2 * math.pi)
+
+
+def _glu_backward_infer(x: TensorType, g: TensorType, *, act: str, gated_half: str) -> TensorType:
+    y = _glu_infer(x, act=act, gated_half=gated_half)
+    if g.shape != y.shape or g.dtype != x.dtype:
+        raise fail(f"the cotangent must be glu's output type {y}, got {g}")
+    return x
+
+
+@defop(
+    "glu_backward",
+    operands=("x", "g"),
+    attrs=(
+        AttrSpec("act", "str", "silu", tuple(_ACTS)),
+        AttrSpec("gated_half", "str", "first", ("first", "second"), "which half goes through act"),
+    ),
+    infer=_glu_backward_infer,
+    cases=lambda rng, dt: [
+        Case(c.name + f"-{act}-{half}", c.operands, {"act": act, "gated_half": half})
+        for c in float_cases(rng, dt, [[(2, 3, 16), (2, 3, 8)], [(5, 48), (5, 24)]])
+        for act in _ACTS
+        for half in ("first", "second")
+    ],
+    category="fused",
+)
+def glu_backward(x: np.ndarray, g: np.ndarray, *, act: str, gated_half: str) -> np.ndarray:
+    """glu_backward(x, g; act, gated_half) -> dx: the gradient of `glu(x; act, gated_half)` whose output
+    received the cotangent g, in one pass over x (autodiff emits it for glu; a backend that does not declare
+    it runs the chain of core ops it stands for, `dif.passes.legalize`). With the gated half a and the plain
+    half b: d a = g * b * act'(a), d b = g * act(a), placed in x's halves."""
+    xf, gf = fp(x), fp(g)
+    a, b = np.split(xf, 2, axis=-1)
+    gated, plain = (a, b) if gated_half == "first" else (b, a)
+    d_gated = gf * plain * _act_grad(gated, act)
+    d_plain = gf * _ACTS[act](gated)
+    return np.concatenate((d_gated, d_plain) if gated_half == "first" else (d_plain, d_gated), axis=-1)

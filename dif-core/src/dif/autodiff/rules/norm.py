@@ -6,6 +6,7 @@ from dif.autodiff.emit import const, mask_of, sum_to
 from dif.autodiff.registry import VjpArgs, vjp
 from dif.autodiff.rules.elementwise import gelu_grad, silu_grad
 from dif.ir.builder import ProgramBuilder, Var
+from dif.passes.legalize import decomposition
 
 
 def _lead_sum(b: ProgramBuilder, v: Var) -> Var:
@@ -134,12 +135,18 @@ def act_and_grad(b: ProgramBuilder, v: Var, act: str) -> tuple[Var, Var]:
 
 @vjp("glu")
 def _glu(a: VjpArgs) -> list[Var | None]:
-    b, x = a.b, a.x
+    """One `glu_backward` node: one pass over x and g where the backend runs it, else the chain below
+    (`dif.passes.legalize`), which reads and writes each half several times."""
+    return [a.b.emit("glu_backward", a.x, a.g, act=a.attrs["act"], gated_half=a.attrs["gated_half"])]
+
+
+@decomposition("glu_backward")
+def _glu_backward_chain(b: ProgramBuilder, x: Var, g: Var, *, act: str, gated_half: str) -> list[Var]:
     half = x.shape[-1] // 2
     first, second = b.emit_multi("split", x, axis=-1, sizes=(half, half))
-    gated, plain = (first, second) if a.attrs["gated_half"] == "first" else (second, first)
-    f, df = act_and_grad(b, gated, str(a.attrs["act"]))
-    d_gated = b.emit("mul", b.emit("mul", a.g, plain), df)
-    d_plain = b.emit("mul", a.g, f)
-    parts = (d_gated, d_plain) if a.attrs["gated_half"] == "first" else (d_plain, d_gated)
+    gated, plain = (first, second) if gated_half == "first" else (second, first)
+    f, df = act_and_grad(b, gated, act)
+    d_gated = b.emit("mul", b.emit("mul", g, plain), df)
+    d_plain = b.emit("mul", g, f)
+    parts = (d_gated, d_plain) if gated_half == "first" else (d_plain, d_gated)
     return [b.emit("concat", *parts, axis=-1)]
