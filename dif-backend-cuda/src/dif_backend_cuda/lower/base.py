@@ -210,7 +210,13 @@ lowering = LOWERINGS.register
 
 
 PITCHED_ROWS = {
-    "linear": 1, "glu": 1, "glu_backward": 1, "sdpa": 2, "rms_norm_rope": 2, "sdpa_stats": 2, "sdpa_backward": 2,
+    "linear": 1,
+    "glu": 1,
+    "glu_backward": 1,
+    "sdpa": 2,
+    "rms_norm_rope": 2,
+    "sdpa_stats": 2,
+    "sdpa_backward": 2,
 }
 """Ops whose lowerings address every operand and result as pitched rows spanning this many trailing
 axes (`row_stride`); the backend declares them as `view:<op>:<axes>` (dif.plan.views). The attention
