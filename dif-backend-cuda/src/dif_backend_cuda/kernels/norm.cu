@@ -121,6 +121,54 @@ __device__ __forceinline__ void rms_impl(const T* __restrict__ x, const TW* __re
   }
 }
 
+// dx of rms_norm over each row: with r = 1/sqrt(mean(x^2) + eps) and dn = g (w + offset),
+// dx = r dn - x r^3 mean(dn x); the two row sums in one pass over x and g, the row cached in registers.
+template <class T, class TW>
+__device__ __forceinline__ void rms_backward_impl(const T* __restrict__ x, const T* __restrict__ g,
+                                                  const TW* __restrict__ w, T* __restrict__ dx, i64 rows, i64 len,
+                                                  float eps, float offset, int warp_rows) {
+  const RowSpan sp = row_span(rows, warp_rows);
+  const i64 base = (sp.valid ? sp.row : 0) * len;
+  const T* xr = x + base;
+  const T* gr = g + base;
+  auto dn_at = [&](i64 j) { return w != nullptr ? to_f(gr[j]) * (to_f(w[j]) + offset) : to_f(gr[j]); };
+  const bool cached = len <= ROW_VPT * sp.stride;
+  float v[ROW_VPT], d[ROW_VPT];
+  float ss = 0.0f, dot = 0.0f;
+  if (cached) {
+#pragma unroll
+    for (int k = 0; k < ROW_VPT; ++k) {
+      const i64 j = sp.first + k * sp.stride;
+      const bool in = sp.valid && j < len;
+      v[k] = in ? to_f(xr[j]) : 0.0f;
+      d[k] = in ? dn_at(j) : 0.0f;
+      ss += v[k] * v[k];
+      dot += d[k] * v[k];
+    }
+  } else if (sp.valid) {
+    for (i64 j = sp.first; j < len; j += sp.stride) {
+      const float t = to_f(xr[j]), u = dn_at(j);
+      ss += t * t;
+      dot += u * t;
+    }
+  }
+  ss = row_sum(ss, warp_rows);
+  dot = row_sum(dot, warp_rows);
+  if (!sp.valid) return;
+  const float r = 1.0f / sqrtf(ss / (float)len + eps);
+  const float c = dot / (float)len * r * r * r;
+  T* dr = dx + sp.row * len;
+  if (cached) {
+#pragma unroll
+    for (int k = 0; k < ROW_VPT; ++k) {
+      const i64 j = sp.first + k * sp.stride;
+      if (j < len) dr[j] = from_f<T>(r * d[k] - c * v[k]);
+    }
+  } else {
+    for (i64 j = sp.first; j < len; j += sp.stride) dr[j] = from_f<T>(r * dn_at(j) - c * to_f(xr[j]));
+  }
+}
+
 template <class T, class TW>
 __device__ __forceinline__ void layer_impl(const T* __restrict__ x, const TW* __restrict__ w,
                                            const TW* __restrict__ b, T* __restrict__ y, i64 rows, i64 len, float eps,
@@ -301,6 +349,11 @@ __device__ __forceinline__ void group_apply_impl(const T* __restrict__ x, const 
                                                    TN* __restrict__ y, i64 rows, i64 len, float eps,       \
                                                    float offset, int round_first, int warp_rows, int vec4) { \
     rms_impl<TN, WN>(x, w, y, rows, len, eps, offset, round_first, warp_rows, vec4);                       \
+  }                                                                                                        \
+  KERNEL_ENTRY rms_norm_backward_##TN##_##WN(const TN* __restrict__ x, const TN* __restrict__ g,           \
+                                             const WN* __restrict__ w, TN* __restrict__ dx, i64 rows,       \
+                                             i64 len, float eps, float offset, int warp_rows) {             \
+    rms_backward_impl<TN, WN>(x, g, w, dx, rows, len, eps, offset, warp_rows);                             \
   }                                                                                                        \
   KERNEL_ENTRY layer_norm_##TN##_##WN(const TN* __restrict__ x, const WN* __restrict__ w,     \
                                                      const WN* __restrict__ b, TN* __restrict__ y, i64 rows, \

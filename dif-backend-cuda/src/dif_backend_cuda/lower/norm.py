@@ -1,4 +1,4 @@
-"""CUDA lowerings of `dif.ops.norm` (rms_norm, layer_norm, group_norm, softmax, l2_normalize, modulate,
+"""CUDA lowerings of `dif.ops.norm` (rms_norm and its backward, layer_norm, group_norm, softmax, l2_normalize, modulate,
 glu, glu_backward) onto `kernels/norm.cu` (row kernels) and `kernels/elementwise.cu` (modulate, glu and its
 backward)."""
 
@@ -71,6 +71,19 @@ def _rms(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Ts, outs: Ts) -> Steps:
         np.int32(vec4),
     ]
     return [ctx.kernel("norm", f"rms_norm_{dt}_{wt}", grid, block, args)]
+
+
+@lowering("rms_norm_backward")
+def _rms_backward(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Ts, outs: Ts) -> Steps:
+    x, g, w = ins[0], ins[1], (ins[2] if len(ins) > 2 else None)
+    (dx,) = outs
+    dt = need(node, x.dtype, FLOATS)
+    wt = need(node, w.dtype, FLOATS) if w is not None else dt
+    length = x.shape[-1]
+    rows = x.numel // length
+    grid, block, warp_rows = _norm_launch(length, rows)
+    args = [ptr(x), ptr(g), ptr(w), ptr(dx), i64(rows), i64(length), f32(attrs["eps"]), f32(attrs["offset"]), warp_rows]
+    return [ctx.kernel("norm", f"rms_norm_backward_{dt}_{wt}", grid, block, args)]
 
 
 @lowering("layer_norm")

@@ -68,6 +68,46 @@ def rms_norm(
     return y * (fp(w) + offset)
 
 
+def _rms_backward_infer(x: TensorType, g: TensorType, w: TensorType | None = None, **_: object) -> TensorType:
+    if g != x:
+        raise fail(f"the cotangent must be x's type {x}, got {g}")
+    return _last_axis_affine(x, w)
+
+
+def _rms_backward_cases(rng: np.random.Generator, dtype: DType) -> list[Case]:
+    out = []
+    for c in _norm_cases(rng, dtype, 1):
+        x, *w = c.operands
+        g = randn(rng, x.shape, dtype)
+        out.append(Case(c.name, (x, g, *w), {"eps": 1e-6}))
+        if w:
+            out.append(Case(c.name + "-offset", (x, g, *w), {"eps": 1e-6, "offset": 1.0}))
+    return out
+
+
+@defop(
+    "rms_norm_backward",
+    operands=("x", "g", "w?"),
+    attrs=(AttrSpec("eps", "float", 1e-6), AttrSpec("offset", "float", 0.0, doc="the forward's weight offset")),
+    infer=_rms_backward_infer,
+    cases=_rms_backward_cases,
+    category="fused",
+)
+def rms_norm_backward(
+    x: np.ndarray, g: np.ndarray, w: np.ndarray | None = None, *, eps: float, offset: float
+) -> np.ndarray:
+    """rms_norm_backward(x, g, w?; eps, offset) -> dx: the input gradient of `rms_norm(x, w?; eps, offset)`
+    over the last axis whose output received the cotangent g, in one pass over each row (autodiff emits it; a
+    backend that does not declare it runs the chain of core ops it stands for, `dif.passes.legalize`). With
+    r = 1/sqrt(mean(x^2) + eps), n = x r and dn = g (w + offset): dx = r (dn - n mean(dn n)), in fp32 (the
+    forward's rounding before the weight, where asked for, is a straight-through step)."""
+    xf = fp(x)
+    dn = fp(g) if w is None else fp(g) * (fp(w) + offset)
+    r = 1 / np.sqrt(np.mean(xf * xf, axis=-1, keepdims=True) + eps)
+    n = xf * r
+    return r * (dn - n * np.mean(dn * n, axis=-1, keepdims=True))
+
+
 def _ln_infer(x: TensorType, w: TensorType | None = None, b: TensorType | None = None, **_: object) -> TensorType:
     return _last_axis_affine(x, w, b)
 

@@ -28,23 +28,31 @@ def _normalized_backward(b: ProgramBuilder, dn: Var, n: Var, r: Var, *, centred:
 
 @vjp("rms_norm")
 def _rms_norm(a: VjpArgs) -> list[Var | None]:
-    """y = n (w + offset), n = x r, r = 1/sqrt(mean(x^2) + eps) (the bf16 rounding of n before the
-    weight, when asked for, is a straight-through step)."""
+    """y = n (w + offset), n = x r, r = 1/sqrt(mean(x^2) + eps): dx is one `rms_norm_backward` node (the
+    bf16 rounding of n before the weight, when asked for, is a straight-through step)."""
     b, x = a.b, a.x
     w = a.operands[1] if len(a.operands) > 1 else None
-    r = b.emit("rsqrt", b.emit("scalar_affine", _mean_last(b, b.emit("square", x)), scale=1.0, bias=a.attrs["eps"]))
-    n = b.emit("mul", x, r)
     out: list[Var | None] = [None] * len(a.operands)
-    if w is None:
-        dn = a.g
-    else:
-        weight = w if not a.attrs["offset"] else b.emit("scalar_affine", w, scale=1.0, bias=a.attrs["offset"])
-        dn = b.emit("mul", a.g, weight)
-        if a.wants[1]:
-            out[1] = _lead_sum(b, b.emit("mul", a.g, n))
     if a.wants[0]:
-        out[0] = _normalized_backward(b, dn, n, r, centred=False)
+        params = [w] if w is not None else []
+        out[0] = b.emit("rms_norm_backward", x, a.g, *params, eps=a.attrs["eps"], offset=a.attrs["offset"])
+    if w is not None and a.wants[1]:
+        out[1] = _lead_sum(b, b.emit("mul", a.g, b.emit("mul", x, _rms_rstd(b, x, float(a.attrs["eps"])))))
     return out
+
+
+def _rms_rstd(b: ProgramBuilder, x: Var, eps: float) -> Var:
+    return b.emit("rsqrt", b.emit("scalar_affine", _mean_last(b, b.emit("square", x)), scale=1.0, bias=eps))
+
+
+@decomposition("rms_norm_backward")
+def _rms_norm_backward_chain(
+    b: ProgramBuilder, x: Var, g: Var, w: Var | None = None, *, eps: float, offset: float
+) -> list[Var]:
+    r = _rms_rstd(b, x, eps)
+    weight = w if w is None or not offset else b.emit("scalar_affine", w, scale=1.0, bias=offset)
+    dn = g if weight is None else b.emit("mul", g, weight)
+    return [_normalized_backward(b, dn, b.emit("mul", x, r), r, centred=False)]
 
 
 def _centred(b: ProgramBuilder, x: Var, eps: float) -> tuple[Var, Var]:
