@@ -1,4 +1,5 @@
-"""The fused backwards of glu and rms_norm (`glu_backward`, `rms_norm_backward`): each reference against
+"""The fused backwards of glu, rms_norm and layer_norm (`glu_backward`, `rms_norm_backward`,
+`layer_norm_backward`): each reference against
 torch autograd (float64), each decomposition against its reference, and where autodiff emits them."""
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from dif.target import TargetProfile
 from dif.testing.backward import interpret_float64
 from dif.testing.conformance import ConformanceCase, case_inputs, case_program, conformance_cases
 
-OPS = ["glu_backward", "rms_norm_backward"]
+OPS = ["glu_backward", "rms_norm_backward", "layer_norm_backward"]
 CASES = conformance_cases(dtypes=(DType.F32,), ops=OPS)
 BARE = TargetProfile(backend="bare", device="test", dtypes=("f32", "bf16", "f16"))  # declares no fused op
 TORCH_ACTS = {"silu": ("silu", {}), "gelu": ("gelu", {}), "gelu_tanh": ("gelu", {"approximate": "tanh"})}
@@ -41,6 +42,8 @@ def _torch_forward(torch: Any, op: str, x: Any, params: list[Any], attrs: dict[s
     if op == "rms_norm_backward":
         w = params[0] + float(attrs.get("offset", 0.0)) if params else None
         return torch.nn.functional.rms_norm(x, (x.shape[-1],), weight=w, eps=float(attrs["eps"]))
+    if op == "layer_norm_backward":
+        return torch.nn.functional.layer_norm(x, (x.shape[-1],), *params, eps=float(attrs["eps"]))
     a, b = x.chunk(2, dim=-1)
     name, kw = TORCH_ACTS[str(attrs["act"])]
     act = getattr(torch.nn.functional, name)
@@ -72,7 +75,7 @@ def test_decomposition_matches_reference(case: ConformanceCase) -> None:
 def _grad_ops(op: str, shape: tuple[int, ...], wrt: list[str], **attrs: object) -> dict[str, int]:
     b = ProgramBuilder("block")
     x = b.input("x", shape, "bf16")
-    params = [b.input("w", shape[-1:], "bf16")] if op == "rms_norm" else []
+    params = [b.input("w", shape[-1:], "bf16")] if op in ("rms_norm", "layer_norm") else []
     y = b.emit(op, x, *params, **attrs)
     b.output(b.emit("reduce_sum", b.emit("mul", y, y), axes=tuple(range(len(shape)))))
     prog = b.build()
@@ -89,3 +92,8 @@ def test_autodiff_emits_one_rms_norm_backward_and_the_weight_gradient_only_when_
     assert frozen.get("rms_norm_backward") == 1 and "rsqrt" not in frozen
     trained = _grad_ops("rms_norm", (2, 5, 32), ["x", "w"], eps=1e-6)
     assert trained.get("rms_norm_backward") == 1 and trained.get("rsqrt") == 1
+
+
+def test_autodiff_emits_one_layer_norm_backward() -> None:
+    ops = _grad_ops("layer_norm", (2, 5, 32), ["x"], eps=1e-6)
+    assert ops.get("layer_norm_backward") == 1 and "rsqrt" not in ops and "sub" not in ops

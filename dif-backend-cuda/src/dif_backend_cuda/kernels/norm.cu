@@ -121,12 +121,14 @@ __device__ __forceinline__ void rms_impl(const T* __restrict__ x, const TW* __re
   }
 }
 
-// dx of rms_norm over each row: with r = 1/sqrt(mean(x^2) + eps) and dn = g (w + offset),
-// dx = r dn - x r^3 mean(dn x); the two row sums in one pass over x and g, the row cached in registers.
-template <class T, class TW>
-__device__ __forceinline__ void rms_backward_impl(const T* __restrict__ x, const T* __restrict__ g,
-                                                  const TW* __restrict__ w, T* __restrict__ dx, i64 rows, i64 len,
-                                                  float eps, float offset, int warp_rows) {
+// dx of rms_norm (CENTRED false) or layer_norm (true) over each row, with dn = g (w + offset), mu the row's
+// mean (0 for rms_norm), r = 1/sqrt(mean((x - mu)^2) + eps) and n = (x - mu) r:
+// dx = r (dn - mean(dn)? - n mean(dn n)) = r dn - r mean(dn)? - (x - mu) r^3 mean(dn (x - mu)).
+// The row is cached in registers (two passes over them for the mean first, as the forward's statistics).
+template <class T, class TW, bool CENTRED>
+__device__ __forceinline__ void norm_backward_impl(const T* __restrict__ x, const T* __restrict__ g,
+                                                   const TW* __restrict__ w, T* __restrict__ dx, i64 rows, i64 len,
+                                                   float eps, float offset, int warp_rows) {
   const RowSpan sp = row_span(rows, warp_rows);
   const i64 base = (sp.valid ? sp.row : 0) * len;
   const T* xr = x + base;
@@ -134,7 +136,7 @@ __device__ __forceinline__ void rms_backward_impl(const T* __restrict__ x, const
   auto dn_at = [&](i64 j) { return w != nullptr ? to_f(gr[j]) * (to_f(w[j]) + offset) : to_f(gr[j]); };
   const bool cached = len <= ROW_VPT * sp.stride;
   float v[ROW_VPT], d[ROW_VPT];
-  float ss = 0.0f, dot = 0.0f;
+  float mu = 0.0f;
   if (cached) {
 #pragma unroll
     for (int k = 0; k < ROW_VPT; ++k) {
@@ -142,30 +144,48 @@ __device__ __forceinline__ void rms_backward_impl(const T* __restrict__ x, const
       const bool in = sp.valid && j < len;
       v[k] = in ? to_f(xr[j]) : 0.0f;
       d[k] = in ? dn_at(j) : 0.0f;
-      ss += v[k] * v[k];
-      dot += d[k] * v[k];
+      mu += v[k];
+    }
+  } else if (CENTRED && sp.valid) {
+    for (i64 j = sp.first; j < len; j += sp.stride) mu += to_f(xr[j]);
+  }
+  mu = CENTRED ? row_sum(mu, warp_rows) / (float)len : 0.0f;
+  float ss = 0.0f, dot = 0.0f, sd = 0.0f;
+  if (cached) {
+#pragma unroll
+    for (int k = 0; k < ROW_VPT; ++k) {
+      const i64 j = sp.first + k * sp.stride;
+      const float c = (sp.valid && j < len) ? v[k] - mu : 0.0f;
+      ss += c * c;
+      dot += d[k] * c;
+      sd += d[k];
     }
   } else if (sp.valid) {
     for (i64 j = sp.first; j < len; j += sp.stride) {
-      const float t = to_f(xr[j]), u = dn_at(j);
-      ss += t * t;
-      dot += u * t;
+      const float c = to_f(xr[j]) - mu, u = dn_at(j);
+      ss += c * c;
+      dot += u * c;
+      sd += u;
     }
   }
   ss = row_sum(ss, warp_rows);
   dot = row_sum(dot, warp_rows);
+  if (CENTRED) sd = row_sum(sd, warp_rows);
   if (!sp.valid) return;
   const float r = 1.0f / sqrtf(ss / (float)len + eps);
-  const float c = dot / (float)len * r * r * r;
+  const float slope = dot / (float)len * r * r * r;
+  const float shift = CENTRED ? r * sd / (float)len : 0.0f;
   T* dr = dx + sp.row * len;
   if (cached) {
 #pragma unroll
     for (int k = 0; k < ROW_VPT; ++k) {
       const i64 j = sp.first + k * sp.stride;
-      if (j < len) dr[j] = from_f<T>(r * d[k] - c * v[k]);
+      if (j < len) dr[j] = from_f<T>(r * d[k] - shift - slope * (v[k] - mu));
     }
   } else {
-    for (i64 j = sp.first; j < len; j += sp.stride) dr[j] = from_f<T>(r * dn_at(j) - c * to_f(xr[j]));
+    for (i64 j = sp.first; j < len; j += sp.stride) {
+      dr[j] = from_f<T>(r * dn_at(j) - shift - slope * (to_f(xr[j]) - mu));
+    }
   }
 }
 
@@ -353,7 +373,12 @@ __device__ __forceinline__ void group_apply_impl(const T* __restrict__ x, const 
   KERNEL_ENTRY rms_norm_backward_##TN##_##WN(const TN* __restrict__ x, const TN* __restrict__ g,           \
                                              const WN* __restrict__ w, TN* __restrict__ dx, i64 rows,       \
                                              i64 len, float eps, float offset, int warp_rows) {             \
-    rms_backward_impl<TN, WN>(x, g, w, dx, rows, len, eps, offset, warp_rows);                             \
+    norm_backward_impl<TN, WN, false>(x, g, w, dx, rows, len, eps, offset, warp_rows);                     \
+  }                                                                                                        \
+  KERNEL_ENTRY layer_norm_backward_##TN##_##WN(const TN* __restrict__ x, const TN* __restrict__ g,         \
+                                               const WN* __restrict__ w, TN* __restrict__ dx, i64 rows,     \
+                                               i64 len, float eps, float offset, int warp_rows) {           \
+    norm_backward_impl<TN, WN, true>(x, g, w, dx, rows, len, eps, offset, warp_rows);                      \
   }                                                                                                        \
   KERNEL_ENTRY layer_norm_##TN##_##WN(const TN* __restrict__ x, const WN* __restrict__ w,     \
                                                      const WN* __restrict__ b, TN* __restrict__ y, i64 rows, \

@@ -1,6 +1,6 @@
-"""CUDA lowerings of `dif.ops.norm` (rms_norm and its backward, layer_norm, group_norm, softmax, l2_normalize, modulate,
-glu, glu_backward) onto `kernels/norm.cu` (row kernels) and `kernels/elementwise.cu` (modulate, glu and its
-backward)."""
+"""CUDA lowerings of `dif.ops.norm`: rms_norm, layer_norm and their backwards, group_norm, softmax,
+l2_normalize onto `kernels/norm.cu` (row kernels); modulate, glu and its backward onto
+`kernels/elementwise.cu`."""
 
 from __future__ import annotations
 
@@ -73,8 +73,9 @@ def _rms(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Ts, outs: Ts) -> Steps:
     return [ctx.kernel("norm", f"rms_norm_{dt}_{wt}", grid, block, args)]
 
 
-@lowering("rms_norm_backward")
-def _rms_backward(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Ts, outs: Ts) -> Steps:
+@lowering("rms_norm_backward", "layer_norm_backward")
+def _norm_backward(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Ts, outs: Ts) -> Steps:
+    """Both on one row kernel (its CENTRED template argument), launched as the forward norms are."""
     x, g, w = ins[0], ins[1], (ins[2] if len(ins) > 2 else None)
     (dx,) = outs
     dt = need(node, x.dtype, FLOATS)
@@ -82,8 +83,9 @@ def _rms_backward(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Ts, outs: Ts) ->
     length = x.shape[-1]
     rows = x.numel // length
     grid, block, warp_rows = _norm_launch(length, rows)
-    args = [ptr(x), ptr(g), ptr(w), ptr(dx), i64(rows), i64(length), f32(attrs["eps"]), f32(attrs["offset"]), warp_rows]
-    return [ctx.kernel("norm", f"rms_norm_backward_{dt}_{wt}", grid, block, args)]
+    offset = f32(attrs.get("offset", 0.0))
+    args = [ptr(x), ptr(g), ptr(w), ptr(dx), i64(rows), i64(length), f32(attrs["eps"]), offset, warp_rows]
+    return [ctx.kernel("norm", f"{node.op}_{dt}_{wt}", grid, block, args)]
 
 
 @lowering("layer_norm")

@@ -68,29 +68,41 @@ def rms_norm(
     return y * (fp(w) + offset)
 
 
-def _rms_backward_infer(x: TensorType, g: TensorType, w: TensorType | None = None, **_: object) -> TensorType:
+def _norm_backward_infer(x: TensorType, g: TensorType, w: TensorType | None = None, **_: object) -> TensorType:
     if g != x:
         raise fail(f"the cotangent must be x's type {x}, got {g}")
     return _last_axis_affine(x, w)
 
 
-def _rms_backward_cases(rng: np.random.Generator, dtype: DType) -> list[Case]:
+def _norm_backward_cases(rng: np.random.Generator, dtype: DType, **offset: float) -> list[Case]:
     out = []
     for c in _norm_cases(rng, dtype, 1):
         x, *w = c.operands
         g = randn(rng, x.shape, dtype)
         out.append(Case(c.name, (x, g, *w), {"eps": 1e-6}))
-        if w:
-            out.append(Case(c.name + "-offset", (x, g, *w), {"eps": 1e-6, "offset": 1.0}))
+        if w and offset:
+            out.append(Case(c.name + "-offset", (x, g, *w), {"eps": 1e-6, **offset}))
     return out
+
+
+def _norm_backward(x: np.ndarray, g: np.ndarray, w: np.ndarray | None, eps: float, centred: bool) -> np.ndarray:
+    """dx = r (dn - mean(dn)? - n mean(dn n)) with n = (x - mean(x)?) r, r = 1/sqrt(mean of its squares + eps)."""
+    xc = fp(x)
+    if centred:
+        xc = xc - xc.mean(axis=-1, keepdims=True)
+    dn = fp(g) if w is None else fp(g) * w
+    r = 1 / np.sqrt(np.mean(xc * xc, axis=-1, keepdims=True) + eps)
+    n = xc * r
+    inner = dn - n * np.mean(dn * n, axis=-1, keepdims=True)
+    return r * (inner - dn.mean(axis=-1, keepdims=True) if centred else inner)
 
 
 @defop(
     "rms_norm_backward",
     operands=("x", "g", "w?"),
     attrs=(AttrSpec("eps", "float", 1e-6), AttrSpec("offset", "float", 0.0, doc="the forward's weight offset")),
-    infer=_rms_backward_infer,
-    cases=_rms_backward_cases,
+    infer=_norm_backward_infer,
+    cases=lambda rng, dt: _norm_backward_cases(rng, dt, offset=1.0),
     category="fused",
 )
 def rms_norm_backward(
@@ -101,11 +113,24 @@ def rms_norm_backward(
     backend that does not declare it runs the chain of core ops it stands for, `dif.passes.legalize`). With
     r = 1/sqrt(mean(x^2) + eps), n = x r and dn = g (w + offset): dx = r (dn - n mean(dn n)), in fp32 (the
     forward's rounding before the weight, where asked for, is a straight-through step)."""
-    xf = fp(x)
-    dn = fp(g) if w is None else fp(g) * (fp(w) + offset)
-    r = 1 / np.sqrt(np.mean(xf * xf, axis=-1, keepdims=True) + eps)
-    n = xf * r
-    return r * (dn - n * np.mean(dn * n, axis=-1, keepdims=True))
+    return _norm_backward(x, g, None if w is None else fp(w) + offset, eps, centred=False)
+
+
+@defop(
+    "layer_norm_backward",
+    operands=("x", "g", "w?"),
+    attrs=(AttrSpec("eps", "float", 1e-5),),
+    infer=_norm_backward_infer,
+    cases=_norm_backward_cases,
+    category="fused",
+)
+def layer_norm_backward(x: np.ndarray, g: np.ndarray, w: np.ndarray | None = None, *, eps: float) -> np.ndarray:
+    """layer_norm_backward(x, g, w?; eps) -> dx: the input gradient of `layer_norm(x, w?, b?; eps)` over the
+    last axis whose output received the cotangent g (the bias does not enter it), in one pass over each row
+    (autodiff emits it; a backend that does not declare it runs its chain, `dif.passes.legalize`). With
+    mu = mean(x), r = 1/sqrt(mean((x - mu)^2) + eps), n = (x - mu) r and dn = g w:
+    dx = r (dn - mean(dn) - n mean(dn n)), in fp32."""
+    return _norm_backward(x, g, None if w is None else fp(w), eps, centred=True)
 
 
 def _ln_infer(x: TensorType, w: TensorType | None = None, b: TensorType | None = None, **_: object) -> TensorType:

@@ -64,18 +64,24 @@ def _centred(b: ProgramBuilder, x: Var, eps: float) -> tuple[Var, Var]:
 
 @vjp("layer_norm")
 def _layer_norm(a: VjpArgs) -> list[Var | None]:
+    """dx is one `layer_norm_backward` node; the parameters' gradients are emitted where wanted."""
     b, x = a.b, a.x
     w = a.operands[1] if len(a.operands) > 1 else None
-    n, r = _centred(b, x, a.attrs["eps"])
     out: list[Var | None] = [None] * len(a.operands)
-    dn = a.g if w is None else b.emit("mul", a.g, w)
     if w is not None and a.wants[1]:
-        out[1] = _lead_sum(b, b.emit("mul", a.g, n))
+        out[1] = _lead_sum(b, b.emit("mul", a.g, _centred(b, x, a.attrs["eps"])[0]))
     if len(a.operands) > 2 and a.operands[2] is not None and a.wants[2]:
         out[2] = _lead_sum(b, a.g)
     if a.wants[0]:
-        out[0] = _normalized_backward(b, dn, n, r, centred=True)
+        out[0] = b.emit("layer_norm_backward", x, a.g, *([w] if w is not None else []), eps=a.attrs["eps"])
     return out
+
+
+@decomposition("layer_norm_backward")
+def _layer_norm_backward_chain(b: ProgramBuilder, x: Var, g: Var, w: Var | None = None, *, eps: float) -> list[Var]:
+    n, r = _centred(b, x, eps)
+    dn = g if w is None else b.emit("mul", g, w)
+    return [_normalized_backward(b, dn, n, r, centred=True)]
 
 
 @vjp("group_norm")
