@@ -149,28 +149,26 @@ def _backward_chain(
 
 @vjp("rope", constants=(1, 2))
 def _rope(a: VjpArgs) -> list[Var | None]:
-    """out = x c + R(x) s on the first r channels, R the rotation (R^T = -R), so
-    dx = g c - R(g s) = g c + rope(g s; cos=0, sin=-1) there, and g on the rest."""
-    b, x = a.b, a.x
+    """out = x c + R(x) s on the first r channels, R the rotation, so dx = g c + R^T(g s). Per rotated
+    pair (i, j) with R(x)_i = -x_j and R(x)_j = x_i: dx_i = g_i c_i + g_j s_j and dx_j = g_j c_j - g_i s_i,
+    which is rope(g; cos, s') with s'_i = -s_j and s'_j = -s_i: one rope over g (the other channels pass
+    through as g) and a sign-and-swap of the [S, r] sine table."""
+    b = a.b
     cos, sin = a.operands[1], a.operands[2]
     assert cos is not None and sin is not None
     if a.wants[1] or a.wants[2]:
         raise a.refuse(1 if a.wants[1] else 2, "rotary tables are constants of the program (no gradient)")
-    s_len, r = cos.shape
-    g = a.g
-    work = cos.dtype  # the reference rotates in the tables' precision (fp32)
-    gr = g if r == x.shape[3] else b.emit("slice", g, axis=3, start=0, stop=r)
-    if gr.dtype != work:
-        gr = b.emit("cast", gr, dtype=work.value)
-    c = b.emit("reshape", cos, shape=(s_len, 1, r))
-    sn = b.emit("reshape", sin, shape=(s_len, 1, r))
-    turned = b.emit(
-        "rope", b.emit("mul", gr, sn), const(b, 0.0, work, (s_len, r)), const(b, -1.0, work, (s_len, r)),
-        mode=a.attrs["mode"],
-    )  # fmt: skip
-    dx = b.emit("add", b.emit("mul", gr, c), turned)
-    if dx.dtype != x.dtype:
-        dx = b.emit("cast", dx, dtype=x.dtype.value)
-    if r != x.shape[3]:
-        dx = b.emit("concat", dx, b.emit("slice", g, axis=3, start=r, stop=x.shape[3]), axis=3)
-    return [dx, None, None]
+    return [b.emit("rope", a.g, cos, _transposed_sine(b, sin, str(a.attrs["mode"])), mode=a.attrs["mode"]), None, None]
+
+
+def _transposed_sine(b: ProgramBuilder, sin: Var, mode: str) -> Var:
+    """s' of `_rope`: each rotated pair's two sines swapped and negated ([S, r], as small as the table)."""
+    s_len, r = sin.shape
+    if mode == "pairs":
+        paired = b.emit("reshape", sin, shape=(s_len, r // 2, 2))
+        even, odd = b.emit_multi("split", paired, axis=-1, sizes=(1, 1))
+        swapped = b.emit("reshape", b.emit("concat", odd, even, axis=-1), shape=(s_len, r))
+    else:
+        first, second = b.emit_multi("split", sin, axis=-1, sizes=(r // 2, r // 2))
+        swapped = b.emit("concat", second, first, axis=-1)
+    return b.emit("scalar_affine", swapped, scale=-1.0, bias=0.0)
