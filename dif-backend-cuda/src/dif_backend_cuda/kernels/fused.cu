@@ -447,3 +447,27 @@ __device__ __forceinline__ void gated_residual_rows_impl(const T* __restrict__ x
 FUSED_VEC(f32)
 FUSED_VEC(f16)
 FUSED_VEC(bf16)
+
+// ---- adamw_update: one AdamW step of f32 master weights and moments ---------------------------------
+// Each operation rounded on its own (no contraction into FMAs), as the chain of core ops it stands for
+// rounds it, so the fused step and the chain agree bit for bit. The scalars are device values.
+KERNEL_ENTRY adamw_update_f32(const float* __restrict__ p, const float* __restrict__ g, const float* __restrict__ m,
+                              const float* __restrict__ v, const float* __restrict__ step_size,
+                              const float* __restrict__ root_bc2, const float* __restrict__ decay, float* p_out,
+                              float* m_out, float* v_out, i64 n, float b1, float c1, float b2, float c2, float eps) {
+  const float lr = *step_size, rb = *root_bc2, dk = *decay;
+  GRID_STRIDE_ILP(base, step, n) {
+    ILP_FOR(e) {
+      const i64 i = base + e * step;
+      if (i < n) {
+        const float gi = g[i];
+        const float mi = __fadd_rn(__fmul_rn(m[i], b1), __fmul_rn(gi, c1));
+        const float vi = __fadd_rn(__fmul_rn(v[i], b2), __fmul_rn(__fmul_rn(gi, gi), c2));
+        const float denom = __fadd_rn(__fdiv_rn(__fsqrt_rn(vi), rb), eps);
+        p_out[i] = __fsub_rn(__fmul_rn(p[i], dk), __fmul_rn(lr, __fdiv_rn(mi, denom)));
+        m_out[i] = mi;
+        v_out[i] = vi;
+      }
+    }
+  }
+}

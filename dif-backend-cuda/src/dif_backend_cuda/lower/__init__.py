@@ -10,7 +10,19 @@ nothing here imports cupy. An op or dtype without a lowering raises `NotImplemen
 from __future__ import annotations
 
 from dif.ir.program import Node
-from dif_backend_cuda.lower import attention, conv, elementwise, fused, layout, linalg, norm, norm_act, quant, reduce  # noqa: F401
+from dif_backend_cuda.lower import (  # noqa: F401
+    attention,
+    conv,
+    elementwise,
+    fused,
+    layout,
+    linalg,
+    norm,
+    norm_act,
+    optim,
+    quant,
+    reduce,
+)
 from dif_backend_cuda.lower.base import (
     IN_PLACE,
     LOWERINGS,

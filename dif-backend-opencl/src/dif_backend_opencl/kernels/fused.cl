@@ -87,3 +87,24 @@ __kernel void rms_norm_rope(gptr y, long yo, int yt, gcptr x, long xo, int xt, g
   }
 }
 #endif
+
+// adamw_update (dif.ops.optim): one AdamW step of f32 master weights p and moments m, v with the f32
+// gradient g; step_size, root_bc2 and decay are one-element device values. Each operation rounded on
+// its own, as the chain of core ops it stands for.
+__kernel void adamw_update(gptr po, long poo, int pot, gptr mo, long moo, int mot, gptr vo, long voo, int vot,
+                           gcptr p, long pof, int pt, gcptr g, long go, int gt, gcptr m, long mof, int mt,
+                           gcptr v, long vof, int vt, gcptr ss, long sso, int sst, gcptr rb, long rbo, int rbt,
+                           gcptr dk, long dko, int dkt, long n, float b1, float c1, float b2, float c2,
+                           float eps) {
+  long i = get_global_id(0);
+  if (i >= n) return;
+  float gi = ldf(g, go + i, gt);
+  float mi = ldf(m, mof + i, mt) * b1 + gi * c1;
+  float g2 = gi * gi;
+  float vi = ldf(v, vof + i, vt) * b2 + g2 * c2;
+  float denom = sqrt(vi) / ldf(rb, rbo, rbt) + eps;
+  float step = ldf(ss, sso, sst) * (mi / denom);
+  stf(po, poo + i, pot, ldf(p, pof + i, pt) * ldf(dk, dko, dkt) - step);
+  stf(mo, moo + i, mot, mi);
+  stf(vo, voo + i, vot, vi);
+}

@@ -19,6 +19,7 @@ from dif_backend_opencl.lower import (  # noqa: F401
     linalg,
     norm,
     norm_act,
+    optim,
     quant,
     reduce,
 )

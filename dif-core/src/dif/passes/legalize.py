@@ -43,7 +43,9 @@ def decomposition(op: str) -> Callable[[Decomposition], Decomposition]:
 
 
 def _registered() -> dict[str, Decomposition]:
-    from dif.autodiff import rules  # noqa: F401 - the rules register the decompositions of the ops they emit
+    # the modules that emit such ops register their decompositions
+    from dif.autodiff import rules  # noqa: F401
+    from dif.train import optim  # noqa: F401
 
     return _DECOMPOSITIONS
 

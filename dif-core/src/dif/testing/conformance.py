@@ -42,6 +42,8 @@ ELEMENTWISE_CATEGORIES = frozenset({"elementwise", "layout"})
 """Op categories whose results are not reductions: their tolerance is not loosened by length."""
 HALF_ONLY_OPS = frozenset({"sdpa_backward", "sdpa_stats"})
 """Ops whose type rule takes f16 / bf16 only, so they have no f32 cases (the fused attention backward)."""
+F32_ONLY_OPS = frozenset({"adamw_update"})
+"""Ops whose type rule takes f32 only, so they have no half-precision cases (the optimizer's master weights)."""
 
 PASS, FAIL, ERROR, UNSUPPORTED = "pass", "fail", "error", "unsupported"
 

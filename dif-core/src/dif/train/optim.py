@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 
 from dif.dtypes import DType
 from dif.ir.builder import ProgramBuilder, Var
+from dif.passes.legalize import decomposition
 from dif.train.schedule import AdamW
 
 LR, BC1, BC2, GRAD_SCALE = "opt.lr", "opt.bias_correction1", "opt.bias_correction2", "opt.grad_scale"
@@ -77,16 +78,26 @@ def adamw_step(
     root_bc2 = b.emit("sqrt", bc2)
     decay = b.emit("scalar_affine", lr, scale=-opt.weight_decay, bias=1.0)
     out: dict[str, Var] = {"grad_norm": norm}
+    betas = {"beta1": opt.beta1, "beta2": opt.beta2, "eps": opt.eps}
     for name, g in scaled.items():
         p = params[name]
         m_name, v_name = moment_names(name)
         m = b.input(m_name, p.shape, DType.F32)
         v = b.input(v_name, p.shape, DType.F32)
-        p = b.emit("mul", p, decay) if opt.weight_decay else p
-        m = b.emit("add", b.emit("scalar_affine", m, scale=opt.beta1), b.emit("scalar_affine", g, scale=1 - opt.beta1))
-        g2 = b.emit("square", g)
-        v = b.emit("add", b.emit("scalar_affine", v, scale=opt.beta2), b.emit("scalar_affine", g2, scale=1 - opt.beta2))
-        denom = b.emit("scalar_affine", b.emit("div", b.emit("sqrt", v), root_bc2), scale=1.0, bias=opt.eps)
-        p = b.emit("sub", p, b.emit("mul", step_size, b.emit("div", m, denom)))
-        out[name], out[m_name], out[v_name] = p, m, v
+        out[name], out[m_name], out[v_name] = b.emit_multi(
+            "adamw_update", p, g, m, v, step_size, root_bc2, decay, **betas
+        )
     return out
+
+
+@decomposition("adamw_update")
+def _adamw_chain(
+    b: ProgramBuilder, p: Var, g: Var, m: Var, v: Var, step_size: Var, root_bc2: Var, decay: Var, *, beta1: float,
+    beta2: float, eps: float,
+) -> list[Var]:  # fmt: skip
+    p = b.emit("mul", p, decay)
+    m = b.emit("add", b.emit("scalar_affine", m, scale=beta1), b.emit("scalar_affine", g, scale=1 - beta1))
+    g2 = b.emit("square", g)
+    v = b.emit("add", b.emit("scalar_affine", v, scale=beta2), b.emit("scalar_affine", g2, scale=1 - beta2))
+    denom = b.emit("scalar_affine", b.emit("div", b.emit("sqrt", v), root_bc2), scale=1.0, bias=eps)
+    return [b.emit("sub", p, b.emit("mul", step_size, b.emit("div", m, denom))), m, v]
