@@ -177,36 +177,21 @@ def _modulate(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Ts, outs: Ts) -> Ste
     return [ctx.flat("elementwise", f"modulate_{dt}", y.numel, args)]
 
 
-@lowering("glu")
+@lowering("glu", "glu_backward")
 def _glu(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Ts, outs: Ts) -> Steps:
-    (x,), (y,) = ins, outs
+    """glu: x [rows, 2h] -> y [rows, h]; glu_backward: (x, g [rows, h]) -> dx [rows, 2h]. Both walk rows of
+    h columns, 8 columns per thread through vector loads where h, every row pitch and every pointer allow."""
+    tensors = (*ins, *outs)
+    x = ins[0]
     dt = need(node, x.dtype, FLOATS)
-    h = y.shape[-1]
-    rows = y.numel // h
-    xp, yp = row_stride(node, x, 1), row_stride(node, y, 1)
+    h = x.shape[-1] // 2
+    rows = x.numel // x.shape[-1]
+    pitches = [row_stride(node, t, 1) for t in tensors]
     first = np.int32(1 if attrs["gated_half"] == "first" else 0)
-    args = [ptr(x), ptr(y), i64(rows), i64(h), first, i64(xp), i64(yp)]
+    args = [*map(ptr, tensors), i64(rows), i64(h), first, *map(i64, pitches)]
     size = x.dtype.itemsize
-    if h % 8 == 0 and xp % 4 == 0 and yp % 4 == 0 and x.ptr % (4 * size) == 0 and y.ptr % (4 * size) == 0:
+    if h % 8 == 0 and all(p % 4 == 0 for p in pitches) and all(t.ptr % (4 * size) == 0 for t in tensors):
         grid = (-(-h // (8 * THREADS)), max(1, min(rows, 65535)))
-        return [ctx.kernel("elementwise", f"glu_vec_{attrs['act']}_{dt}", grid, (THREADS,), args)]
+        return [ctx.kernel("elementwise", f"{node.op}_vec_{attrs['act']}_{dt}", grid, (THREADS,), args)]
     grid = (max(1, min(-(-h // (THREADS * ILP)), 64)), max(1, min(rows, 65535)))
-    return [ctx.kernel("elementwise", f"glu_{attrs['act']}_{dt}", grid, (THREADS,), args)]
-
-
-@lowering("glu_backward")
-def _glu_backward(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Ts, outs: Ts) -> Steps:
-    """glu's grid and its vector path's conditions (on the three rows: x, g, dx)."""
-    (x, g), (dx,) = ins, outs
-    dt = need(node, x.dtype, FLOATS)
-    h = g.shape[-1]
-    rows = g.numel // h
-    pitches = [row_stride(node, t, 1) for t in (x, g, dx)]
-    first = np.int32(1 if attrs["gated_half"] == "first" else 0)
-    args = [ptr(x), ptr(g), ptr(dx), i64(rows), i64(h), first, *map(i64, pitches)]
-    size = x.dtype.itemsize
-    if h % 8 == 0 and all(p % 4 == 0 for p in pitches) and all(t.ptr % (4 * size) == 0 for t in (x, g, dx)):
-        grid = (-(-h // (8 * THREADS)), max(1, min(rows, 65535)))
-        return [ctx.kernel("elementwise", f"glu_backward_vec_{attrs['act']}_{dt}", grid, (THREADS,), args)]
-    grid = (max(1, min(-(-h // (THREADS * ILP)), 64)), max(1, min(rows, 65535)))
-    return [ctx.kernel("elementwise", f"glu_backward_{attrs['act']}_{dt}", grid, (THREADS,), args)]
+    return [ctx.kernel("elementwise", f"{node.op}_{attrs['act']}_{dt}", grid, (THREADS,), args)]
