@@ -13,7 +13,8 @@
 # A stage whose $BACKEND run fails (nothing saved) runs again on the CPU in the time it has left (the log says so).
 #   stage 5  $OUT/results.tgz: model/ (links resolved), logs, train JSONs, judge JSON, 11 judged images PACK_S
 # BASE_FROM=DIR starts from that checkpoint instead of base_checkpoint.py's random one (to go on training the
-# installed default); VAE_FROM=DIR takes that trained VAE folder and skips stage 2.
+# installed default); VAE_FROM=DIR takes that trained VAE folder and skips stage 2; BASE_ARGS are
+# base_checkpoint.py's options (a wider or deeper transformer: "--heads 6 --double-blocks 2 --single-blocks 2").
 # Device call (repo root, carry [".whl"]):
 #   set -o pipefail; bash perf/h200_embedded.sh 2>&1 | tee $OUT/run.log
 # CPU rehearsal here (no wheels to install: DIF_H200_ENV=1 skips the machine setup), a couple of minutes:
@@ -43,7 +44,8 @@ stamp "stage 1: base checkpoint + data"
 if [ -n "${BASE_FROM:-}" ]; then  # a trained checkpoint to go on from (the installed default, say)
   cp -rL "$BASE_FROM" "$WORK/base" || exit 1
 else
-  timeout 60 python3 $HERE/base_checkpoint.py "$WORK/base" || exit 1
+  # shellcheck disable=SC2086
+  timeout 60 python3 $HERE/base_checkpoint.py "$WORK/base" ${BASE_ARGS:-} || exit 1
 fi
 timeout 120 python3 $HERE/shapes.py "$WORK/data" --per-combo "$PER_COMBO" || exit 1
 
