@@ -18,7 +18,7 @@ import pytest
 
 from dif.errors import UsageError
 from dif.noise import gaussian_noise
-from dif.rng import standard_normal
+from dif.rng import NoiseStream, standard_normal
 from dif.rng.torch_cpu import MT19937, torch_cpu_randn
 from dif.rng.torch_cuda import launch_threads, philox4x32_10, torch_cuda_randn
 
@@ -65,6 +65,29 @@ def test_torch_cpu_randn_is_bit_exact(shape: tuple[int, ...], dtype: str) -> Non
             np.testing.assert_allclose(ours, theirs.numpy(), rtol=0, atol=1e-15, err_msg=f"seed {seed}")
         else:
             np.testing.assert_array_equal(ours.astype(np.float64), theirs.double().numpy(), err_msg=f"seed {seed}")
+
+
+@pytest.mark.oracle
+@pytest.mark.parametrize("seed", (0, 2024))
+def test_torch_cpu_stream_continues_torchs_generator(seed: int) -> None:
+    """Draws one after another from one `NoiseStream`: each is torch's next draw from one generator, including
+    the double normal a small draw leaves over for the next small one (5 then 3 elements: the 3 start with
+    the cached value)."""
+    torch = pytest.importorskip("torch")
+    if _torch_capability(torch) not in ("AVX2", "AVX512"):
+        pytest.skip(f"torch runs its {_torch_capability(torch)} kernels here; dif's default models the AVX2 one")
+    draws = [((5,), "float32"), ((3,), "float64"), ((1, 16, 2, 3, 5), "float32"), ((7,), "float32"),
+             ((40, 17), "float32"), ((2, 33), "float64"), ((1, 32, 3, 4, 4), "float32")]  # fmt: skip
+    theirs_gen = torch.Generator("cpu").manual_seed(seed)
+    stream = NoiseStream(seed, "torch-cpu")
+    for shape, dtype in draws:
+        theirs = torch.randn(shape, generator=theirs_gen, dtype=getattr(torch, dtype)).numpy()
+        ours = stream.standard_normal(shape, dtype)
+        assert ours.shape == shape and ours.dtype == np.dtype(dtype)
+        if dtype == "float64":  # numpy's and libm's double log / sin / cos differ in the last bit at times
+            np.testing.assert_allclose(ours, theirs, rtol=0, atol=1e-15, err_msg=f"{shape} {dtype}")
+        else:
+            np.testing.assert_array_equal(ours, theirs, err_msg=f"{shape} {dtype}")
 
 
 @pytest.mark.oracle
@@ -150,6 +173,33 @@ def test_torch_cuda_randn_matches_the_gpu(shape: tuple[int, ...], dtype: str) ->
             assert np.abs(ours - theirs).max() <= 1e-5, f"seed {seed}"
         else:
             assert np.all(np.abs(ours - theirs) <= np.abs(theirs) * 2**-7 + 1e-5), f"seed {seed}"
+
+
+@pytest.mark.cuda
+@pytest.mark.oracle
+def test_torch_cuda_stream_continues_the_gpu_generator(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Draws one after another from one `NoiseStream("torch-cuda")` against one torch.Generator("cuda"): the
+    Philox offset advances as torch's does (a small draw, a large one spanning several grid-stride rounds,
+    then a small one again): max abs <= 1e-5 each."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("torch.cuda is not available (the GPU comparison runs on the GPU machine)")
+    props = torch.cuda.get_device_properties(0)
+    monkeypatch.setenv("DIF_TORCH_CUDA_GPU", f"{props.multi_processor_count},{props.max_threads_per_multi_processor}")
+    gen, stream = torch.Generator("cuda").manual_seed(11), NoiseStream(11, "torch-cuda")
+    for shape in [(300,), (1, 128, 40, 40), (1, 16, 128, 128), (7,), (2, 3, 5, 7)]:
+        theirs = torch.randn(shape, generator=gen, device="cuda").double().cpu().numpy()
+        assert np.abs(stream.standard_normal(shape).astype(np.float64) - theirs).max() <= 1e-5, shape
+
+
+def test_numpy_stream_goes_on_where_one_draw_stops() -> None:
+    """NoiseStream("numpy") is one PCG64 stream: two draws are the first draw's values and the next ones."""
+    whole = np.random.Generator(np.random.PCG64(5)).standard_normal(30, dtype=np.float32)
+    stream = NoiseStream(5)
+    np.testing.assert_array_equal(stream.standard_normal((4, 5)).reshape(-1), whole[:20])
+    np.testing.assert_array_equal(stream.standard_normal((10,)), whole[20:])
+    with pytest.raises(UsageError, match="unknown random generator 'mt'"):
+        NoiseStream(0, "mt")
 
 
 def test_numpy_stream_is_unchanged_and_bad_names_are_refused() -> None:

@@ -97,3 +97,54 @@ def test_fl2va_loop_matches_modular_pipeline(torch, rel_l2_fn) -> None:  # type:
 
 def _request(prompt: str, frames: int, width: int, height: int, steps: int) -> VideoRequest:
     return VideoRequest(prompt, frames=frames, width=width, height=height, steps=steps)
+
+
+def test_torch_cpu_seed_draws_the_modular_pipelines_noise(torch, rel_l2_fn) -> None:  # type: ignore[no-untyped-def]
+    """`--rng torch-cpu --seed S` draws the noise the modular pipeline draws from
+    `torch.Generator().manual_seed(S)`: t2va (video, then audio) and fl2va (each keyframe's conditioning
+    noise first, then video, then audio), each whole loop run by both from nothing but the seed (and, for
+    fl2va, the same keyframe latents); rel-L2 <= 1e-5 on the final latents."""
+    diffusers = pytest.importorskip("diffusers")
+    from diffusers.modular_pipelines.minimax_h3.modular_blocks_minimax_h3 import (
+        MiniMaxH3CoreDenoiseStep,
+        MiniMaxH3FL2VACoreDenoiseStep,
+    )
+
+    from dif_frontend_h3.layout import layout_for
+    from dif_frontend_h3.pipeline import Keyframe
+
+    pipe = H3Pipeline(open_checkpoint(DEFAULT_CHECKPOINT), backend="interp")
+    prompt, frames, width, height, steps, seed = "a lighthouse blinks at dusk", 124, 96, 64, 3, 21
+    text = pipe.encode(prompt)
+    components = {
+        "transformer": diffusers.MiniMaxH3Transformer3DModel.from_pretrained(DEFAULT_CHECKPOINT / "transformer").eval(),
+        "scheduler": diffusers.MiniMaxH3Scheduler.from_pretrained(DEFAULT_CHECKPOINT / "scheduler"),
+        "audio_scheduler": diffusers.MiniMaxH3Scheduler.from_pretrained(DEFAULT_CHECKPOINT / "audio_scheduler"),
+    }
+    keyframe_latents = [np.random.default_rng(3).standard_normal((1, 24, 1, 4, 6), dtype=np.float32) for _ in "ab"]
+    pixels = np.zeros((height, width, 3), np.uint8)
+    for anchors, core in (((), MiniMaxH3CoreDenoiseStep), (("first", "last"), MiniMaxH3FL2VACoreDenoiseStep)):
+        keyframes = tuple(Keyframe(anchor, pixels, anchor) for anchor in anchors)
+        req = VideoRequest(prompt, frames, width, height, steps, seed, keyframes=keyframes, rng="torch-cpu")
+        layout = layout_for(pipe.configs, text.shape[1], frames, width, height, anchors=anchors)  # the plain text
+        noise = pipe.initial_noise(req, layout)
+        rows = pipe.condition_rows(keyframe_latents, noise.keyframes) if anchors else None
+        got_v, got_a = pipe.sample(text, layout, noise.video, noise.audio, steps, rows)
+
+        ref = core().init_pipeline()
+        ref.update_components(**components)
+        extra = {"keyframe_anchors": anchors, "condition_latents": [torch.from_numpy(k) for k in keyframe_latents]}
+        out = ref(
+            prompt_embeds=torch.from_numpy(text), text_token_tags=torch.ones(text.shape[1], dtype=torch.long),
+            height=height, width=width, num_frames=frames, num_inference_steps=steps,
+            generator=torch.Generator().manual_seed(seed), output=["latents", "audio_latents"],
+            **(extra if anchors else {}),
+        )  # fmt: skip
+        errors = (
+            rel_l2_fn(got_v, out["latents"].numpy()),
+            rel_l2_fn(got_a.reshape(2, -1, 32).transpose(0, 2, 1), out["audio_latents"].numpy()),
+        )
+        print(f"{anchors or 't2va'} from the seed: rel-L2 video {errors[0]:.2e} audio {errors[1]:.2e}")
+        assert max(errors) <= 1e-5, anchors
+    numpy_noise = pipe.initial_noise(VideoRequest(prompt, frames, width, height, steps, seed), layout)
+    assert not np.allclose(numpy_noise.video, noise.video)  # the default generator is another stream

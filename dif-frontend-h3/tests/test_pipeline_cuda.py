@@ -31,8 +31,8 @@ def _run(backend: str, dtype: DType) -> tuple[np.ndarray, np.ndarray, np.ndarray
     pipe = H3Pipeline(open_checkpoint(DEFAULT_CHECKPOINT), backend=backend, dtype=dtype)
     req = VideoRequest("a lantern swinging in the wind", frames=22, width=128, height=96, steps=4, seed=1)
     layout = pipe.check(req, decode=False)
-    video, audio = pipe.initial_noise(req, layout)
-    latents, audio_rows = pipe.sample(pipe.encode(req.prompt), layout, video, audio, req.steps)
+    noise = pipe.initial_noise(req, layout)
+    latents, audio_rows = pipe.sample(pipe.encode(req.prompt), layout, noise.video, noise.audio, req.steps)
     return latents, audio_rows, pipe.decode_video(latents)
 
 

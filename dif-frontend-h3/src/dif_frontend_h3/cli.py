@@ -1,7 +1,7 @@
 """`dif h3 ...`: the MiniMax-H3 commands (added to `dif` by plugin.py's register_commands).
 
     dif h3 generate -p "a cat" [-o out.mp4] [-m MODEL] [--frames 17n+5] [-W W -H H] [--steps N] [--seed S]
-                    [--first-frame IMG] [--last-frame IMG]
+                    [--rng numpy|torch-cpu|torch-cuda] [--first-frame IMG] [--last-frame IMG]
                     [--backend NAME] [--dtype D] [--vram-budget SIZE] [--save-latents F] [--latents-only] [--json]
     dif h3 info [MODEL | --variant h3] [--json]
 Settings are `plugin.INFO`'s; a setting not given takes the checkpoint's `dif_defaults` (the embedded tiny
@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import click
+from attrs import evolve
 
 from dif.cli_support import DTYPE_CHOICES, VRAM_BUDGET_HELP, telemetry_text, unwritable_reason
 from dif.errors import UsageError
@@ -134,7 +135,7 @@ def generate(
     assert INFO.pipeline is not None
     pipe = INFO.pipeline(root, dtype=dtype, backend=backend, vram_budget=vram_budget, weight_variant=weight_variant)
     req = VideoRequest(prompt, settings["frames"], settings["width"], settings["height"], settings["steps"], seed,
-                       keyframes=keyframes)  # fmt: skip
+                       keyframes=keyframes, rng=settings["rng"])  # fmt: skip
     layout = pipe.check(req, decode=not latents_only)  # every refusal before any program is built
     tty = sys.stderr.isatty() and not as_json
     with ProgressBar(quiet=as_json) as bar:
@@ -142,8 +143,8 @@ def generate(
         if tty:
             pipe.on_tile = lambda done, total: print(f"\rdecode tile {done}/{total}", end="", file=sys.stderr,
                                                      flush=True)  # fmt: skip
-        noise = pipe.initial_noise(req, layout)
-        req = VideoRequest(req.prompt, req.frames, req.width, req.height, req.steps, seed, *noise, keyframes=keyframes)
+        noise = pipe.initial_noise(req, layout)  # drawn again inside from the same seed: the same values
+        req = evolve(req, video_noise=noise.video, audio_noise=noise.audio)
         result = pipe.generate(req, decode=not latents_only)
     if tty and not latents_only:
         print(file=sys.stderr)
@@ -152,8 +153,9 @@ def generate(
     if save_latents is not None:
         from dif.serialize.diftensor import save_tensors
 
-        save_tensors(save_latents, {"video_latents": result.video_latents, "audio_latents": result.audio_latents,
-                                    "video_noise": noise[0], "audio_noise": noise[1]}, dif_metadata=False)  # fmt: skip
+        tensors = {"video_latents": result.video_latents, "audio_latents": result.audio_latents,
+                   "video_noise": noise.video, "audio_noise": noise.audio}  # fmt: skip
+        save_tensors(save_latents, tensors, dif_metadata=False)
         written["latents"] = str(save_latents)
     if not latents_only:
         pipe.save_mp4(result, out, version=INFO.revision)

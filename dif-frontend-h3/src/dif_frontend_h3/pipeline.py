@@ -10,7 +10,8 @@ forward per step:
               (conditioning rows max(t_v, 0.999)); (v_video, v_audio) = DiT(...)
               each stream: x0 = x + (1 - t) v, x' = r x + (1 - r) x0 with r = sigma_{i+1} / sigma_i (fp32)
 Latents stay float32 the whole loop. Noise: video (1, C, T', H/16, W/16) first, then audio rows (2A, C),
-from one numpy PCG64(seed) stream (or the caller's arrays, for parity with another tool).
+from one numpy PCG64(seed) stream, or with `--rng torch-cpu` / `torch-cuda` the reference's draws from one
+torch generator, keyframes first (or the caller's arrays, for parity with another tool).
 fl2va (`VideoRequest.keyframes`): each keyframe through the video VAE encoder, noised to t = 0.999 and packed
 as conditioning rows ahead of the generated video rows, held fixed through the loop; the text is the reference's
 presentation, `"<Picture i>: "` + a vision block per keyframe (the Qwen3-VL vision tower, rows tagged video)
@@ -24,6 +25,7 @@ from __future__ import annotations
 import time
 import warnings
 from collections.abc import Callable, Mapping
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -78,8 +80,8 @@ class Keyframe:
 @frozen
 class VideoRequest:
     """One t2va job (fl2va with `keyframes`): prompt, frames (17n + 5), size (multiples of 32), grid points
-    `steps` (steps - 1 model evaluations, as the reference counts), seed; `video_noise` (1, C, T', H/16,
-    W/16) / `audio_noise` (2A, C) float32 replace the seeded draws."""
+    `steps` (steps - 1 model evaluations, as the reference counts), seed and its generator `rng`;
+    `video_noise` (1, C, T', H/16, W/16) / `audio_noise` (2A, C) float32 replace the seeded draws."""
 
     prompt: str
     frames: int
@@ -90,6 +92,7 @@ class VideoRequest:
     video_noise: np.ndarray | None = field(default=None, eq=False)
     audio_noise: np.ndarray | None = field(default=None, eq=False)
     keyframes: tuple[Keyframe, ...] = field(default=(), eq=False)
+    rng: str = "numpy"  # `dif.rng.RNGS`: the seeded noise's generator (`H3Pipeline.initial_noise`)
 
     @property
     def anchors(self) -> tuple[str, ...]:
@@ -106,6 +109,16 @@ class VideoResult:
     audio: np.ndarray | None
     timings: dict[str, float]
     settings: dict[str, Any]
+
+
+@frozen(eq=False)
+class H3Noise:
+    """The noise a run starts from (`H3Pipeline.initial_noise`), float32: one (1, C, 1, h, w) per keyframe,
+    the video latents (1, C, T', h, w) and the audio rows (2A, C)."""
+
+    keyframes: list[np.ndarray]
+    video: np.ndarray
+    audio: np.ndarray
 
 
 @define
@@ -234,6 +247,7 @@ class H3Pipeline:
         seed: int = 0,
         first_frame: np.ndarray | None = None,
         last_frame: np.ndarray | None = None,
+        rng: str = "numpy",
     ) -> VideoRequest:
         """A `VideoRequest` from plain values, settings left None taking the checkpoint's defaults (as `dif h3
         generate`); keyframes (H, W, 3) uint8. For callers that reach this frontend only through
@@ -244,7 +258,8 @@ class H3Pipeline:
         d = {**checkpoint_defaults(self.checkpoint.root), **{k: v for k, v in given.items() if v is not None}}
         ends = (("first", first_frame), ("last", last_frame))
         keyframes = tuple(Keyframe(anchor, pixels, f"{anchor}_frame") for anchor, pixels in ends if pixels is not None)
-        return VideoRequest(prompt, d["frames"], d["width"], d["height"], d["steps"], seed, keyframes=keyframes)
+        size = (d["frames"], d["width"], d["height"], d["steps"])
+        return VideoRequest(prompt, *size, seed, keyframes=keyframes, rng=rng)
 
     def save_mp4(self, result: VideoResult, path: str | Path, *, version: str = "") -> Path:
         """Write a decoded `result` as `dif h3 generate` does (`dif.media.mp4.write_mp4`: H.264 + AAC, by temp +
@@ -358,19 +373,28 @@ class H3Pipeline:
             inputs[f"deepstack_{j}"] = feats[1 + j]
         return require_finite("text features", next(iter(text(inputs).values())))
 
-    def initial_noise(self, req: VideoRequest, layout: PackedLayout) -> tuple[np.ndarray, np.ndarray]:
-        """(video latents (1, C, T', h, w), audio rows (2A, C)) float32: the request's, or drawn from
-        PCG64(seed) in the reference's order (video first, then audio)."""
+    def initial_noise(self, req: VideoRequest, layout: PackedLayout) -> H3Noise:
+        """Every noise a run starts from, float32: the request's arrays where it gives them, the rest drawn from
+        `req.rng` seeded with `req.seed`. "torch-cpu" / "torch-cuda" draw in the reference's order from one
+        torch generator (`dif.rng.NoiseStream`): each keyframe's (1, C, 1, h, w), then the video latents, then
+        the audio rows; a given array skips its draw, as diffusers' `latents=` does. "numpy" draws the video
+        then the audio from PCG64(seed) and the keyframes from PCG64((seed, 1)), so a t2va and an fl2va run of
+        one seed share their video and audio noise."""
+        from dif.rng import NoiseStream
+
         c, ca = self.configs.transformer.in_channels, self.configs.transformer.audio_in_channels
-        rng = np.random.Generator(np.random.PCG64(req.seed))
+        r = self.configs.video_vae.spatial_ratio
+        stream = NoiseStream(req.seed, req.rng)
+        draw_keyframe = stream.standard_normal
+        if req.rng == "numpy":
+            own = np.random.Generator(np.random.PCG64([req.seed, 1]))
+            draw_keyframe = partial(own.standard_normal, dtype=np.float32)
+        keyframes = [draw_keyframe((1, c, 1, req.height // r, req.width // r)) for _ in req.keyframes]
         shape = (1, c, layout.num_latent_frames, layout.latent_height, layout.latent_width)
-        video = rng.standard_normal(shape, dtype=np.float32) if req.video_noise is None else req.video_noise
-        audio = (
-            rng.standard_normal((layout.audio_rows, ca), dtype=np.float32)
-            if req.audio_noise is None
-            else req.audio_noise
-        )
-        return np.asarray(video, np.float32), np.asarray(audio, np.float32)
+        video = stream.standard_normal(shape) if req.video_noise is None else req.video_noise
+        audio = stream.standard_normal((layout.audio_rows, ca)) if req.audio_noise is None else req.audio_noise
+        return H3Noise([np.asarray(k, np.float32) for k in keyframes], np.asarray(video, np.float32),
+                       np.asarray(audio, np.float32))  # fmt: skip
 
     def sample(
         self,
@@ -464,14 +488,6 @@ class H3Pipeline:
         moments = encode_moments(vcfg, x, run_tile)
         return require_finite("keyframe latent", sample_keyframe_latents(vcfg, moments))
 
-    def condition_noise(self, req: VideoRequest) -> list[np.ndarray]:
-        """One (1, C, 1, h, w) float32 draw per keyframe, from PCG64((seed, 1)) (the reference draws them from
-        the request's generator before the video noise; dif keeps the video / audio stream of t2va intact)."""
-        c, r = self.configs.transformer.in_channels, self.configs.video_vae.spatial_ratio
-        rng = np.random.Generator(np.random.PCG64([req.seed, 1]))
-        shape = (1, c, 1, req.height // r, req.width // r)
-        return [rng.standard_normal(shape, dtype=np.float32) for _ in req.keyframes]
-
     def _video_decoder(self, latent_shape: tuple[int, ...]) -> tuple[Any, Runner]:
         """(VideoVaeConfig, the decoder runner for the tile shape a decode of `latent_shape` needs)."""
         from dif_frontend_h3.vae_config import VideoVaeConfig
@@ -562,22 +578,22 @@ class H3Pipeline:
         self._programs.enter("encode")
         text = self.encode(req.prompt) if pictures is None else self.encode_pictures(pictures)
         rows = None
+        if req.keyframes and pictures is None:
+            warnings.warn(
+                "fl2va: the text has no picture blocks (this checkpoint has no Qwen3-VL vision tower "
+                "`model.visual.*` or no processor/ folder): the keyframes condition the video through their "
+                "latent rows only",
+                DifWarning,
+                stacklevel=2,
+            )
+        noise = self.initial_noise(req, layout)
         if req.keyframes:
-            if pictures is None:
-                warnings.warn(
-                    "fl2va: the text has no picture blocks (this checkpoint has no Qwen3-VL vision tower "
-                    "`model.visual.*` or no processor/ folder): the keyframes condition the video through their "
-                    "latent rows only",
-                    DifWarning,
-                    stacklevel=2,
-                )
             latents_k = [self.encode_keyframe(k.pixels) for k in req.keyframes]
-            rows = self.condition_rows(latents_k, self.condition_noise(req), self.configs.transformer.patch_size[2])
+            rows = self.condition_rows(latents_k, noise.keyframes, self.configs.transformer.patch_size[2])
         stage("encode", t0)
         t0 = time.perf_counter()
         self._programs.enter("denoise")
-        video, audio_rows = self.initial_noise(req, layout)
-        latents, audio_rows = self.sample(text, layout, video, audio_rows, req.steps, rows)
+        latents, audio_rows = self.sample(text, layout, noise.video, noise.audio, req.steps, rows)
         stage("denoise", t0)
         frames = wave = None
         if decode:
@@ -591,8 +607,8 @@ class H3Pipeline:
             wave = wave[:, :n]
             stage("decode", t0)
         settings = {"prompt": req.prompt, "frames": req.frames, "fps": FPS, "width": req.width, "height": req.height,
-                    "steps": req.steps, "seed": req.seed, "dtype": self.dtype.value, "model": self.checkpoint.name,
-                    "text_tokens": layout.text_len, "sequence_rows": layout.seq_len,
+                    "steps": req.steps, "seed": req.seed, "rng": req.rng, "dtype": self.dtype.value,
+                    "model": self.checkpoint.name, "text_tokens": layout.text_len, "sequence_rows": layout.seq_len,
                     "keyframes": {k.anchor: k.name for k in req.keyframes}}  # fmt: skip
         return VideoResult(latents, audio_rows_to_latents(audio_rows, layout.num_audio_latents), frames, wave,
                            timings, settings)  # fmt: skip

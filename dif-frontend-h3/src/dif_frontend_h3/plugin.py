@@ -14,7 +14,7 @@ from typing import Any
 
 from attrs import evolve
 
-from dif.frontend import SEED, FrontendInfo, SettingSpec, frontend_hooks
+from dif.frontend import RNG, SEED, FrontendInfo, SettingSpec, frontend_hooks
 from dif_frontend_h3 import DEFAULT_CHECKPOINT, __version__
 
 PUBLISHED_DEFAULTS = {"frames": 124, "width": 1344, "height": 768, "steps": 50}
@@ -45,7 +45,12 @@ def _describe(path: Path | None, **options: Any) -> tuple[str, dict[str, Any]]:
     return describe(path, **options)
 
 
-H3_SEED = evolve(SEED, doc="Noise seed (numpy PCG64: the video noise, then the audio noise); -1 draws a fresh one")
+H3_SEED = evolve(SEED, doc="Noise seed (the video noise, then the audio noise, from --rng); -1 draws a fresh one")
+H3_RNG = evolve(
+    RNG,
+    doc="Noise generator: numpy (PCG64), or torch's CPU / CUDA stream (the seed then draws diffusers' "
+    "noise: the keyframes', the video's, then the audio's from one generator)",
+)
 
 INFO = FrontendInfo(
     name="h3",
@@ -89,6 +94,7 @@ INFO = FrontendInfo(
             default_doc="50, or the checkpoint's own",
         ),
         H3_SEED,
+        H3_RNG,
     ),  # fmt: skip
     pipeline=_pipeline,
     revision=__version__,

@@ -171,27 +171,53 @@ def _box_muller_16(u: np.ndarray, variant: str) -> np.ndarray:
 VARIANTS = ("avx2", "scalar")
 
 
+class TorchCpuGenerator:
+    """One `torch.Generator("cpu").manual_seed(seed)` drawn from again and again: `randn(shape, dtype)` is
+    the next `torch.randn(shape, generator=g, dtype=dtype)`, so a pipeline that draws several tensors from
+    one generator (H3: conditioning, then video, then audio noise) gets torch's values for each. The engine
+    advances exactly as torch's does, and the double normal a small draw leaves over is kept for the next
+    small draw (torch's `next_double_normal_sample`); `variant` is the float32 build (`VARIANTS`)."""
+
+    def __init__(self, seed: int, *, variant: str = "avx2") -> None:
+        self._engine = MT19937(seed)
+        self._variant = variant
+        self._cached_normal: float | None = None
+
+    def randn(self, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+        dtype = np.dtype(dtype)
+        size = math.prod(shape)
+        flat = self._scalar_normals(size) if size < 16 else self._normal_fill(size, dtype)
+        if size < 16 and dtype.itemsize < 4:
+            flat = flat.astype(np.float32)
+        return flat.astype(dtype).reshape(shape)
+
+    def _scalar_normals(self, size: int) -> np.ndarray:
+        """Tensors under 16 elements: one double normal each, the pair's second value kept for the next."""
+        out = np.empty(size, dtype=np.float64)
+        for i in range(size):
+            if self._cached_normal is not None:
+                out[i], self._cached_normal = self._cached_normal, None
+                continue
+            u1, u2 = _uniform_f64(self._engine, 2)
+            radius = math.sqrt(-2.0 * math.log1p(-u2))
+            theta = TWO_PI * u1
+            out[i], self._cached_normal = radius * math.cos(theta), radius * math.sin(theta)
+        return out
+
+    def _normal_fill(self, size: int, dtype: np.dtype) -> np.ndarray:
+        opmath = np.float64 if dtype == np.float64 else np.float32
+        uniform = _uniform_f64 if opmath is np.float64 else _uniform_f32
+        blocks = size // 16
+        # float / double draw all uniforms first (into the output buffer); bf16 / f16 draw 16 per block
+        data = uniform(self._engine, size if dtype.itemsize >= 4 else blocks * 16)
+        out = np.empty(size, dtype=opmath)
+        out[: blocks * 16] = _box_muller_16(data[: blocks * 16].reshape(blocks, 16), self._variant).reshape(-1)
+        if size % 16:
+            out[size - 16 :] = _box_muller_16(uniform(self._engine, 16).reshape(1, 16), self._variant).reshape(-1)
+        return out
+
+
 def torch_cpu_randn(shape: tuple[int, ...], seed: int, dtype: np.dtype, *, variant: str = "avx2") -> np.ndarray:
     """`torch.randn(shape, generator=torch.Generator("cpu").manual_seed(seed), dtype=dtype)` as numpy,
     `dtype` float32, float64, bfloat16 or float16 (ml_dtypes); `variant` the float32 build (`VARIANTS`)."""
-    dtype = np.dtype(dtype)
-    size = math.prod(shape)
-    gen = MT19937(seed)
-    if size < 16:
-        u = _uniform_f64(gen, 2 * ((size + 1) // 2)).reshape(-1, 2)
-        r = np.sqrt(-2.0 * np.log1p(-u[:, 1]))
-        theta = TWO_PI * u[:, 0]
-        flat = np.stack([r * np.cos(theta), r * np.sin(theta)], axis=1).reshape(-1)[:size]
-        if dtype.itemsize < 4:
-            flat = flat.astype(np.float32)
-        return flat.astype(dtype).reshape(shape)
-    opmath = np.float64 if dtype == np.float64 else np.float32
-    uniform = _uniform_f64 if opmath is np.float64 else _uniform_f32
-    blocks = size // 16
-    # float / double draw all uniforms first (into the output buffer); bf16 / f16 draw 16 per block
-    data = uniform(gen, size if dtype.itemsize >= 4 else blocks * 16)
-    out = np.empty(size, dtype=opmath)
-    out[: blocks * 16] = _box_muller_16(data[: blocks * 16].reshape(blocks, 16), variant).reshape(-1)
-    if size % 16:
-        out[size - 16 :] = _box_muller_16(uniform(gen, 16).reshape(1, 16), variant).reshape(-1)
-    return out.astype(dtype).reshape(shape)
+    return TorchCpuGenerator(seed, variant=variant).randn(shape, dtype)

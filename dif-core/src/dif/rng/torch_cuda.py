@@ -67,6 +67,13 @@ def launch_threads(numel: int, sms: int = H200_SMS, threads_per_sm: int = H200_T
     return max(grid, 1) * BLOCK
 
 
+def offset_advance(numel: int, sms: int = H200_SMS, threads_per_sm: int = H200_THREADS_PER_SM) -> int:
+    """How far one `torch.randn` of `numel` elements moves the generator's Philox offset: 4 words for each
+    round of the grid-stride loop (ATen's `counter_offset`), so the next draw starts on fresh counters."""
+    threads = launch_threads(numel, sms, threads_per_sm)
+    return ((numel - 1) // (threads * 4) + 1) * 4
+
+
 def torch_cuda_randn(
     shape: tuple[int, ...],
     seed: int,
