@@ -56,6 +56,26 @@ def test_latents_only_run(dif_cli: Callable[..., Any], tmp_path: Path) -> None:
     np.testing.assert_array_equal(open_safetensors(again)["video_latents"], video)  # the seed reproduces the run
 
 
+@pytest.mark.oracle
+def test_rng_torch_cpu_draws_torchs_video_then_audio_noise(dif_cli: Callable[..., Any], tmp_path: Path) -> None:
+    """`--rng torch-cpu --seed 4`: the saved noise is torch.Generator().manual_seed(4)'s video draw, then its
+    audio draw (the modular pipeline's order), and the JSON report names the generator."""
+    torch = pytest.importorskip("torch")
+    if torch.backends.cpu.get_cpu_capability() not in ("AVX2", "AVX512"):
+        pytest.skip("dif's torch-cpu stream models torch's AVX2 kernels (this torch runs another build)")
+    lat = tmp_path / "lat.safetensors"
+    res = dif_cli("h3", "generate", "-p", "waves", "--frames", "22", "-W", "96", "-H", "64", "--steps", "2",
+                  "--seed", "4", "--rng", "torch-cpu", "--backend", "cpu", "--latents-only", "--save-latents",
+                  str(lat), "--json")  # fmt: skip
+    assert json.loads(res.stdout)["data"]["rng"] == "torch-cpu"
+    src = open_safetensors(lat)
+    gen = torch.Generator().manual_seed(4)
+    video = torch.randn(src["video_noise"].shape, generator=gen).numpy()
+    audio = torch.randn(src["audio_noise"].shape, generator=gen).numpy()
+    np.testing.assert_array_equal(src["video_noise"], video)
+    np.testing.assert_array_equal(src["audio_noise"], audio)
+
+
 @pytest.mark.parametrize(
     "args, message",
     [
