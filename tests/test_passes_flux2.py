@@ -40,13 +40,19 @@ def test_flux2_transformer_fuses_and_stays_bit_identical_on_cpu(dtype: str) -> N
     backend = cpu.CpuBackend()
     optimized, decisions = optimize(program, target=backend.profile())
     before, after = program.op_histogram(), optimized.op_histogram()
-    # one double-stream and one single-stream block: 6 adaLN norms, 5 gated residuals, and every q/k
-    # norm + rope: the single block's 2, and the double block's 4 once rope_before_concat has moved its
-    # two ropes (over text|image concats) onto the four parts, slicing the tables once (4 slices)
-    assert (after["norm_modulate"], after["gated_residual"], after["rms_norm_rope"]) == (6, 5, 6)
-    assert "layer_norm" not in after and "modulate" not in after and "rope" not in after and before["rope"] == 4
+    # each double-stream block: 4 adaLN norms, 4 gated residuals, and 4 q/k norm + ropes once
+    # rope_before_concat has moved its two ropes (over text|image concats) onto the four parts; each single
+    # block: 1 norm, 1 gated residual, 2 q/k norm + ropes; and the output norm. The tables are sliced once
+    # for all double blocks (4 slices)
+    cfg = Flux2TransformerConfig.from_json(CONFIG)
+    doubles, singles = cfg.num_layers, cfg.num_single_layers
+    fused = (after["norm_modulate"], after["gated_residual"], after["rms_norm_rope"])
+    assert fused == (4 * doubles + singles + 1, 4 * doubles + singles, 4 * doubles + 2 * singles)
+    assert "layer_norm" not in after and "modulate" not in after and "rope" not in after
+    assert before["rope"] == 2 * doubles + 2 * singles
     assert after["slice"] == before.get("slice", 0) + 4 and after["concat"] == before["concat"]
-    assert len(optimized.nodes) == len(program.nodes) - 11
+    # the fusions of a double block remove 10 nodes, of a single block 4, of the output norm 1; the 4 slices add
+    assert len(optimized.nodes) == len(program.nodes) - (10 * doubles + 4 * singles + 1 - 4)
     # every default pass but the GroupNorm + SiLU fusion (the transformer has no GroupNorm), the residual one
     # (every residual add of a FLUX.2 block is gated: a gated_residual) and the training one (no backward here)
     unused = {"fuse_group_norm_silu", "fuse_linear_residual", "reuse_attention_stats"}

@@ -79,8 +79,10 @@ def test_shape_mismatch(ckpt: Path) -> None:
     with pytest.raises(WeightError) as info:
         _load(ckpt)
     msg = str(info.value)
+    cfg = json.loads((ckpt / "transformer" / "config.json").read_text())
+    width = cfg["num_attention_heads"] * cfg["attention_head_dim"]
     assert "mis-shaped: 'x_embedder.weight' in " in msg and str(path) in msg
-    assert "checkpoint has F32[128,100], program expects bf16[128,128]" in msg
+    assert f"checkpoint has F32[{width},100], program expects bf16[{width},128]" in msg
     assert msg.count("\n  ") == 1  # exactly one problem listed
 
 

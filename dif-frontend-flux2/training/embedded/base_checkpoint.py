@@ -16,7 +16,8 @@ would form an attention sink the few content tokens must outweigh.
 8,8,8,8 and 4). At 8 channels in groups of 2, a GroupNorm over a flat background leaves the decoder little
 to tell the colours apart by; a wider VAE still decodes 256² on a CPU in about a second.
 `--heads` (of 32 channels each), `--double-blocks` and `--single-blocks` size the transformer (default 4, 1
-and 1: width 128, 0.9 M parameters, 3.9 MB in float32; the package holds 30 MB in all).
+and 1: width 128, 0.9 M parameters, 3.9 MB in float32; the installed default is `--heads 5 --double-blocks 2
+--single-blocks 2`, 2.5 M parameters, 10 MB; the package holds 30 MB in all).
 """
 
 from __future__ import annotations
