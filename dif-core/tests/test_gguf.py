@@ -161,3 +161,43 @@ def test_q8_0_quantizer_matches_gguf_and_writer_round_trips(tmp_path: Path) -> N
     src = open_gguf(path)
     assert src.architecture == "flux" and src.stored_type("w") == "Q8_0"
     assert np.array_equal(src["w"], ref_dequantize(ours, Q.Q8_0)) and np.array_equal(src["n"], norm)
+
+
+def test_q4_0_blocks_are_int4_groups_of_32(tmp_path: Path) -> None:
+    """Q4_0 blocks re-packed as `int4_linear`'s groups of 32 (`dif.weights.gguf_int4.q4_0_groups`) hold exactly
+    the values gguf's reference dequantizer reads from them, and `int4_linear` over them is linear over those
+    values; read back through a file, a renamed source and a chunk of rows (one part of a fused qkv)."""
+    from dif.ops.quant import dequantize_groups, int4_linear
+    from dif.weights.bind import bind_weights
+    from dif.weights.gguf_int4 import q4_0_groups, stored_q4_0
+    from dif.weights.remap import Chunk, MappedSource, Rule
+
+    rng = np.random.default_rng(5)
+    w = (rng.standard_normal((48, 96)) * 0.05).astype(np.float32)
+    raw = np.asarray(ref_quantize(w, Q.Q4_0), np.uint8)
+    values = np.asarray(ref_dequantize(raw, Q.Q4_0), np.float32).reshape(w.shape)
+    packed, scales = q4_0_groups(raw, *w.shape)
+    assert packed.shape == (48, 48) and packed.dtype == np.uint8 and scales.shape == (48, 3)
+    np.testing.assert_array_equal(dequantize_groups(packed, scales, 32), values)
+    x = rng.standard_normal((2, 96)).astype(np.float32)
+    np.testing.assert_allclose(int4_linear(x, packed, scales, group_size=32), x @ values.T, rtol=1e-5, atol=1e-6)
+
+    from dif.weights.gguf import write_gguf as write_file
+
+    path = tmp_path / "q.gguf"
+    write_file(path, [("qkv.weight", "Q4_0", w.shape), ("norm", "F32", (96,))],
+               lambda n: raw if n == "qkv.weight" else np.ones(96, np.float32))  # fmt: skip
+    file = open_gguf(path)
+    source = MappedSource(file, {"k.weight": Rule("qkv.weight", Chunk(1, 3))})
+    from dif.ir.program import Program, Value
+    from dif.ir.types import TensorType
+
+    program = Program("p", [], [Value("k.weight", TensorType((16, 96), "f32"))], [], [])
+    bound = bind_weights(program, source, ignore=lambda n: True)
+    stored = stored_q4_0(bound, "k.weight")
+    assert stored is not None
+    q, s = stored.load()
+    np.testing.assert_array_equal(dequantize_groups(q, s, 32), values[16:32])
+    np.testing.assert_array_equal(bound["k.weight"], values[16:32])  # what the dequantizing path reads
+    norm = Program("n", [], [Value("norm", TensorType((96,), "f32"))], [], [])
+    assert stored_q4_0(bind_weights(norm, file, ignore=lambda n: True), "norm") is None  # F32

@@ -16,6 +16,7 @@ from PIL import Image
 from dif.lora.file import read_lora
 from dif.telemetry import validate_document
 from dif.train.checkpoint import recorded_settings
+from dif_frontend_flux2 import DEFAULT_CHECKPOINT
 from dif_tools.cli import build_cli
 
 
@@ -28,6 +29,13 @@ def _data(root: Path, n: int = 2) -> Path:
         Image.fromarray(a).save(root / f"s{i}.png")
         (root / f"s{i}.txt").write_text(f"a white square, picture {i}")
     return root
+
+
+def _attention_projections() -> int:
+    """The default targets on the embedded model: 8 projections per double block (image and text
+    q, k, v, out), 2 per single block (the fused qkv+mlp input and the output)."""
+    config = json.loads((DEFAULT_CHECKPOINT / "transformer" / "config.json").read_text())
+    return 8 * config["num_layers"] + 2 * config["num_single_layers"]
 
 
 ARGS = ["--rank", "4", "--resolution", "64", "--lr", "1e-2", "--backend", "cpu"]
@@ -45,7 +53,7 @@ def test_train_lora_writes_lora_checkpoint_curve_and_document(tmp_path: Path) ->
     assert doc["kind"] == "train.lora" and d["family"] == "flux2" and d["steps"] == 4 and len(d["losses"]) == 4
     assert "it/s" in r.stderr and "ETA" in r.stderr and "loss" in r.stderr
     lora = read_lora(out / "lora.safetensors")
-    assert lora.dialect == "diffusers" and len(lora.adapters) == len(d["modules"]) == 10
+    assert lora.dialect == "diffusers" and len(lora.adapters) == len(d["modules"]) == _attention_projections()
     assert (out / "last.diftrain").is_file() and (out / "loss.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert json.loads((out / "train.json").read_text())["steps"] == 4
     assert d["plans"] and all(p["peak_bytes"] > 0 for p in d["plans"])  # the planner states the step's peak

@@ -252,12 +252,18 @@ def priority() -> int:
 # -- profile and budget -----------------------------------------------------------------------------
 
 
+FORMAT_CAPABILITIES = ("format:int4-group",)
+"""The formats the passes may choose here: int4 weight-only, whose GEMM unpacks the weight in its tile loads
+(memory for small cards). fp8 and int8 W8A8 are not listed: without matrix units their products run at the fp32
+GEMM's rate after a quantization pass, slower than the unquantized linear (the ops still run when a program
+holding them is handed over as it is)."""
+
+
 def storage_dtypes(info: DeviceInfo) -> tuple[str, ...]:
     """Storage types every kernel reads and writes (fp32 compute). f16 needs no extension: its
     loads/stores are the core vload_half / vstore_half_rte; f8e4m3 is uchar bits converted in
-    kernels/common.cl. Listing a dtype picks no format: the fp8 / int8 / int4 formats need a
-    `format:*` capability, which this profile does not declare (the quantized ops run, slowly, only
-    in programs handed to the backend as they are)."""
+    kernels/common.cl. Listing a dtype picks no format: a format needs its `format:*` capability
+    (`FORMAT_CAPABILITIES`)."""
     dtypes = (DType.F32, DType.BF16, DType.F16, DType.I32, DType.I64, DType.I8, DType.U8, DType.BOOL, DType.F8E4M3)
     return tuple(d.value for d in dtypes)
 
@@ -283,6 +289,7 @@ def profile_of(info: DeviceInfo, host_threshold_bytes: int | None = None) -> Tar
     caps += [f"ext:{e}" for e in info.extensions]
     caps.append(ALIAS_CAPABILITY)  # the executor reads aliased reshape results from their operand's bytes
     caps += LOWERINGS.op_capabilities()  # the fused ops lowered in lower/fused.py: the optimizer may make them
+    caps += FORMAT_CAPABILITIES
     return TargetProfile(
         backend=NAME,
         device=info.name,

@@ -368,6 +368,7 @@ class TextToImagePipeline:
             full_steps=steps,
             **self.run_keys(),
             **({"fp8_weights": dict(self._programs.fp8_weights)} if self._programs.fp8_weights else {}),
+            **({"q4_0_weights": dict(self._programs.int4_weights)} if self._programs.int4_weights else {}),
         )
 
     def prefetch_prompts(self, prompts: Sequence[str], /) -> None:

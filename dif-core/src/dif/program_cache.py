@@ -93,6 +93,7 @@ class ProgramCache:
     decision: dict[str, PipelineResidency] = field(init=False, factory=dict)  # by backend name
     releases: list[str] = field(init=False, factory=list)  # "NAME before STAGE", in order
     fp8_weights: dict[str, str] = field(init=False, factory=dict)  # by program name: what its fp8 weights do
+    int4_weights: dict[str, str] = field(init=False, factory=dict)  # by program name: what its Q4_0 weights do
     _notes: set[str] = field(init=False, factory=set)  # fp8 notes warned already (one per source and reason)
     _runners: dict[Hashable, Runner] = field(init=False, factory=dict)  # under "interp"
     _entries: dict[Hashable, _Entry] = field(init=False, factory=dict)
@@ -183,6 +184,7 @@ class ProgramCache:
     ) -> Runner:
         from dif.interp import interpret
         from dif.weights.fp8 import choose_fp8
+        from dif.weights.gguf_int4 import choose_int4
 
         runner = self._runners.get(key)
         if runner is None:
@@ -195,6 +197,8 @@ class ProgramCache:
                 scan.on_host()
             if (fp8 := choose_fp8(program, weights, None, keep=keep_fp8)) is not None:
                 self._fp8_outcome(program.name, fp8, program)
+            if (int4 := choose_int4(program, weights, None, keep=keep_fp8)) is not None:
+                self.int4_weights[program.name] = int4.outcome(program)[0]
             resolved = dict(weights)
             runner = self._runners[key] = lambda inputs: interpret(program, inputs, resolved)
             self.load_seconds += time.perf_counter() - start
@@ -210,6 +214,7 @@ class ProgramCache:
         keep_fp8: bool = False,
     ) -> _Entry:
         from dif.weights.fp8 import choose_fp8
+        from dif.weights.gguf_int4 import choose_int4
 
         backend = self._backend = get_backend(self.backend, program=program, create=self._instance)
         if not getattr(backend, "scans_weights_on_device", False):
@@ -220,12 +225,21 @@ class ProgramCache:
         start = time.perf_counter()
         profile = backend.profile()
         fp8 = choose_fp8(program, weights, profile, keep=keep_fp8)  # quantize_fp8 over weights stored as fp8
+        int4 = choose_int4(program, weights, profile, keep=keep_fp8)  # int4_linear over GGUF Q4_0 blocks
+        if int4 is not None:  # before the optimizer, whose fusions would concatenate their weights
+            program = int4.apply(program, profile)
         optimized, decisions = optimize_for(program, backend, profile, extra=fp8.passes if fp8 else ())
         optimized_at = time.perf_counter()
         taken = {e.name for e in self._entries.values()}
         name = program.name if program.name not in taken else f"{program.name} #{len(taken) + 1}"
         if fp8 is not None:
             decisions = (*decisions, self._fp8_outcome(name, fp8, optimized))
+        if int4 is not None:
+            from dif.plan.plan import Decision
+
+            summary, why = int4.outcome(optimized)
+            self.int4_weights[name] = summary
+            decisions = (*decisions, Decision(f"Q4_0 weights: {summary}", why))
         alone = self._plan(optimized, backend, budget, decisions)
         from dif.weights.quantized import with_quantized_weights  # format passes derive weights at load
 

@@ -7,6 +7,6 @@ from pathlib import Path
 __version__ = "0.1.0"
 
 DEFAULT_CHECKPOINT = Path(__file__).resolve().parent / "default"
-"""The embedded tiny checkpoint (random weights) used when no --model is given."""
+"""The embedded tiny checkpoint (trained on drawn, captioned shapes) used when no --model is given."""
 
 __all__ = ["DEFAULT_CHECKPOINT", "__version__"]

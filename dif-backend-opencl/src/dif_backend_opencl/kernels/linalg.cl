@@ -5,7 +5,10 @@
 // residual, laid out like C: the add reads the product as the unfused program stored it).
 // Operands are strided views (A(m,k) at a + m*sam + k*sak, B(k,n) at b + k*sbk + n*sbn, C(m,n)
 // at c + m*ldc + n), so transposed weights ([out, in] for linear) and head-strided attention
-// tensors need no copy. Batch z = get_group_id(2) decomposes over bshape (row-major, 4 dims)
+// tensors need no copy. With group > 0, B is int4_linear's weight instead: B(k,n) = (nibble(n, k)
+// - 8) * bs[n, k / group], nibble k of row n the low half of byte n*K/2 + k/2 for even k, the high
+// half for odd k, rounded to A's storage type as the reference rounds it; the weight is unpacked
+// in the tile loads and never stored wider. Batch z = get_group_id(2) decomposes over bshape (row-major, 4 dims)
 // with per-operand element strides. Work-group 16x16, each work-item a 4x4 register block of a
 // 64x64 tile; 16-deep k slices staged in local memory, loaded along whichever axis is contiguous.
 
@@ -19,7 +22,8 @@ __kernel __attribute__((reqd_work_group_size(LS, LS, 1))) void gemm(
     long biaso, int biast, int bias_mode, __global const float* rs, long rso,
     __global const float* cs, long cso, int scaled, gcptr r, long ro, int rt, int has_r, int M,
     int N, int K, long sam, long sak, long sbk, long sbn, long ldc, int4 bshape, long4 bsa,
-    long4 bsb, long4 bsc, float alpha) {
+    long4 bsb, long4 bsc, float alpha, __global const uchar* bq, long bqo, gcptr bs, long bso,
+    int bst, int group) {
   __local float As[TK][TM];
   __local float Bs[TK][TN];
   int tx = get_local_id(0), ty = get_local_id(1);
@@ -48,7 +52,16 @@ __kernel __attribute__((reqd_work_group_size(LS, LS, 1))) void gemm(
       int nn, kk;
       if (sbk == 1) { kk = e % TK; nn = e / TK; } else { nn = e % TN; kk = e / TN; }
       int gn = n0 + nn, gk = k0 + kk;
-      Bs[kk][nn] = (gn < N && gk < K) ? ldf(b, ob + gk * sbk + gn * sbn, bt) : 0.0f;
+      if (!(gn < N && gk < K)) {
+        Bs[kk][nn] = 0.0f;
+      } else if (group > 0) {
+        uchar byte = bq[bqo + (long)gn * (K / 2) + gk / 2];
+        int nib = (gk & 1) ? (byte >> 4) : (byte & 15);
+        float scale = ldf(bs, bso + (long)gn * (K / group) + gk / group, bst);
+        Bs[kk][nn] = rnd((float)(nib - 8) * scale, at);  // 4 x 11 bits: exact in fp32 before the rounding
+      } else {
+        Bs[kk][nn] = ldf(b, ob + gk * sbk + gn * sbn, bt);
+      }
     }
     barrier(CLK_LOCAL_MEM_FENCE);
     for (int kk = 0; kk < TK; ++kk) {

@@ -1,5 +1,5 @@
-// Quantized ops (dif.ops.quant): symmetric per-row quantization and the int4 weight dequantization
-// the int4 GEMM reads. The W8A8 GEMM itself is linalg.cl's with its scale epilogue; fp8 e4m3
+// Quantized ops (dif.ops.quant): symmetric per-row quantization. The W8A8 GEMM is linalg.cl's with
+// its scale epilogue, the int4 GEMM linalg.cl's with its nibble-unpacking weight loads; fp8 e4m3
 // values are uchar bits converted by ldf / stf (common.cl).
 
 // a / b rounded to nearest as IEEE division is: OpenCL lets fp32 `/` be 2.5 ulp off (GPUs use
@@ -36,20 +36,4 @@ __kernel void quantize_rows(gptr q, long qo, int qt, __global float* s, long so,
     float v = clamp(div_rn(ldf(x, xo + base + j, xt), scale), -qmax, qmax);
     stf(q, qo + base + j, qt, qt == DT_I8 ? rint(v) : v);  // clip then rint = rint then clip: qmax is whole
   }
-}
-
-// int4 groups -> w[r, k] = (nibble(r, k) - 8) * ws[r, k / G] stored as wt (x's dtype: the reference
-// rounds the dequantized weight to it), for the n rows * K inputs of a block of output rows. Nibble k
-// is the low half of byte k / 2 for even k, the high half for odd k. The product (4 x 11 bits) is
-// exact in fp32, so the store is the only rounding.
-__kernel void int4_dequant(gptr w, long wo, int wt, __global const uchar* p, long po, gcptr ws,
-                           long wso, int wst, long n, int K, int G) {
-  long i = get_global_id(0);
-  if (i >= n) return;
-  long r = i / K;
-  int k = (int)(i - r * K);
-  uchar byte = p[po + r * (K / 2) + k / 2];
-  int nib = (k & 1) ? (byte >> 4) : (byte & 15);
-  float scale = ldf(ws, wso + r * (K / G) + k / G, wst);
-  stf(w, wo + i, wt, (float)(nib - 8) * scale);
 }

@@ -26,6 +26,10 @@ from dif_backend_opencl.lower.base import (
     numel,
 )
 
+Int4Weight = tuple[Ref, Ref, int]
+"""int4_linear's weight for the GEMM's B operand: (packed nibbles u8[out, in/2], group scales f16[out, in/group],
+the group size)."""
+
 TILE = 64  # GEMM output tile (linalg.cl TM / TN)
 GEMM_GROUP = 16  # GEMM work-group is GEMM_GROUP x GEMM_GROUP
 
@@ -58,10 +62,12 @@ def gemm(
     alpha: float = 1.0,
     scales: tuple[Ref, Ref] | None = None,
     residual: Ref | None = None,
+    int4: Int4Weight | None = None,
 ) -> Steps:
     """C(m, n) = alpha * A(m, k) @ B(k, n) (* rows[m] * cols[n] with `scales` = (rows, cols), fp32)
     (+ bias per column (mode 1) or per row (mode 2)) (rounded to C's dtype + `residual`, laid out like C)
-    for strided views; `batch` lists (size, a stride, b stride, c stride), outermost first."""
+    for strided views; `batch` lists (size, a stride, b stride, c stride), outermost first. With `int4`,
+    B(k, n) is unpacked from int4_linear's weight [n, k] in the tile loads (`b` and its strides unused)."""
     import pyopencl.cltypes as ct
 
     need_group(ctx, "linalg.cl gemm")
@@ -72,7 +78,7 @@ def gemm(
         for i in range(size):
             steps += gemm(ctx, c.view(i * sc), a.view(i * sa), b.view(i * sb), m=m, n=n, k=k, sam=sam, sak=sak,
                           sbk=sbk, sbn=sbn, ldc=ldc, batch=dims[1:], bias=bias, bias_mode=bias_mode,
-                          alpha=alpha, scales=scales,
+                          alpha=alpha, scales=scales, int4=int4,
                           residual=None if residual is None else residual.view(i * sc))  # fmt: skip
         return steps
     dims = [(1, 0, 0, 0)] * (4 - len(dims)) + dims
@@ -81,10 +87,12 @@ def gemm(
     strides = [ct.make_long4(*(d[j] for d in dims)) for j in (1, 2, 3)]  # type: ignore[attr-defined]
     gsize = (-(-n // TILE) * GEMM_GROUP, -(-m // TILE) * GEMM_GROUP, nb)
     rows, cols = scales or (c, c)  # unused operands point at C
+    packed, groups, group = int4 or (c, c, 0)
     args = (
         *c.full(), *a.full(), *b.full(), *(bias or c).full(), np.int32(bias_mode if bias is not None else 0),
         *rows.ptr(), *cols.ptr(), np.int32(scales is not None), *(residual or c).full(), np.int32(residual is not None),
         *i32s(m, n, k), *i64s(sam, sak, sbk, sbn, ldc), bshape, *strides, np.float32(alpha),
+        *packed.ptr(), *groups.full(), np.int32(group),
     )  # fmt: skip
     return ctx.launch("linalg", "gemm", gsize, (GEMM_GROUP, GEMM_GROUP, 1), *args)
 
@@ -98,13 +106,15 @@ def linear(
     *,
     scales: tuple[Ref, Ref] | None = None,
     residual: Ref | None = None,
+    int4: Int4Weight | None = None,
 ) -> Steps:
     """y[..., out] = x[..., in] @ w[out, in]^T (+ bias[out]) with `gemm`'s epilogues: `scales` = (per row of x
-    [..., 1], per output [out]), `residual` [..., out]."""
-    n_out, k = w.type.shape
+    [..., 1], per output [out]), `residual` [..., out]; with `int4`, w is its packed weight [out, in/2]."""
+    n_out = w.type.shape[0]
+    k = x.type.shape[-1]
     m = x.numel // k if k else numel(x.type.shape[:-1])
     return gemm(ctx, y, x, w, m=m, n=n_out, k=k, sam=k, sak=1, sbk=1, sbn=k, ldc=n_out, bias=bias, bias_mode=1,
-                scales=scales, residual=residual)  # fmt: skip
+                scales=scales, residual=residual, int4=int4)  # fmt: skip
 
 
 @lowers("linear")

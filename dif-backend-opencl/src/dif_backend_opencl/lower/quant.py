@@ -1,7 +1,7 @@
 """OpenCL lowerings of `dif.ops.quant`, the ops the format passes make, onto `kernels/quant.cl` and the GEMM of
-`lower/linalg.py`. Correctness first: OpenCL declares no `format:*` capability, so the format passes never pick
-these formats for it (`dif.passes.quantize`); they run when a program holding them is handed to the backend
-(a conformance case, a program quantized for another target).
+`lower/linalg.py`. OpenCL declares `format:int4-group` only (`device.FORMAT_CAPABILITIES`), so the format passes
+pick no fp8 / int8 format for it (`dif.passes.quantize`); those ops run when a program holding them is handed to
+the backend (a conformance case, a program quantized for another target).
 
 - quantize_rows: one work-group per row: the row's amax, its scale, the saturated quantized row.
 - glu_quant / norm_modulate_quant: the unfused kernels (glu, norm_modulate) into scratch of x's dtype, so the
@@ -9,8 +9,8 @@ these formats for it (`dif.passes.quantize`); they run when a program holding th
 - scaled_linear: the fp32 GEMM with the row and output-channel scales in its epilogue, before the bias. Products
   of i8 / fp8 operands are exact in fp32; i8 sums stay exact while below 2^24, fp8 sums round about as the
   matrix units' accumulators do (`dif.testing.tolerances.FP8_ACCUMULATION`).
-- int4_linear: blocks of output rows dequantized into scratch of x's dtype (under the scratch cap), each
-  followed by the GEMM of its output columns.
+- int4_linear: the GEMM whose weight-tile loads unpack the nibbles and apply the group scales: the weight is
+  read at 4 bits and never stored wider (no dequantized copy, no pass over it before the GEMM).
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ import numpy as np
 
 from dif.ir.program import Node
 from dif.ops.quant import QMAX
-from dif_backend_opencl.lower.base import Attrs, LowerCtx, Ref, Refs, Steps, i32s, i64s, lowers
+from dif_backend_opencl.lower.base import Attrs, LowerCtx, Ref, Refs, Steps, lowers
 from dif_backend_opencl.lower.fused import lower_norm_modulate
-from dif_backend_opencl.lower.linalg import gemm, linear
+from dif_backend_opencl.lower.linalg import linear
 from dif_backend_opencl.lower.norm import lower_glu
 
 QUANT = "quant"
@@ -66,18 +66,4 @@ def lower_scaled_linear(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Refs, outs
 def lower_int4_linear(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Refs, outs: Refs) -> Steps:
     x, wq, ws = ins[:3]
     bias = ins[3] if len(ins) > 3 else None
-    (y,) = outs
-    n_out, k = wq.type.shape[0], x.type.shape[-1]
-    group = int(attrs["group_size"])
-    m = x.numel // max(k, 1)
-    block = max(1, min(n_out, ctx.options.scratch_cap_bytes // max(k * x.dtype.itemsize, 1)))
-    scratch = ctx.scratch((block, k), x.dtype)  # every block reuses it: launches run in order
-    steps: Steps = []
-    for r0 in range(0, n_out, block):
-        rows = min(block, n_out - r0)
-        w = scratch.view(0, (rows, k))
-        steps += ctx.launch_1d(QUANT, "int4_dequant", rows * k, *w.full(), *wq.view(r0 * (k // 2)).ptr(),
-                               *ws.view(r0 * (k // group)).full(), *i64s(rows * k), *i32s(k, group))  # fmt: skip
-        steps += gemm(ctx, y.view(r0), x, w, m=m, n=rows, k=k, sam=k, sak=1, sbk=1, sbn=k, ldc=n_out,
-                      bias=None if bias is None else bias.view(r0), bias_mode=1)  # fmt: skip
-    return steps
+    return linear(ctx, outs[0], x, wq, bias, int4=(wq, ws, int(attrs["group_size"])))

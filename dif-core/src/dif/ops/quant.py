@@ -317,7 +317,7 @@ def _int4_linear_cases(rng: np.random.Generator, dtype: DType) -> list[Case]:
     if not _float_inputs(dtype):
         return []
     out = []
-    for g in (64, 128):
+    for g in GROUP_SIZES:  # 32: a GGUF Q4_0 file's blocks (`dif.weights.gguf_int4`)
         x, w = randn(rng, (3, 4, 256), dtype), randn(rng, (40, 256), DType.F32, 0.1)
         wq, ws = quantize_weight_groups(w, g)
         out.append(Case(f"3x4x256-g{g}", (x, wq, ws), {"group_size": g}))

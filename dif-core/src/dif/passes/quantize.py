@@ -25,6 +25,8 @@ capabilities) gets one skipped decision and the program unchanged.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from attrs import evolve
 
 from dif.dtypes import DType
@@ -261,6 +263,28 @@ def quantize_int4(program: Program, *, ctx: PassContext) -> Program:
     128 inputs, else 64); a linear whose inputs divide by neither stays, with the reason recorded."""
     if not _implemented(ctx, GROUP_FORMAT):
         return program
+
+    def group_of(w: str, k: int) -> tuple[int, str]:
+        group = next((g for g in GROUPS if k % g == 0), 0)
+        sizes = " or ".join(map(str, GROUPS))
+        return group, "" if group else f"{k} input features do not divide into groups of {sizes}"
+
+    return _int4_linears(program, ctx, group_of)
+
+
+def keep_stored_int4(program: Program, stored: set[str], group: int, *, ctx: PassContext) -> Program:
+    """`program` with each linear over a parameter of `stored` (weights a checkpoint keeps as 4-bit groups of
+    `group`: GGUF Q4_0 blocks, `dif.weights.gguf_int4`) as `int4_linear`, whose derived weights are then read
+    as stored; other linears untouched."""
+    return _int4_linears(program, ctx, lambda w, k: (group, "") if w in stored else (0, None))
+
+
+GroupOf = Callable[[str, int], tuple[int, str | None]]
+"""(weight name, input features) -> (group size, 0 to leave the linear; the reason, None to record none)."""
+
+
+def _int4_linears(program: Program, ctx: PassContext, group_of: GroupOf) -> Program:
+    """Each linear over a 2-D parameter weight `w` [n, k] as `int4_linear` in the groups `group_of(w, k)` says."""
     program, split = _split_linear_adds(program)
     rw = _Rewrite(program)
     for node in _linears(program):
@@ -270,11 +294,10 @@ def quantize_int4(program: Program, *, ctx: PassContext) -> Program:
             ctx.skipped("the weight is not a 2-D parameter", (node.id,), value)
             continue
         n, k = program.types[w].shape
-        group = next((g for g in GROUPS if k % g == 0), 0)
+        group, reason = group_of(w, k)
         if not group:
-            ctx.skipped(
-                f"{k} input features do not divide into groups of {' or '.join(map(str, GROUPS))}", (node.id,), value
-            )
+            if reason is not None:
+                ctx.skipped(reason, (node.id,), value)
             continue
         if not ctx.supports("int4_linear"):
             ctx.skipped(ctx.lacks("int4_linear"), (node.id,), value)

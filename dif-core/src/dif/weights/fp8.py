@@ -27,13 +27,14 @@ import numpy as np
 from attrs import frozen
 
 from dif.errors import WeightError
-from dif.weights.remap import Chunk, MappedSource
+from dif.weights.remap import Chunk
 from dif.weights.safetensors_file import TensorInfo
-from dif.weights.source import ArraySource, FileSource, TensorSource
+from dif.weights.source import TensorSource
 
 if TYPE_CHECKING:
     from dif.ir.program import Program
     from dif.target import TargetProfile
+    from dif.weights.stored import StoredTensor
 
 FP8 = ("F8_E4M3", "F8_E5M2")
 E4M3 = "F8_E4M3"
@@ -129,47 +130,28 @@ class StoredFp8:
         return q, np.ascontiguousarray(s)
 
 
-def locate_fp8(source: TensorSource, name: str) -> StoredFp8 | None:
-    """The stored fp8 form of tensor `name` of `source`, looking through renames (a whole tensor, or a chunk
-    of its rows), merged LoRAs that leave it as it is, and scaled fp8; None when it is not stored as fp8 or a
-    source between changes its values (a LoRA adapting it, any other transform). Reads headers only."""
-    from dif.lora.merge import LoraMergedSource  # dif.lora builds on dif.weights
+def _as_fp8(found: StoredTensor | None) -> StoredFp8 | None:
+    if found is None:
+        return None
+    dtype = found.source.info(found.tensor).dtype
+    return StoredFp8(found.source, found.tensor, dtype, found.scale, found.rows) if dtype in FP8 else None
 
-    rows: list[Chunk] = []
-    while True:
-        if isinstance(source, LoraMergedSource):
-            if name in source.merged:  # an adapted weight: its values are the merge's, not the file's
-                return None
-            source = source.base
-        elif isinstance(source, ScaledFp8Source):
-            if name in source.scales:
-                base = source.base
-                return StoredFp8(base, name, base.info(name).dtype, source.scales[name], tuple(reversed(rows)))
-            source = source.base
-        elif isinstance(source, MappedSource):
-            rule = source.rules.get(name)
-            if rule is not None:
-                if rule.transform is not None:
-                    if not (isinstance(rule.transform, Chunk) and rule.transform.axis == 0):
-                        return None
-                    rows.append(rule.transform)
-                name = rule.source
-            source = source.base
-        elif isinstance(source, FileSource | ArraySource):
-            dtype = source.info(name).dtype
-            return StoredFp8(source, name, dtype, None, tuple(reversed(rows))) if dtype in FP8 else None
-        else:
-            return None
+
+def locate_fp8(source: TensorSource, name: str) -> StoredFp8 | None:
+    """The stored fp8 form of tensor `name` of `source` (`dif.weights.stored.locate_stored`: through renames,
+    a chunk of rows, merged LoRAs that leave it as it is, and scaled fp8); None when it is not stored as fp8
+    or a source between changes its values. Reads headers only."""
+    from dif.weights.stored import locate_stored
+
+    return _as_fp8(locate_stored(source, name))
 
 
 def stored_fp8(weights: Mapping[str, Any], param: str) -> StoredFp8 | None:
     """The stored fp8 form of parameter `param` of bound weights (`dif.weights.bind.BoundWeights`); None for
     other parameters and for weights that are not bound from a checkpoint."""
-    from dif.weights.bind import BoundWeights
+    from dif.weights.stored import stored_of
 
-    if not isinstance(weights, BoundWeights) or param not in weights:
-        return None
-    return locate_fp8(weights.source, weights.tensor_of(param))
+    return _as_fp8(stored_of(weights, param))
 
 
 # -- the per-program decision -------------------------------------------------------------------------------

@@ -390,10 +390,15 @@ class GGUFFile(TensorSource):
         t = self.tensors.get(name)
         return str(self.path) if t is None or t.type.name in PLAIN else f"{self.path} ({t.type.name})"
 
-    def _load(self, name: str) -> np.ndarray:
+    def raw(self, name: str) -> np.ndarray:
+        """The tensor's stored bytes (uint8, mapped): its blocks as the file holds them."""
         t = self._tensor(name)
         start = self._data_start + t.offset
-        raw = self._map[start : start + t.nbytes]
+        return self._map[start : start + t.nbytes]
+
+    def _load(self, name: str) -> np.ndarray:
+        t = self._tensor(name)
+        raw = self.raw(name)
         if t.type.name in PLAIN:
             return raw.view(PLAIN[t.type.name][0]).reshape(t.shape)
         if t.type.name not in DEQUANTIZE:

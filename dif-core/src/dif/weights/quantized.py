@@ -7,7 +7,8 @@ saved program stays self-describing. `QuantizedWeights` presents the bound weigh
 each pair computed once, on first read, from `W` (`dif.ops.quant.quantize_weight_rows` per output channel
 for fp8-e4m3 / int8, `quantize_weight_groups` for int4-group), so a streamed or mmap'd checkpoint is read
 as it would be anyway and nothing quantizes the weights again at run time. A weight the checkpoint already
-stores as fp8-e4m3 (plain, or ComfyUI scaled: `dif.weights.fp8`) gives its fp8-e4m3 pair as stored.
+stores as fp8-e4m3 (plain, or ComfyUI scaled: `dif.weights.fp8`) gives its fp8-e4m3 pair as stored, and one a
+GGUF file stores as Q4_0 its int4-group32 pair (`dif.weights.gguf_int4`: the blocks re-packed).
 """
 
 from __future__ import annotations
@@ -117,13 +118,19 @@ class QuantizedWeights(Mapping[str, Any]):
         return pair[part]
 
     def _derive(self, source: str, fmt: str, group: int) -> dict[str, np.ndarray]:
-        """The pair of `source` in `fmt`: a weight the checkpoint stores as fp8-e4m3 is taken as stored
-        (`dif.weights.fp8.stored_fp8`: bytes and scale), since quantizing its dequantized values again
-        with new per-row scales would round them anew; any other is `derive`d."""
+        """The pair of `source` in `fmt`: a weight the checkpoint stores as fp8-e4m3 (`dif.weights.fp8.stored_fp8`:
+        bytes and scale) or as GGUF Q4_0 blocks (`dif.weights.gguf_int4.stored_q4_0`, for int4 groups of 32) is
+        taken as stored, since quantizing its dequantized values again with new scales would round them anew;
+        any other is `derive`d."""
         from dif.weights.fp8 import E4M3, FORMAT, stored_fp8
+        from dif.weights.gguf_int4 import GROUP, stored_q4_0
 
-        stored = stored_fp8(self.base, source) if fmt == FORMAT else None
-        if stored is not None and stored.dtype == E4M3:
+        stored: Any = None
+        if fmt == FORMAT and (fp8 := stored_fp8(self.base, source)) is not None and fp8.dtype == E4M3:
+            stored = fp8
+        elif fmt == GROUP_FORMAT and group == GROUP:
+            stored = stored_q4_0(self.base, source)
+        if stored is not None:
             q, scale = stored.load()
             return {"q": q, "scale": scale}
         return derive(self.base[source], fmt, group)
