@@ -144,20 +144,19 @@ def test_gguf_is_detected_and_bad_gguf_refused(tiny_folder, tmp_path, bfl_tensor
     assert "Traceback" not in result.output and not out.exists()
 
 
-@pytest.mark.parametrize("backend", ["cpu", "opencl"])
+@pytest.mark.parametrize("backend", ["cpu", "opencl", pytest.param("cuda", marks=pytest.mark.cuda)])
 def test_q4_0_gguf_runs_its_blocks_as_4_bit_groups(tiny_folder, tmp_path, bfl_tensors, backend) -> None:  # type: ignore[no-untyped-def]
-    """A Q4_0 GGUF's matrices stay 4-bit on the CPU and OpenCL backends: every linear over one is `int4_linear`
-    in groups of 32 reading the file's blocks (the plan says how many were kept; the transformer's resident
-    weights are under half those of the same model from a Q8_0 file, which runs dequantized: measured 2.65 MB
-    against 15.5 MB), and the image is the one its dequantized weights draw (`int4_linear` and linear may
-    differ in how they sum: within 2 of 255, mean < 0.1; measured identical on both)."""
+    """A Q4_0 GGUF's matrices stay 4-bit on every backend: every linear over one is `int4_linear` in groups of
+    32 reading the file's blocks (the plan says how many were kept; the transformer's resident weights are
+    under half those of the same model from a Q8_0 file, which runs dequantized: measured 2.65 MB against
+    15.5 MB), and the fp32 image is the one its dequantized weights draw (`int4_linear` and linear may differ
+    in how they sum: within 2 of 255, mean < 0.1; measured identical on the CPU and OpenCL)."""
     import json
 
-    if backend == "opencl":
-        from dif_backend_opencl.device import availability
+    from dif.testing.backends import backend_skip_reason
 
-        if not (avail := availability()).ok:
-            pytest.skip(f"no usable OpenCL device: {avail.reason}")
+    if (why := backend_skip_reason(backend)) is not None:
+        pytest.skip(f"{backend} backend unavailable: {why}")
 
     bfl = bfl_tensors(tiny_folder / "transformer")
     path = tmp_path / "klein-Q4_0.gguf"
@@ -166,7 +165,8 @@ def test_q4_0_gguf_runs_its_blocks_as_4_bit_groups(tiny_folder, tmp_path, bfl_te
     save_tensors(reference, held, dif_metadata=False)
 
     def generate(model: Path, out: Path) -> dict:
-        args = ["flux2", "generate", "-m", str(model), "--base", str(tiny_folder), *COMMON, "--backend", backend]
+        args = ["flux2", "generate", "-m", str(model), "--base", str(tiny_folder), *COMMON, "--dtype", "f32"]
+        args += ["--backend", backend]
         result = CliRunner().invoke(cli, [*args, "-o", str(out), "--json"])
         assert result.exit_code == 0, result.output
         return json.loads(result.stdout)["data"]
