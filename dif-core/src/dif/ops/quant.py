@@ -26,7 +26,7 @@ import numpy as np
 
 from dif.dtypes import FLOAT_DTYPES, DType
 from dif.ir.types import TensorType
-from dif.ops._rules import fail, need_float, randn
+from dif.ops._rules import fail, fp, need_float, randn
 from dif.ops.fused import norm_modulate
 from dif.ops.norm import modulate_infer
 from dif.ops.registry import AttrSpec, Case, defop
@@ -340,8 +340,8 @@ def int4_linear(
     = x @ w^T + bias with w[r, k] = (nibble(r, k) - 8) * ws[r, k // group_size] rounded to x's dtype; nibble k
     of row r is the low half of byte k/2 for even k, the high half for odd k. Weight-only: x stays in its
     dtype; fp32 accumulation (made by the format passes, `dif.passes.quantize`)."""
-    w = dequantize_groups(wq, ws, group_size).astype(x.dtype)
-    acc = x.astype(np.float64) @ w.astype(np.float64).T
+    w = fp(dequantize_groups(wq, ws, group_size).astype(x.dtype))  # the weight as linear would read it
+    y = fp(x) @ w.T
     if bias is not None:
-        acc = acc + bias.astype(np.float64)
-    return acc.astype(np.float32)
+        y = y + fp(bias)
+    return y
