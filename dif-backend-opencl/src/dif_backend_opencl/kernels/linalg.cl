@@ -8,8 +8,8 @@
 // tensors need no copy. With group > 0, B is int4_linear's weight instead: B(k,n) = (nibble(n, k)
 // - 8) * bs[n, k / group], nibble k of row n the low half of byte n*K/2 + k/2 for even k, the high
 // half for odd k, rounded to A's storage type as the reference rounds it; the weight is unpacked
-// in the tile loads and never stored wider. Batch z = get_group_id(2) decomposes over bshape (row-major, 4 dims)
-// with per-operand element strides. Work-group 16x16, each work-item a 4x4 register block of a
+// in the tile loads and never stored wider. Batch z = get_group_id(2) decomposes over bshape
+// (row-major, 4 dims) with per-operand element strides. Work-group 16x16, each work-item a 4x4 register block of a
 // 64x64 tile; 16-deep k slices staged in local memory, loaded along whichever axis is contiguous.
 
 #define TM 64

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from attrs import frozen
 
+from dif.weights.quantized import GROUP_FORMAT, derived_name
 from dif.weights.remap import Chunk
 from dif.weights.source import TensorSource
 
@@ -33,7 +34,6 @@ if TYPE_CHECKING:
 
 KEPT_TYPE = "Q4_0"
 GROUP = 32  # values per Q4_0 block: int4_linear's group size for these weights
-FORMAT = "int4-group"
 BLOCK_BYTES = 18  # float16 d, then 16 bytes of nibbles
 
 
@@ -104,16 +104,14 @@ class Int4Choice:
     def outcome(self, optimized: Program) -> tuple[str, str]:
         """(summary, why) once the program is `optimized`: how many Q4_0 weights run as stored 4-bit groups and
         how many run dequantized."""
-        from dif.weights.quantized import derived_name
-
         names = {p.name for p in optimized.params}
-        kept = sum(1 for p in self.stored if derived_name(p, FORMAT, "q", GROUP) in names)
+        kept = sum(1 for p in self.stored if derived_name(p, GROUP_FORMAT, "q", GROUP) in names)
         rest = len(self.stored) - kept
         if kept:
             why = f"{self.label}: their Q4_0 blocks are int4_linear's groups of {GROUP}, re-packed, not re-quantized"
             if rest:
                 why += f"; {rest} more run dequantized to {self.dtype} (not the weight of a linear)"
-            return f"{kept} kept as stored ({KEPT_TYPE} as {FORMAT}{GROUP})", why
+            return f"{kept} kept as stored ({KEPT_TYPE} as {GROUP_FORMAT}{GROUP})", why
         reason = self.why_not or "no linear reads them"
         return f"{rest} dequantized to {self.dtype}", f"{self.label}: {rest} Q4_0 weights dequantized: {reason}"
 
@@ -138,6 +136,6 @@ def choose_int4(
         why_not = f"its frontend runs program '{program.name}' in the run dtype (4-bit weights are kept in denoisers)"
     elif target is None:
         why_not = "the reference interpreter runs programs as built"
-    elif execution_on(FORMAT, target).startswith("not executed") or not supports_op(target, "int4_linear"):
+    elif execution_on(GROUP_FORMAT, target).startswith("not executed") or not supports_op(target, "int4_linear"):
         why_not = f"backend '{target.backend}' does not run int4_linear"
     return Int4Choice(label, stored, dtype, why_not)
