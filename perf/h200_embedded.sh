@@ -31,6 +31,7 @@ SAVE_MIN=${SAVE_MIN:-1}
 PER_COMBO=${PER_COMBO:-8}    # 189 training combinations x 8 images
 BATCH=${BATCH:-32}
 LR=${LR:-1e-3}
+SAMPLER_SHARE=${SAMPLER_SHARE:-0}  # share of the training sigmas that are the 4-step sampler's own four
 RESOLUTION=${RESOLUTION:-256}
 JUDGE_LIMIT=${JUDGE_LIMIT:-}
 HERE=dif-frontend-flux2/training/embedded
@@ -38,7 +39,8 @@ WORK=${WORK:-/tmp/embedded}
 END=$((T0 + TOTAL_S))
 left() { echo $((END - SECONDS)); }
 rm -rf "$WORK" && mkdir -p "$WORK" "$OUT"
-echo "backend $BACKEND, total ${TOTAL_S}s, VAE ${VAE_S}s, judge ${JUDGE_S}s, batch $BATCH, lr $LR, work $WORK"
+echo "backend $BACKEND, total ${TOTAL_S}s, VAE ${VAE_S}s, judge ${JUDGE_S}s, batch $BATCH, lr $LR," \
+  "sampler share $SAMPLER_SHARE, work $WORK"
 
 stamp "stage 1: base checkpoint + data"
 if [ -n "${BASE_FROM:-}" ]; then  # a trained checkpoint to go on from (the installed default, say)
@@ -74,7 +76,7 @@ transformer() {  # BACKEND BATCH SECONDS: 15 s of them for the last evaluation, 
   timeout --signal=TERM $(($3 + 20)) python3 $HERE/train_transformer.py --data "$WORK/data" -m "$WORK/base" \
     --out "$WORK/run" --steps 100000 --minutes "$(awk "BEGIN {print ($3 - 15) / 60}")" --batch "$2" --lr "$LR" \
     --warmup 200 --resolution "$RESOLUTION" --backend "$1" --save-minutes "$SAVE_MIN" --eval-every 500 \
-    --eval-samples 64 2>&1 | tee -a "$WORK/train_transformer.log" \
+    --eval-samples 64 --sampler-share "$SAMPLER_SHARE" 2>&1 | tee -a "$WORK/train_transformer.log" \
     | grep -E "^(encoded|eval|saved|\{)|step [0-9]*000 |Error" | cut -c1-400
   return "${PIPESTATUS[0]}"
 }

@@ -11,7 +11,7 @@ The step programs, the optimizer, checkpoints and the loop are `dif.train`'s.
 from __future__ import annotations
 
 import json
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -77,6 +77,8 @@ class KleinLoraTask:
     full: bool = False  # train every transformer parameter (`dif train full`) instead of LoRA adapters
     timestep_shift: float | None = None  # shift of the training sigmas; None: the scheduler's (`training_sigma_shift`)
     batch: int = 1
+    # draws a micro-batch's sigmas (rng, count) in place of `scheme` and `shift`: a recipe's own mix
+    sigma_draw: Callable[[np.random.Generator, int], np.ndarray] | None = None
     model_key: str = field(init=False, default="")
     shift: float = field(init=False, default=1.0)  # the shift the sigmas are drawn with
     _programs: dict[Hashable, StepPrograms] = field(init=False, factory=dict)
@@ -181,7 +183,9 @@ class KleinLoraTask:
         texts = [self._encoded[i].text for i in (indices if captions_of is None else captions_of)]
         ppt = self.pipeline.pixels_per_token
         grid = (encs[0].size[1] // ppt, encs[0].size[0] // ppt)
-        if sigmas is None:
+        if sigmas is None and self.sigma_draw is not None:
+            sigmas = self.sigma_draw(rng, len(encs))
+        elif sigmas is None:
             sigmas = sample_sigmas(rng, len(encs), scheme=self.scheme, shift=self.shift)
         latents = np.concatenate([e.latents for e in encs]).astype(np.float32)
         batch = flow_batch(latents, rng, sigmas)

@@ -9,7 +9,9 @@ per-sample files under RUN/cache make a restart encode nothing). What makes the 
   - the checkpoint's `max_sequence_length` (32 for the embedded model, `base_checkpoint.py`): few pad rows;
   - the training sigmas shifted by the 4-step sampler's own shift at the training size (exp(mu), mu =
     `empirical_mu(tokens, 4)`: 7.1 at 256², so the uniform draws put the sampler's sigmas 1, .955, .877, .704
-    at the quantiles 1, .75, .5, .25) — the high-noise steps where only the caption says what to draw.
+    at the quantiles 1, .75, .5, .25) — the high-noise steps where only the caption says what to draw;
+  - `--sampler-share P`: a share P of the sigmas are the 4-step sampler's own four instead, the only ones it
+    ever evaluates the model at (its last step goes from .704 to 0, so that prediction is the image).
 Every `--eval-every` steps the loss on fixed held batches is measured at the sampler's sigmas with the right
 captions and with wrong ones (each image given a caption of another colour and third): the text is used
 when the first falls below the second.
@@ -32,6 +34,7 @@ import numpy as np
 from shapes import describe
 from timebox import run_until
 
+from dif.train.flow import sample_sigmas
 from dif.train.tasks import LoraSettings
 from dif_frontend_flux2.pipeline import empirical_mu, klein_schedule
 from dif_frontend_flux2.train import FullSession, full_session
@@ -48,6 +51,18 @@ def content(caption: str) -> tuple[str | None, str | None, str | None]:
     """(colour, position, shape) named by a shapes caption ("" where none is)."""
     scene = describe(caption)
     return scene.colour, scene.position, scene.shape
+
+
+def sampler_sigma_draw(session: FullSession, sampler: np.ndarray, share: float) -> Any:
+    """The session's sigma draw with a share `share` of the sigmas taken from `sampler` (uniformly), the rest
+    from its shifted uniform draw (`KleinLoraTask.sigma_draw`)."""
+    task = session.task
+
+    def draw(rng: np.random.Generator, n: int) -> np.ndarray:
+        drawn = sample_sigmas(rng, n, scheme=task.scheme, shift=task.shift)
+        return np.where(rng.random(n) < share, rng.choice(sampler, n), drawn).astype(np.float32)
+
+    return draw
 
 
 def held_batches(session: FullSession, samples: int, sigmas: np.ndarray, seed: int = 1234) -> dict[str, list]:
@@ -105,7 +120,8 @@ def export_model(session: FullSession, folder: Path) -> None:
 
 def train(data: Path, model: Path, out: Path, *, steps: int, lr: float, warmup: int, seed: int, batch: int = 1,
           resolution: int = 256, shift: float | None = None, backend: str = "cpu", minutes: float | None = None,
-          save_minutes: float = 2.0, eval_every: int = 200, eval_samples: int = 16) -> dict[str, Any]:  # fmt: skip
+          save_minutes: float = 2.0, eval_every: int = 200, eval_samples: int = 16,
+          sampler_share: float = 0.0) -> dict[str, Any]:  # fmt: skip
     t_start = time.time()
     deadline = None if minutes is None else t_start + 60 * minutes
     tokens = (resolution // 16) ** 2
@@ -123,6 +139,8 @@ def train(data: Path, model: Path, out: Path, *, steps: int, lr: float, warmup: 
         session.trainer.resume(resume)
     sigmas = klein_schedule(tokens, SAMPLER_STEPS).sigmas[:SAMPLER_STEPS].astype(np.float32)
     held = held_batches(session, eval_samples, sigmas)
+    if sampler_share > 0:
+        session.task.sigma_draw = sampler_sigma_draw(session, sigmas, sampler_share)
     history: list[dict[str, Any]] = []
     t1 = time.time()
 
@@ -156,7 +174,8 @@ def train(data: Path, model: Path, out: Path, *, steps: int, lr: float, warmup: 
     report = {"steps": session.trainer.step, "stopped": run["stopped"], "lr_horizon": run["horizon"], "lr": lr,
               "batch": batch, "resolution": resolution, "shift": session.task.shift, "backend": backend,
               "text_rows": session.task.text_length, "model": str(model), "warmup": warmup,
-              "samples": len(session.task.samples), "captions": captions, "encode_seconds": round(encode_seconds, 1),
+              "sampler_share": sampler_share, "samples": len(session.task.samples), "captions": captions,
+              "encode_seconds": round(encode_seconds, 1),
               "train_seconds": run["seconds"], "eval_sigmas": [round(float(s), 4) for s in sigmas],
               "loss_first_50": float(np.mean(losses[:50])) if losses else None,
               "loss_last_50": float(np.mean(losses[-50:])) if losses else None,
@@ -184,10 +203,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--eval-samples", type=int, default=16)
     ap.add_argument("--shift", type=float, default=None,
                     help="shift of the uniform training sigmas (default: the 4-step sampler's)")  # fmt: skip
+    ap.add_argument("--sampler-share", type=float, default=0.0,
+                    help="share of the training sigmas that are the 4-step sampler's own four")  # fmt: skip
     a = ap.parse_args(argv)
     report = train(a.data, a.model, a.out, steps=a.steps, lr=a.lr, warmup=a.warmup, seed=a.seed, batch=a.batch,
                    resolution=a.resolution, shift=a.shift, backend=a.backend, minutes=a.minutes,
-                   save_minutes=a.save_minutes, eval_every=a.eval_every, eval_samples=a.eval_samples)  # fmt: skip
+                   save_minutes=a.save_minutes, eval_every=a.eval_every, eval_samples=a.eval_samples,
+                   sampler_share=a.sampler_share)  # fmt: skip
     print(json.dumps({k: v for k, v in report.items() if k not in ("eval", "loss_by_50")}))
     return 0
 
