@@ -28,5 +28,5 @@ VAE_FROM=${VAE_FROM:-dif-frontend-flux2/src/dif_frontend_flux2/default/vae} \
   bash perf/h200_embedded.sh
 wait "$TESTS"
 tail -4 "$OUT/pytest_gpu.log"
-cd "$OUT" && split -b 3000000 results.tgz results.tgz.part- && rm results.tgz && ls -la
+cd "$OUT" && split -b 9000000 results.tgz results.tgz.part- && rm results.tgz && ls -la
 stamp "done"
