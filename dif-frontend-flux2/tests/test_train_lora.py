@@ -254,6 +254,25 @@ def test_a_micro_batch_of_two_is_the_mean_of_its_images(pipeline, data: Path, tm
         _task(pipeline, data, batch=2).encode_all()  # 64x64 and 96x64 images
 
 
+def test_a_sigma_draw_replaces_the_schemes_draw(pipeline, data: Path) -> None:  # type: ignore[no-untyped-def]
+    """`sigma_draw` (a recipe's own mix) gives a micro-batch's sigmas in place of the shifted uniform draw;
+    sigmas passed in (the held batches) still win over it."""
+    asked: list[int] = []
+
+    def draw(rng: np.random.Generator, n: int) -> np.ndarray:
+        asked.append(n)
+        return np.full(n, 0.25, np.float32)
+
+    task = _task(pipeline, data, sigma_draw=draw)
+    drawn = task.batch_inputs([0], np.random.default_rng(5))[1]
+    given = task.batch_inputs([0], np.random.default_rng(5), sigmas=np.array([0.25], np.float32))[1]
+    assert asked == [1]  # the given sigmas did not ask it
+    for name in ("latents", "timestep_proj", "target"):
+        np.testing.assert_array_equal(drawn[name], given[name])
+    plain = _task(pipeline, data).batch_inputs([0], np.random.default_rng(5))[1]
+    assert not np.array_equal(plain["timestep_proj"], drawn["timestep_proj"])
+
+
 def test_full_fine_tune_lowers_the_loss_and_exports_a_loadable_model(data: Path, tmp_path: Path) -> None:
     from dif.serialize.diftensor import open_safetensors
     from dif.train.tasks import LoraSettings
