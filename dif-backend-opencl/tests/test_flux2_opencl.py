@@ -2,11 +2,13 @@
 `--backend opencl` (PoCL in CI) against the same command on the CPU backend.
 
 At f32 the images must match to rounding (mean |diff| < 0.05, max <= 1 on 0..255). At bf16 (the
-checkpoint's own dtype, the default) bit-level parity is not a meaningful target: this random
-tiny model is chaotic in bf16 — on the CPU backend alone, raising ONE of the 12,288 text-feature
-values by one bf16 ulp moves the image by mean 0.58 / max 5 — and every backend whose fp32
-summation order or exp differs by an ulp flips some bf16 roundings. There the bound is that
-sensitivity (measured OpenCL vs CPU: mean 0.59, max 6; bf16 vs f32 itself: mean 1.63, max 19).
+checkpoint's own dtype, the default) bit-level parity is not a meaningful target: every backend whose fp32
+summation order or exp differs by an ulp flips some bf16 roundings, and in this model's flat shapes a
+flipped rounding can move an edge by a pixel, which changes that pixel by up to the shape's contrast. There
+the bound is the model's own bf16 sensitivity, bf16's distance from f32 on the CPU: the OpenCL image must be
+closer to the CPU's bf16 one on average, at worst and in the count of pixels that moved by more than 12
+(measured with the stop-24 model, per pixel: OpenCL vs CPU mean 0.34, max 21, 31 pixels; bf16 vs f32 mean
+0.74, max 67, 847 pixels).
 """
 
 from __future__ import annotations
@@ -68,7 +70,11 @@ def test_f32_image_matches_cpu_backend(images) -> None:  # type: ignore[no-untyp
 
 def test_bf16_image_within_the_models_bf16_sensitivity(images) -> None:  # type: ignore[no-untyped-def]
     cpu, ocl = images["cpu", "bf16"], images["opencl", "bf16"]
-    diff = np.abs(cpu - ocl)
-    assert diff.mean() < 1.0 and diff.max() <= 12, (diff.mean(), diff.max())
-    # closer to the CPU's bf16 image than bf16 itself is to f32
-    assert diff.mean() < np.abs(cpu - images["cpu", "f32"]).mean()
+    diff = np.abs(cpu - ocl).max(-1)  # per pixel, the channel that moved most
+    own = np.abs(cpu - images["cpu", "f32"]).max(-1)  # bf16 against f32: the model's own bf16 sensitivity
+    assert diff.mean() < 1.0, diff.mean()
+    moved, moved_own = int((diff > 12).sum()), int((own > 12).sum())
+    assert diff.mean() < own.mean() and diff.max() <= own.max() and moved < moved_own, (
+        (diff.mean(), diff.max(), moved),
+        (own.mean(), own.max(), moved_own),
+    )
