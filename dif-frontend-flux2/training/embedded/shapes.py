@@ -48,8 +48,8 @@ CELL: dict[str, tuple[int, int]] = {p: divmod(i, 3) for i, p in enumerate(POSITI
 SIZES: dict[str, tuple[float, float]] = {"small": (0.07, 0.09), "medium": (0.126, 0.154), "large": (0.18, 0.2)}
 # how far (a share of the side) a centroid strays from its cell's centre. A few-step sampler of a flow model
 # draws close to the mean of what a caption may show, and the decoded mean latent of squares spread over
-# +-5 % of the side is a rounded blob (stop 24: from a true sigma-0.704 latent the installed model drew 15 of
-# 18 held-back squares, from its own 0.877 one 2): 1 % keeps that mean a square
+# +-5 % of the side is a rounded blob (stop 24, probe_squares.py: from a true sigma-0.704 latent the stop-23
+# model drew 13 of 18 held-back squares, from a true 0.877 one 2): 1 % keeps that mean a square
 JITTER = 0.01
 
 WHERE: dict[str, tuple[str, ...]] = {
