@@ -96,6 +96,25 @@ def test_a_rank_whose_rank_0_never_comes_says_so() -> None:
         meet(RankEnv(1, 2, 1, "127.0.0.1", port), timeout_s=0.5)
 
 
+def _connect_to_itself(address: tuple[str, int], timeout: float) -> socket.socket:
+    """What the kernel may hand a connect to a free ephemeral port: a socket bound to that same port,
+    connected to itself (TCP's simultaneous open), which echoes whatever it sends."""
+    sock = socket.socket()
+    sock.settimeout(timeout)
+    sock.bind(address)
+    sock.connect(address)
+    return sock
+
+
+def test_a_connection_to_itself_is_not_rank_0(monkeypatch: pytest.MonkeyPatch) -> None:
+    """CI once saw a rank 1 with no rank 0 return from `meet`: one of its connects reached itself and read
+    its own greeting back. Here every connect does."""
+    port = free_port()
+    monkeypatch.setattr("dif.parallel.rendezvous.socket.create_connection", _connect_to_itself)
+    with pytest.raises(DifError, match="rank 1: rank 0 did not answer"):
+        meet(RankEnv(1, 2, 1, "127.0.0.1", port), timeout_s=0.2)
+
+
 def test_rank_0_alone_times_out_naming_its_port() -> None:
     port = free_port()
     with pytest.raises(DifError, match=rf"rank 0: 1 ranks did not connect to 127.0.0.1:{port} within"):

@@ -100,6 +100,11 @@ def _join(env: RankEnv, timeout_s: float) -> socket.socket:
                 sock = socket.create_connection((addr, port), timeout=HANDSHAKE_TIMEOUT_S)
             except OSError:
                 continue
+            if sock.getsockname() == sock.getpeername():
+                # TCP's simultaneous open: a connect to a free port of the ephemeral range can pick that
+                # same port as its source and connect to itself, and would then read its own greeting back.
+                sock.close()
+                continue
             try:
                 sock.sendall(greeting + env.rank.to_bytes(4, "big"))
                 if read_exact(sock, len(greeting), env.rank) == greeting:
