@@ -12,13 +12,14 @@ Phases (one device call each; both write JSON under perf/results/formats/ and $O
 - `pipeline`: dif's Flux2Pipeline over seeded random tensors for the transformer, the Qwen3 text encoder and the
   VAE (pools of N(0, 1/fan_in) values, no torch model, no file written), bf16 and each format in turn: the gate
   (per-step teacher-forced cosine / rel-L2, final image PSNR / SSIM against bf16) and the warm prompt -> PNG wall
-  (median of `--runs`), side-by-side JPEGs.
+  (median of `--runs`), side-by-side JPEGs. A format converts the denoiser's programs only (the default
+  `DIF_FORMAT_STAGES`); `fp8-e4m3@all` in `--formats` runs it over every program, the text encoder's included.
 
 `--tiny` runs both on the CPU at miniature configs (fp8 / int8 emulated by the references) to check the script
 (results to $OUT only).
 
     python perf/formats_h200.py --phase step --models klein-9b,klein-4b --formats fp8-e4m3,int8,int4-group
-    python perf/formats_h200.py --phase pipeline --models klein-9b --formats fp8-e4m3
+    python perf/formats_h200.py --phase pipeline --models klein-9b --formats fp8-e4m3,fp8-e4m3@all
 """
 
 from __future__ import annotations
@@ -274,10 +275,11 @@ def pipeline_phase(args: argparse.Namespace) -> None:
         noise = np.random.default_rng(0).standard_normal((1, (size // 16) ** 2, 128)).astype(DType.BF16.np)
         base = None
         images: dict[str, np.ndarray] = {}
-        for fmt in ["bf16", *formats]:
-            res: dict[str, Any] = {}
+        for spec in ["bf16", *formats]:
+            fmt, _, stages = spec.partition("@")  # fp8-e4m3@all: the text encoder (and decoder) in fp8 too
+            res: dict[str, Any] = {"stages": stages or "denoise"}
             try:
-                with passes_appended(() if fmt == "bf16" else (FORMAT_PASSES[fmt],)):
+                with passes_appended(() if fmt == "bf16" else (FORMAT_PASSES[fmt],), stages or "denoise"):
                     pipe = Flux2Pipeline(checkpoint, dtype=DType.BF16, backend=backend)
                     t0 = time.perf_counter()
                     pipe.prepare_all(size, size)
@@ -294,7 +296,7 @@ def pipeline_phase(args: argparse.Namespace) -> None:
                     res["totals_s"] = [round(t, 4) for t in totals]
                     res["stages_s"] = {k: round(float(np.median([s[k] for s in stages])), 4) for k in stages[0]}
                     res["memory"] = pipe.memory_report()
-                    images[fmt] = record.image
+                    images[spec.replace("@", "-")] = record.image
                     if base is None:
                         base = record
                     else:
@@ -306,7 +308,7 @@ def pipeline_phase(args: argparse.Namespace) -> None:
                 res["error"] = f"{type(exc).__name__}: {exc}"[:2000]
                 res["traceback"] = traceback.format_exc()[-4000:]
             gc.collect()
-            out["formats"][fmt] = res
+            out["formats"][spec] = res
             save(f"pipeline_{name}{'-tiny' if args.tiny else ''}.json", out)
         save_jpegs(name + ("-tiny" if args.tiny else ""), images)
         print(f"\n{name} prompt -> PNG, {size}^2, 4 steps, warm")

@@ -45,7 +45,7 @@ if [ "$PHASE" = step ]; then
 else
   LEFT=$((LIMIT - (SECONDS - T0) - 10))
   stamp "klein 9B prompt -> PNG, bf16 vs fp8-e4m3, the gate over the schedule ($LEFT s)"
-  timeout "$LEFT" python3 perf/formats_h200.py --phase pipeline --models klein-9b --formats fp8-e4m3 "${EXTRA[@]}"
+  timeout "$LEFT" python3 perf/formats_h200.py --phase pipeline --models klein-9b --formats ${FORMATS:-fp8-e4m3,fp8-e4m3@all} "${EXTRA[@]}"
   echo "formats pipeline rc=$?"
 fi
 stamp "done"

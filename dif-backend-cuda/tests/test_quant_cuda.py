@@ -133,17 +133,25 @@ def test_int8_in_several_row_blocks() -> None:
     np.testing.assert_allclose(got[-1].astype(np.float32), want[-1], rtol=3e-2, atol=3e-2)  # the last block too
 
 
-@pytest.mark.parametrize("group", [64, 128])
-def test_int4_linear_bf16(group: int) -> None:
+@pytest.mark.parametrize("group", [32, 64, 128])
+@pytest.mark.parametrize("dtype", ["bf16", "f16", "f32"])
+def test_int4_linear(group: int, dtype: str) -> None:
+    """Rows and outputs that fill no whole 128 x 128 tile, with and without bias: bf16 / f16 on the tensor-core
+    kernel (sm_80+), f32 on the tile GEMM."""
     be = backend()
-    rows, k, out = 300, 1024, 768
-    x = RNG.standard_normal((1, rows, k)).astype(BF16)
+    np_dtype = DType(dtype).np
+    rows, k, out = 300, 1024, 808
+    x = RNG.standard_normal((1, rows, k)).astype(np_dtype)
     w = (RNG.standard_normal((out, k)) / 32).astype(np.float32)
     wq, ws = quantize_weight_groups(w, group)
-    bias = (RNG.standard_normal(out) * 0.1).astype(BF16)
-    (got,), choices = run_one(be, "int4_linear", [x, wq, ws, bias], group_size=group)
-    want = int4_linear(x, wq, ws, bias, group_size=group).astype(BF16)
-    assert rel(got, want) < 8e-3, choices
+    bias = (RNG.standard_normal(out) * 0.1).astype(np_dtype)
+    for operands in ([x, wq, ws, bias], [x, wq, ws]):
+        (got,), choices = run_one(be, "int4_linear", operands, group_size=group)
+        want = int4_linear(*operands, group_size=group).astype(np_dtype)
+        assert rel(got, want) < (8e-3 if dtype == "bf16" else 2e-3), choices
+    (choice,) = choices.values()
+    mma = dtype != "f32" and be.props["major"] >= 8
+    assert ("tensor-core" in choice) == mma, choice
 
 
 def test_quantize_rows_exact_int8() -> None:

@@ -84,6 +84,13 @@ DIF_PASSES = declare(
     "Optimizer passes `dif.runtime.prepare` runs: unset or `default` for the core pipeline plus plugin passes, "
     "`none` for no pass, or comma-separated pass names in order (`default` expands in place).",
 )
+DIF_FORMAT_STAGES = declare(
+    "DIF_FORMAT_STAGES",
+    "The pipeline stages whose programs a format pass named in `DIF_PASSES` (quantize_fp8, quantize_int8, "
+    "quantize_int4) converts: comma-separated stages (encode, denoise, decode) or `all`; the others run "
+    "without it, recorded in their plans.",
+    default="denoise",
+)
 DIF_FP8_WEIGHTS = declare(
     "DIF_FP8_WEIGHTS",
     "Linear weights a checkpoint stores as fp8-e4m3: `auto` keeps them in fp8 (the quantize_fp8 pass over the "

@@ -228,7 +228,11 @@ class ProgramCache:
         int4 = choose_int4(program, weights, profile, keep=keep_fp8)  # int4_linear over GGUF Q4_0 blocks
         if int4 is not None:  # before the optimizer, whose fusions would concatenate their weights
             program = int4.apply(program, profile)
-        optimized, decisions = optimize_for(program, backend, profile, extra=fp8.passes if fp8 else ())
+        passes, held_back = self._stage_passes(stage)
+        extra, source = (fp8.passes if fp8 else ()), (held_back.why if held_back else None)
+        optimized, decisions = optimize_for(program, backend, profile, passes, extra=extra, source=source)
+        if held_back is not None:
+            decisions = (*decisions, held_back)
         optimized_at = time.perf_counter()
         taken = {e.name for e in self._entries.values()}
         name = program.name if program.name not in taken else f"{program.name} #{len(taken) + 1}"
@@ -249,6 +253,16 @@ class ProgramCache:
         entry.plans[self._available(budget)] = alone
         entry.runner = lambda inputs: self._execute(entry, inputs)
         return entry
+
+    @staticmethod
+    def _stage_passes(stage: str) -> tuple[tuple[str, ...] | None, Decision | None]:
+        """The optimizer pipeline of a program of `stage` (None: `DIF_PASSES` as it is) and the decision on
+        the format passes it holds back (`dif.passes.quantize.scoped_to_stage`; None: none held back)."""
+        from dif.passes import selected_passes
+        from dif.passes.quantize import scoped_to_stage
+
+        passes, held_back = scoped_to_stage(selected_passes(), stage)
+        return (None, None) if held_back is None else (passes, held_back)
 
     def _fp8_outcome(self, name: str, fp8: Fp8Choice, optimized: Program) -> Decision:
         """The plan decision on program `name`'s fp8 weights, recorded in `fp8_weights`; its note warned

@@ -236,10 +236,12 @@ def optimize_for(
     passes: Sequence[str] | None = None,
     *,
     extra: Sequence[str] = (),
+    source: str | None = None,
 ) -> tuple[Program, tuple[Decision, ...]]:
     """`program` legalized for `profile` (`dif.passes.legalize`), then through the optimizer pipeline
     (None: `DIF_PASSES`, see `dif.passes.selected_passes`) followed by the passes of `extra` it lacks,
-    checked against what `backend` runs; with the legalization's and the passes' decisions."""
+    checked against what `backend` runs; with the legalization's and the passes' decisions. `source`: where
+    a given `passes` came from, for the plan (default: the caller asked for it)."""
     from dif.passes import optimize, selected_passes, summarize
     from dif.passes.legalize import legalize
 
@@ -248,7 +250,7 @@ def optimize_for(
     legal, legalized = legalize(program, profile)  # not a pass: a backend cannot run the program without it
     optimized, decisions = optimize(legal, target=profile, passes=pipeline)
     check_coverage(optimized, backend, profile)
-    source = None if passes is None else "requested by the caller"
+    source = None if passes is None else (source or "requested by the caller")
     return optimized, (*legalized, *summarize(decisions, pipeline, source=source))
 
 

@@ -6,8 +6,9 @@
 - scaled_linear: fp8-e4m3 on cuBLASLt with the scales as outer-vector epilogue scales (one call, bf16 out);
   int8 (and fp8 where this cuBLASLt has no outer-vector scales) as raw-product GEMMs in blocks of rows plus the
   scaled epilogue kernel; the portable tile GEMM when cuBLASLt is absent or refuses (the reasons recorded).
-- int4_linear: the portable tile GEMM whose weight loads unpack the nibbles and apply the group scales (the
-  weights are dequantized inside the GEMM, never in a pass of their own); a memory format, not a fast one.
+- int4_linear: on sm_80+ over bf16 / f16 activations, a tensor-core GEMM (mma.sync) that unpacks each K slice
+  of the weights into shared memory with the group scales applied; otherwise the portable tile GEMM whose weight
+  loads unpack them. Either way the weights are dequantized inside the GEMM, never in a pass of their own.
 - quantize_rows: the op table's standalone form (a pass over the activations; the format passes never emit it).
 """
 
@@ -187,8 +188,33 @@ def _int4_linear(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Ts, outs: Ts) -> 
     (y,) = outs
     dt = need(node, x.dtype, FLOATS)
     rows, k = _rows(x)
-    out = wq.shape[0]
+    out, group = wq.shape[0], int(attrs["group_size"])
+    args = [ptr(x), ptr(wq), ptr(ws), ptr(bias), ptr(y), i64(rows), i64(out), i64(k), i64(group)]
+    why_not = _int4_mma_refusal(ctx, dt, k, group, x, wq)
+    if why_not is None:
+        grid = (-(-out // MMA_TILE), -(-rows // MMA_TILE))
+        ctx.choices[node.id] = f"nvrtc int4 tensor-core GEMM (groups of {group} unpacked in shared memory)"
+        return [ctx.kernel("quant", f"int4_mma_{dt}", grid, (256,), args)]
     grid = (-(-out // TILE), -(-rows // TILE))
-    args = [ptr(x), ptr(wq), ptr(ws), ptr(bias), ptr(y), i64(rows), i64(out), i64(k), i64(attrs["group_size"])]
-    ctx.choices[node.id] = f"nvrtc int4 tile GEMM (groups of {attrs['group_size']} dequantized in the tile loads)"
+    ctx.choices[node.id] = f"nvrtc int4 tile GEMM (groups of {group} dequantized in the tile loads; {why_not})"
     return [ctx.kernel("quant", f"int4_gemm_{dt}", grid, (256,), args)]
+
+
+MMA_TILE = 128
+"""The output tile of `int4_mma_*` (128 x 128 per block of 8 warps)."""
+MMA_SLICE = 32
+"""Its K slice: one scale group per slice, so groups must be a multiple of it."""
+
+
+def _int4_mma_refusal(ctx: LowerCtx, dt: str, k: int, group: int, x: Any, wq: Any) -> str | None:
+    """Why `int4_mma_*` (mma.sync over bf16 / f16, sm_80+) cannot run this int4_linear; None when it can."""
+    cc = int(ctx.backend.props["major"]) * 10 + int(ctx.backend.props["minor"])
+    if dt not in ("bf16", "f16"):
+        return f"the tensor-core kernel takes bf16 / f16 activations, not {dt}"
+    if cc < 80:
+        return f"mma.sync m16n8k16 needs sm_80, this GPU is sm_{cc}"
+    if group % MMA_SLICE:
+        return f"groups of {group} are not a multiple of the kernel's K slice of {MMA_SLICE}"
+    if x.ptr % 16 or wq.ptr % 8:  # its 16-byte activation and 8-byte weight loads
+        return "an operand is not 16-byte aligned"
+    return None

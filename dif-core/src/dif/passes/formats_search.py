@@ -34,7 +34,7 @@ from typing import Any
 
 from attrs import define, evolve, field, frozen
 
-from dif.env import DIF_FP8_WEIGHTS, DIF_PASSES
+from dif.env import DIF_FORMAT_STAGES, DIF_FP8_WEIGHTS, DIF_PASSES
 from dif.errors import DifError, DifWarning, UsageError
 from dif.formats import FORMATS, assess, legal_on
 from dif.passes.quantize import FORMAT_PASSES
@@ -130,12 +130,13 @@ class FormatSearch:
 
 
 @contextmanager
-def passes_appended(extra: Sequence[str]) -> Iterator[None]:
+def passes_appended(extra: Sequence[str], stages: str = "denoise") -> Iterator[None]:
     """`DIF_PASSES` set to the default pipeline followed by `extra` while the block runs (programs are
-    optimized when a pipeline first registers them), restored after; `DIF_FP8_WEIGHTS=dequantize` with it, so
-    a checkpoint stored in fp8 gives the baseline in the run dtype and a candidate only its own format
-    (the fp8-e4m3 one still reads the stored bytes, `dif.weights.quantized`)."""
-    values = {DIF_FP8_WEIGHTS.name: "dequantize"}
+    optimized when a pipeline first registers them), restored after; `DIF_FORMAT_STAGES=stages` (the programs
+    they convert) and `DIF_FP8_WEIGHTS=dequantize` with it, so a checkpoint stored in fp8 gives the baseline
+    in the run dtype and a candidate only its own format (the fp8-e4m3 one still reads the stored bytes,
+    `dif.weights.quantized`)."""
+    values = {DIF_FP8_WEIGHTS.name: "dequantize", DIF_FORMAT_STAGES.name: stages}
     if extra:
         values[DIF_PASSES.name] = ",".join(("default", *extra))
     old = {name: os.environ.get(name) for name in values}
@@ -300,17 +301,25 @@ def search_formats(
 
 
 def pipeline_candidates(
-    load: Callable[[], Any], prompt: str, *, width: int, height: int, steps: int, seed: int
+    load: Callable[[], Any],
+    prompt: str,
+    *,
+    width: int,
+    height: int,
+    steps: int,
+    seed: int,
+    stages: str = "denoise",
 ) -> RunCandidate:
     """A `RunCandidate` over a `TextToImagePipeline`: each call loads a fresh pipeline (`load()`) with the
-    extra passes appended to the default pipeline, runs `record_run` and reads back the programs it ran
-    and the denoiser's memory (weights + arena, all resident); the pipeline is dropped after."""
+    extra passes appended to the default pipeline over the programs of `stages` (`DIF_FORMAT_STAGES`), runs
+    `record_run` and reads back the programs it ran and the denoiser's memory (weights + arena, all
+    resident); the pipeline is dropped after."""
     import gc
 
     from dif.quality.format_gate import record_run
 
     def run_one(extra: tuple[str, ...], teacher: RunRecord | None) -> CandidateRun:
-        with passes_appended(extra):
+        with passes_appended(extra, stages):
             pipe = load()
             try:
                 record = record_run(pipe, prompt, width=width, height=height, steps=steps, seed=seed, teacher=teacher)

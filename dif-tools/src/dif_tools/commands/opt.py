@@ -45,6 +45,12 @@ def _formats(value: str) -> list[str]:
 @click.option(
     "--emulate", is_flag=True, help="Judge formats the target lacks matrix units for on a backend that emulates them."
 )
+@click.option(
+    "--stages",
+    default="denoise",
+    show_default=True,
+    help="Pipeline stages whose programs a format converts: comma-separated (encode, denoise, decode) or all.",
+)
 @click.option("--vram-budget", default=None, type=click.IntRange(1), help="Bytes the denoiser may hold (memory stage).")
 @click.option("--report", "report_path", default=None, type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--json", "as_json", is_flag=True, help="Print a dif-telemetry/1 document.")
@@ -64,6 +70,7 @@ def opt(
     ssim_min: float | None,
     no_gate: bool,
     emulate: bool,
+    stages: str,
     vram_budget: int | None,
     report_path: Path | None,
     as_json: bool,
@@ -73,9 +80,13 @@ def opt(
     gate's numbers are printed (--report writes the document to a file as well)."""
     import dif
     from dif.passes.formats_search import pipeline_candidates, search_formats
+    from dif.passes.quantize import format_stages
     from dif.quality.format_gate import GateConfig
     from dif.serialize.container import write_atomic
     from dif.telemetry import build_document, dumps, hardware_entry
+
+    scope = format_stages(stages)  # an unknown stage fails here, before any run
+    stages = "all" if scope is None else ",".join(scope)
 
     def load() -> Any:
         return dif.load(checkpoint, backend=backend_name, dtype=dtype).pipeline
@@ -90,7 +101,7 @@ def opt(
     backend = get_backend(profile_backend)
     profile = backend.profile()
     gate = GateConfig(cosine_min, rel_l2_max, psnr_min, ssim_min)
-    run = pipeline_candidates(load, prompt, width=w, height=h, steps=steps, seed=seed)
+    run = pipeline_candidates(load, prompt, width=w, height=h, steps=steps, seed=seed, stages=stages)
     result = search_formats(
         _formats(formats),
         profile=profile,
@@ -103,7 +114,15 @@ def opt(
     data = {
         "checkpoint": str(checkpoint) if checkpoint is not None else None,
         "backend": profile.backend,
-        "settings": {"prompt": prompt, "steps": steps, "width": w, "height": h, "seed": seed, "dtype": dtype},
+        "settings": {
+            "prompt": prompt,
+            "steps": steps,
+            "width": w,
+            "height": h,
+            "seed": seed,
+            "dtype": dtype,
+            "stages": stages,
+        },  # fmt: skip
         **result.to_dict(),
     }
     hardware = [hardware_entry(profile.backend, profile=profile)]
