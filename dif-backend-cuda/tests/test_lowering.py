@@ -405,3 +405,62 @@ def test_chunked_broadcast_refuses_what_it_cannot_address(sigs: Any) -> None:
     assert (
         chunk_broadcast(ctx, [DevTensor(1 << 33, (4, 20), DType.BF16)], DevTensor(1 << 32, (4, 20), DType.BF16)) is None
     )
+
+
+@pytest.mark.parametrize(
+    ("dtype", "group", "option", "major", "kernel", "reason"),
+    [
+        ("bf16", 128, "mma", 9, "int4_mma_bf16", None),
+        ("f16", 32, "mma", 8, "int4_mma_f16", None),
+        ("bf16", 128, "tile", 9, "int4_gemm_bf16", "DIF_CUDA_INT4=tile"),
+        ("f32", 128, "mma", 9, "int4_gemm_f32", "takes bf16 / f16 activations, not f32"),
+        ("bf16", 128, "mma", 7, "int4_gemm_bf16", "needs sm_80, this GPU is sm_70"),
+    ],
+)
+def test_int4_linear_takes_the_tensor_core_kernel_or_says_why_not(
+    sigs: dict[str, dict[str, list[str]]], dtype: str, group: int, option: str, major: int, kernel: str,
+    reason: str | None,
+) -> None:  # fmt: skip
+    from dif.ir.builder import ProgramBuilder
+    from dif_backend_cuda.lower.quant import MMA_TILE
+
+    rows, k, out = 300, 256, 808
+    b = ProgramBuilder("int4")
+    x = b.input("x", (rows, k), dtype)
+    wq = b.input("wq", (out, k // 2), "u8")
+    ws = b.input("ws", (out, k // group), "f16")
+    b.output(b.emit("int4_linear", x, wq, ws, group_size=group))
+    program = b.build()
+    backend = _FakeBackend(sigs)
+    backend.options["int4"] = option
+    backend.props["major"] = major
+    ctx = LowerCtx(backend, OPS)
+    tensors = _tensors(program)
+    node = program.nodes[0]
+    (step,) = lower_node(ctx, node, [tensors[o] for o in node.operands], [tensors[r.name] for r in node.results])
+    _check_args(step)
+    assert step.name == kernel
+    choice = ctx.choices[node.id]
+    if reason is None:
+        assert "tensor-core" in choice and step.grid == (-(-out // MMA_TILE), -(-rows // MMA_TILE))
+    else:
+        assert "tile GEMM" in choice and reason in choice, choice
+
+
+def test_a_misaligned_int4_operand_keeps_the_tile_gemm(sigs: dict[str, dict[str, list[str]]]) -> None:
+    from dif.ir.builder import ProgramBuilder
+
+    b = ProgramBuilder("int4")
+    x = b.input("x", (64, 256), "bf16")
+    wq = b.input("wq", (128, 128), "u8")
+    ws = b.input("ws", (128, 2), "f16")
+    b.output(b.emit("int4_linear", x, wq, ws, group_size=128))
+    program = b.build()
+    backend = _FakeBackend(sigs)
+    backend.options["int4"] = "mma"
+    ctx = LowerCtx(backend, OPS)
+    tensors = _tensors(program)
+    tensors["x"] = DevTensor(tensors["x"].ptr + 8, tensors["x"].shape, tensors["x"].dtype)  # 8-byte aligned only
+    node = program.nodes[0]
+    (step,) = lower_node(ctx, node, [tensors[o] for o in node.operands], [tensors[r.name] for r in node.results])
+    assert step.name == "int4_gemm_bf16" and "misaligned" in ctx.choices[node.id]

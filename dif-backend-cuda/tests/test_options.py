@@ -17,16 +17,18 @@ def _no_option_env(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("DIF_CUDA_GEMM", raising=False)
     monkeypatch.delenv("DIF_CUDA_SDPA", raising=False)
     monkeypatch.delenv("DIF_CUDA_TUNE", raising=False)
+    monkeypatch.delenv("DIF_CUDA_INT4", raising=False)
 
 
 def test_variables_are_declared_with_auto_default():
     assert ENV_VARS["DIF_CUDA_GEMM"].default == "auto"
     assert ENV_VARS["DIF_CUDA_SDPA"].default == "auto"
     assert ENV_VARS["DIF_CUDA_TUNE"].default == "cached"
+    assert ENV_VARS["DIF_CUDA_INT4"].default == "tile"
 
 
 def test_unset_means_auto():
-    assert resolve_options() == {"gemm": "auto", "sdpa": "auto", "tune": "cached"}
+    assert resolve_options() == {"gemm": "auto", "sdpa": "auto", "tune": "cached", "int4": "tile"}
 
 
 @pytest.mark.parametrize("gemm", GEMM_CHOICES)
@@ -34,20 +36,25 @@ def test_unset_means_auto():
 def test_every_choice_is_accepted_from_the_environment(monkeypatch, gemm, sdpa):
     monkeypatch.setenv("DIF_CUDA_GEMM", gemm)
     monkeypatch.setenv("DIF_CUDA_SDPA", sdpa)
-    assert resolve_options() == {"gemm": gemm, "sdpa": sdpa, "tune": "cached"}
+    assert resolve_options() == {"gemm": gemm, "sdpa": sdpa, "tune": "cached", "int4": "tile"}
 
 
 def test_environment_values_ignore_case_and_spaces_and_empty_means_unset(monkeypatch):
     monkeypatch.setenv("DIF_CUDA_GEMM", " NVRTC ")
     monkeypatch.setenv("DIF_CUDA_SDPA", "")
-    assert resolve_options() == {"gemm": "nvrtc", "sdpa": "auto", "tune": "cached"}
+    assert resolve_options() == {"gemm": "nvrtc", "sdpa": "auto", "tune": "cached", "int4": "tile"}
 
 
 def test_explicit_argument_wins_over_the_environment(monkeypatch):
     monkeypatch.setenv("DIF_CUDA_GEMM", "cublaslt")
     monkeypatch.setenv("DIF_CUDA_SDPA", "cudnn")
-    assert resolve_options(gemm="nvrtc", sdpa="flash") == {"gemm": "nvrtc", "sdpa": "flash", "tune": "cached"}
-    assert resolve_options(gemm="nvrtc") == {"gemm": "nvrtc", "sdpa": "cudnn", "tune": "cached"}
+    assert resolve_options(gemm="nvrtc", sdpa="flash") == {
+        "gemm": "nvrtc",
+        "sdpa": "flash",
+        "tune": "cached",
+        "int4": "tile",
+    }
+    assert resolve_options(gemm="nvrtc") == {"gemm": "nvrtc", "sdpa": "cudnn", "tune": "cached", "int4": "tile"}
 
 
 @pytest.mark.parametrize("tune", ["cached", "on", "off"])
@@ -57,12 +64,20 @@ def test_tune_from_the_environment_and_argument(monkeypatch, tune):
     assert resolve_options(tune="off")["tune"] == "off"
 
 
+@pytest.mark.parametrize("int4", ["tile", "mma"])
+def test_int4_kernel_from_the_environment_and_argument(monkeypatch, int4):
+    monkeypatch.setenv("DIF_CUDA_INT4", int4)
+    assert resolve_options()["int4"] == int4
+    assert resolve_options(int4="tile")["int4"] == "tile"
+
+
 @pytest.mark.parametrize(
     ("var", "allowed"),
     [
         ("DIF_CUDA_GEMM", "auto, cublaslt, nvrtc"),
         ("DIF_CUDA_SDPA", "auto, cudnn, flash"),
         ("DIF_CUDA_TUNE", "cached, on, off"),
+        ("DIF_CUDA_INT4", "tile, mma"),
     ],
 )
 def test_bad_environment_value_names_the_variable_and_the_choices(monkeypatch, var, allowed):

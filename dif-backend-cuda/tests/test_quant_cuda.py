@@ -38,7 +38,8 @@ def backend(variant: str = "default") -> Any:
     if variant not in _BACKENDS:
         from dif_backend_cuda.device import CudaBackend
 
-        _BACKENDS[variant] = CudaBackend(**({"gemm": "nvrtc"} if variant == "portable" else {}))
+        options = {"portable": {"gemm": "nvrtc"}, "mma": {"int4": "mma"}}.get(variant, {})
+        _BACKENDS[variant] = CudaBackend(**options)
     return _BACKENDS[variant]
 
 
@@ -133,12 +134,13 @@ def test_int8_in_several_row_blocks() -> None:
     np.testing.assert_allclose(got[-1].astype(np.float32), want[-1], rtol=3e-2, atol=3e-2)  # the last block too
 
 
+@pytest.mark.parametrize("kernel", ["tile", "mma"])
 @pytest.mark.parametrize("group", [32, 64, 128])
 @pytest.mark.parametrize("dtype", ["bf16", "f16", "f32"])
-def test_int4_linear(group: int, dtype: str) -> None:
-    """Rows and outputs that fill no whole 128 x 128 tile, with and without bias: bf16 / f16 on the tensor-core
-    kernel (sm_80+), f32 on the tile GEMM."""
-    be = backend()
+def test_int4_linear(group: int, dtype: str, kernel: str) -> None:
+    """Rows and outputs that fill no whole 128 x 128 tile, with and without bias, on either kernel
+    (DIF_CUDA_INT4): with `mma`, bf16 / f16 on the tensor-core kernel (sm_80+) and f32 on the tile GEMM."""
+    be = backend("default" if kernel == "tile" else kernel)
     np_dtype = DType(dtype).np
     rows, k, out = 300, 1024, 808
     x = RNG.standard_normal((1, rows, k)).astype(np_dtype)
@@ -150,7 +152,7 @@ def test_int4_linear(group: int, dtype: str) -> None:
         want = int4_linear(*operands, group_size=group).astype(np_dtype)
         assert rel(got, want) < (8e-3 if dtype == "bf16" else 2e-3), choices
     (choice,) = choices.values()
-    mma = dtype != "f32" and be.props["major"] >= 8
+    mma = kernel == "mma" and dtype != "f32" and be.props["major"] >= 8
     assert ("tensor-core" in choice) == mma, choice
 
 

@@ -104,6 +104,13 @@ DIF_CUDA_GEMM = declare(
     "`cublaslt` or `nvrtc`. A `gemm=` argument to `CudaBackend` wins over it.",
     default="auto",
 )
+DIF_CUDA_INT4 = declare(
+    "DIF_CUDA_INT4",
+    "int4_linear kernel of the cuda backend: `tile` (the portable fp32 tile GEMM) or `mma` (the tensor-core "
+    "kernel, sm_80+ with bf16 / f16 activations; opt-in until its GPU tests have run). An `int4=` argument to "
+    "`CudaBackend` wins over it.",
+    default="tile",
+)
 DIF_CUDA_SDPA = declare(
     "DIF_CUDA_SDPA",
     "Attention path of the cuda backend: `auto` (cuDNN for eligible fp16/bf16 attention, else the NVRTC flash "

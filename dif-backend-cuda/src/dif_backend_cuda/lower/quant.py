@@ -6,9 +6,10 @@
 - scaled_linear: fp8-e4m3 on cuBLASLt with the scales as outer-vector epilogue scales (one call, bf16 out);
   int8 (and fp8 where this cuBLASLt has no outer-vector scales) as raw-product GEMMs in blocks of rows plus the
   scaled epilogue kernel; the portable tile GEMM when cuBLASLt is absent or refuses (the reasons recorded).
-- int4_linear: on sm_80+ over bf16 / f16 activations, a tensor-core GEMM (mma.sync) that unpacks each K slice
-  of the weights into shared memory with the group scales applied; otherwise the portable tile GEMM whose weight
-  loads unpack them. Either way the weights are dequantized inside the GEMM, never in a pass of their own.
+- int4_linear: with the backend's `int4="mma"` (DIF_CUDA_INT4) on sm_80+ over bf16 / f16 activations, a
+  tensor-core GEMM (mma.sync) that unpacks each K slice of the weights into shared memory with the group scales
+  applied; otherwise the portable tile GEMM whose weight loads unpack them. Either way the weights are
+  dequantized inside the GEMM, never in a pass of their own.
 - quantize_rows: the op table's standalone form (a pass over the activations; the format passes never emit it).
 """
 
@@ -190,7 +191,7 @@ def _int4_linear(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Ts, outs: Ts) -> 
     rows, k = _rows(x)
     out, group = wq.shape[0], int(attrs["group_size"])
     args = [ptr(x), ptr(wq), ptr(ws), ptr(bias), ptr(y), i64(rows), i64(out), i64(k), i64(group)]
-    why_not = _int4_mma_refusal(ctx, dt, k, group, x, wq)
+    why_not = _int4_mma_refusal(ctx, dt, x, wq)
     if why_not is None:
         grid = (-(-out // MMA_TILE), -(-rows // MMA_TILE))
         ctx.choices[node.id] = f"nvrtc int4 tensor-core GEMM (groups of {group} unpacked in shared memory)"
@@ -201,20 +202,19 @@ def _int4_linear(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Ts, outs: Ts) -> 
 
 
 MMA_TILE = 128
-"""The output tile of `int4_mma_*` (128 x 128 per block of 8 warps)."""
-MMA_SLICE = 32
-"""Its K slice: one scale group per slice, so groups must be a multiple of it."""
+"""The output tile of `int4_mma_*` (128 x 128 per block of 8 warps). Its K slices of 32 each lie in one scale
+group: every group size the op allows (32, 64, 128) is a multiple of 32."""
 
 
-def _int4_mma_refusal(ctx: LowerCtx, dt: str, k: int, group: int, x: Any, wq: Any) -> str | None:
+def _int4_mma_refusal(ctx: LowerCtx, dt: str, x: Any, wq: Any) -> str | None:
     """Why `int4_mma_*` (mma.sync over bf16 / f16, sm_80+) cannot run this int4_linear; None when it can."""
     cc = int(ctx.backend.props["major"]) * 10 + int(ctx.backend.props["minor"])
+    if ctx.backend.options.get("int4") != "mma":
+        return "DIF_CUDA_INT4=tile: the tensor-core kernel is opt-in (mma) until its GPU tests have run"
     if dt not in ("bf16", "f16"):
         return f"the tensor-core kernel takes bf16 / f16 activations, not {dt}"
     if cc < 80:
         return f"mma.sync m16n8k16 needs sm_80, this GPU is sm_{cc}"
-    if group % MMA_SLICE:
-        return f"groups of {group} are not a multiple of the kernel's K slice of {MMA_SLICE}"
-    if x.ptr % 16 or wq.ptr % 8:  # its 16-byte activation and 8-byte weight loads
-        return "an operand is not 16-byte aligned"
+    if x.ptr % 16 or wq.ptr % 8:
+        return "an operand is misaligned for the kernel's 16-byte activation or 8-byte weight loads"
     return None
