@@ -44,8 +44,9 @@ def between(loose: dict) -> float:
 @pytest.fixture(scope="module")
 def searched(loose: dict) -> dict:
     code, doc, err = opt(
-        "--formats", "fp8-e4m3,int8,int4-group,nvfp4", "--emulate", "--rel-l2-max", str(between(loose))
-    )
+        "--formats", "fp8-e4m3,int8,int4-group,nvfp4", "--emulate", "--rel-l2-max", str(between(loose)),
+        "--block-runs", "0",
+    )  # fmt: skip
     assert code == 0 and doc is not None, err
     return doc["data"]
 
@@ -111,3 +112,37 @@ def test_a_forced_format_warns_and_an_unknown_one_fails_cleanly() -> None:
     assert doc["data"]["candidates"][0]["gate"] is None
     code, _, out = opt("--formats", "fp9")
     assert code != 0 and "unknown physical format 'fp9'" in out and "Traceback" not in out
+
+
+def test_a_rejected_format_gets_a_per_block_candidate_and_its_blocks_run_held(loose: dict) -> None:
+    """With the rel-L2 bound between int8's and fp8's, fp8 over every linear is rejected; the per-block candidate
+    measures each block alone, holds the worst in bf16 and passes the gate, and is chosen before int8. The same
+    held set in the product path (DIF_FORMAT_KEEP) leaves exactly those blocks' linears unconverted."""
+    bound = between(loose)
+    code, doc, err = opt("--formats", "fp8-e4m3,int8", "--emulate", "--rel-l2-max", str(bound))
+    assert code == 0 and doc is not None, err
+    data = doc["data"]
+    whole, per_block = data["candidates"][:2]
+    assert whole["verdict"] == "rejected" and whole["reason"].startswith("gate: failed")
+    errors = per_block["numbers"]["block_errors"]
+    assert len(errors) >= 2 and all(0 < e["rel_l2"] < whole["gate"]["worst_rel_l2"] for e in errors.values())
+    held = per_block["held_blocks"]
+    worst_first = sorted(errors, key=lambda b: errors[b]["rel_l2"], reverse=True)
+    assert held and held == worst_first[: len(held)] and len(held) < len(errors)
+    assert per_block["verdict"] == "accepted" and per_block["gate"]["worst_rel_l2"] <= bound
+    assert data["chosen"] == "fp8-e4m3" and data["chosen_held_blocks"] == held
+    assert data["decisions"][-1]["what"] == f"formats: fp8-e4m3 (held in the run dtype: {', '.join(held)})"
+
+    from dif.passes import optimize
+    from dif.passes.formats_search import passes_appended
+    from dif_frontend_flux2 import DEFAULT_CHECKPOINT
+    from dif_frontend_flux2.config import load_configs
+    from dif_frontend_flux2.model import build_transformer
+
+    program = build_transformer(load_configs(DEFAULT_CHECKPOINT).transformer, batch=1, n_img=16, n_txt=8)
+    with passes_appended((), held=held):
+        optimized, decisions = optimize(program, target=None, passes=("quantize_fp8",))
+    blocks = {optimized.provenance[n.id].block for n in optimized.nodes if n.op == "scaled_linear"}
+    assert blocks and not blocks & set(held) and blocks <= set(errors)
+    kept = [d for d in decisions if "held in the run dtype (DIF_FORMAT_KEEP)" in d.reason]
+    assert {d.reason.split()[1] for d in kept} == set(held)

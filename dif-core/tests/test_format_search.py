@@ -36,7 +36,7 @@ def fake_run(errors: dict[str, float], seconds: dict[str, float], nbytes: dict[s
     image = rng.integers(0, 256, (16, 16, 3)).astype(np.uint8)
     calls: list[tuple[str, ...]] = []
 
-    def run(extra: tuple[str, ...], teacher: RunRecord | None) -> CandidateRun:
+    def run(extra: tuple[str, ...], teacher: RunRecord | None, held: tuple[str, ...]) -> CandidateRun:
         calls.append(extra)
         fmt = PASS_OF[extra[0]] if extra else "baseline"
         e = errors.get(fmt, 0.0)
@@ -151,3 +151,80 @@ def test_unknown_or_no_format_is_a_usage_error() -> None:
         search_formats(["fp9"], profile=GPU, run=fake_run({}, {}, {}))
     with pytest.raises(UsageError, match="at least one format"):
         search_formats([], profile=GPU, run=fake_run({}, {}, {}))
+
+
+BLOCK_ERRORS = {"blocks.0": 0.010, "blocks.1": 0.030, "blocks.2": 0.005, "blocks.3": 0.025}
+"""A model whose blocks add independent errors: a run's rel-L2 is their quadrature sum over the blocks not held."""
+
+
+def block_run(errors: dict[str, float], interaction: float = 0.0):  # type: ignore[no-untyped-def]
+    """A RunCandidate whose format converts one linear per block of `errors`, each adding its error (noise of
+    exactly that relative norm) unless held, plus `interaction` when two or more are converted; the programs
+    carry the blocks in their provenance."""
+    from types import SimpleNamespace
+
+    rng = np.random.default_rng(1)
+    outputs = [rng.standard_normal((1, 64, 8)) for _ in range(2)]
+    blocks = list(errors)
+    calls: list[tuple[str, ...]] = []
+
+    def run(extra: tuple[str, ...], teacher: RunRecord | None, held: tuple[str, ...]) -> CandidateRun:
+        calls.append(held)
+        left = [b for b in blocks if b not in held] if extra else []
+        e = float(np.sqrt(sum(errors[b] ** 2 for b in left))) + (interaction if len(left) > 1 else 0.0)
+        noisy = []
+        for o in outputs:
+            noise = rng.standard_normal(o.shape)
+            noisy.append(o + e * np.linalg.norm(o) / np.linalg.norm(noise) * noise)
+        record = RunRecord(step_outputs=outputs, forced_outputs=noisy, forward_seconds=[0.5 if extra else 1.0])
+        nodes = [SimpleNamespace(id=i, op="scaled_linear") for i in range(len(left))]
+        program = SimpleNamespace(nodes=nodes, provenance={i: SimpleNamespace(block=b) for i, b in enumerate(left)})
+        what = f"{extra[0]}: applied {len(left)} at %1" if left else "passes: default"
+        return CandidateRun(record, {"denoiser": (program, (Decision(what, "x"),))}, 100)
+
+    run.calls = calls  # type: ignore[attr-defined]
+    return run
+
+
+def test_a_format_the_gate_rejects_gets_a_per_block_candidate_holding_its_worst_blocks() -> None:
+    """Whole: rel-L2 0.0418 > 0.035. Alone, the blocks measure their own errors; holding the worst (blocks.1,
+    0.030) leaves sqrt(0.010² + 0.005² + 0.025²) = 0.0274, within the gate: one trial, accepted."""
+    run = block_run(BLOCK_ERRORS)
+    result = search_formats(["fp8-e4m3"], profile=GPU, run=run, gate=GateConfig(rel_l2_max=0.035), block_runs=8)
+    whole, per_block = result.candidates
+    assert whole.verdict == REJECTED and whole.reason.startswith("gate: failed") and not whole.held
+    measured = per_block.numbers["block_errors"]
+    assert list(measured) == list(BLOCK_ERRORS)
+    for b, e in BLOCK_ERRORS.items():
+        assert measured[b]["rel_l2"] == pytest.approx(e, rel=1e-6)
+    assert per_block.held == ("blocks.1",) and per_block.verdict == ACCEPTED
+    assert per_block.gate is not None and per_block.gate.worst_rel_l2 == pytest.approx(0.0274, abs=1e-4)
+    assert per_block.label == "fp8-e4m3 with 1 block held in the run dtype"
+    assert result.chosen == "fp8-e4m3" and result.chosen_held == ("blocks.1",)
+    assert result.decisions()[-1].what == "formats: fp8-e4m3 (held in the run dtype: blocks.1)"
+    # the baseline, the whole format, four blocks alone (the other three held), one trial
+    assert len(run.calls) == 7 and run.calls[2] == ("blocks.1", "blocks.2", "blocks.3")
+    assert run.calls[-1] == ("blocks.1",)
+
+
+def test_the_per_block_search_holds_one_more_block_while_the_gate_fails() -> None:
+    """Errors that interact (+0.004 when two or more blocks are converted): the quadrature estimate says two
+    held (blocks.0 and .2 left: 0.0112) but that run measures 0.0152 > 0.0151; three held pass."""
+    run = block_run(BLOCK_ERRORS, interaction=0.004)
+    gate = GateConfig(rel_l2_max=0.0151)
+    per_block = search_formats(["fp8-e4m3"], profile=GPU, run=run, gate=gate, block_runs=8).candidates[1]
+    assert per_block.verdict == ACCEPTED and per_block.held == ("blocks.1", "blocks.3", "blocks.0")
+    trials = per_block.numbers["block_trials"]
+    assert [t.split(":")[0] for t in trials] == ["2 held", "3 held"] and "gate: failed" in trials[0]
+
+
+def test_the_per_block_search_stays_within_its_runs_and_says_so() -> None:
+    run = block_run(BLOCK_ERRORS)
+    few = search_formats(["fp8-e4m3"], profile=GPU, run=run, gate=GateConfig(rel_l2_max=0.035), block_runs=4)
+    per_block = few.candidates[1]
+    assert per_block.verdict == REJECTED and per_block.reason.startswith("blocks:")
+    assert "takes 5 runs, more than 4" in per_block.reason and few.chosen is None
+    assert len(run.calls) == 2  # the baseline and the whole format only
+    # no per-block candidate unless asked, and none for a format the gate passes
+    assert len(search_formats(["fp8-e4m3"], profile=GPU, run=run, gate=GateConfig(rel_l2_max=0.035)).candidates) == 1
+    assert len(search_formats(["fp8-e4m3"], profile=GPU, run=run, block_runs=8).candidates) == 1

@@ -31,9 +31,7 @@ def test_sigint_exits_130_naming_the_command() -> None:
         cli.main(args=["wait"], prog_name="dif")
         """
     )
-    proc = subprocess.Popen(
-        [sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    )
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
         proc.send_signal(signal.SIGINT)

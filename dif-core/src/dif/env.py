@@ -91,6 +91,11 @@ DIF_FORMAT_STAGES = declare(
     "without it, recorded in their plans.",
     default="denoise",
 )
+DIF_FORMAT_KEEP = declare(
+    "DIF_FORMAT_KEEP",
+    "Comma-separated blocks (fnmatch patterns over the provenance block names, e.g. `transformer_blocks.0`, "
+    "`single_transformer_blocks.*`) whose linears the format passes leave in the run dtype; unset or empty: none.",
+)
 DIF_FP8_WEIGHTS = declare(
     "DIF_FP8_WEIGHTS",
     "Linear weights a checkpoint stores as fp8-e4m3: `auto` keeps them in fp8 (the quantize_fp8 pass over the "

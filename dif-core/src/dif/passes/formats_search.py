@@ -19,6 +19,10 @@ the programs) judged in this order, the first failing stage rejecting it:
 - time: the median denoiser forward against the baseline's; not judged when emulated, or when the baseline
   does not fit the budget and the format does (then it is memory that pays).
 
+A format the gate rejects may get a per-block candidate right after it (`block_runs`, `_Search.by_blocks`):
+its blocks ranked by the error each adds alone, the worst held in the run dtype (`DIF_FORMAT_KEEP`) until the
+gate passes.
+
 The chosen format is the first accepted one in the requested order (so a rejected format falls back to the
 next); none accepted leaves the baseline. `FormatSearch.decisions()` is what the plan records.
 """
@@ -34,7 +38,7 @@ from typing import Any
 
 from attrs import define, evolve, field, frozen
 
-from dif.env import DIF_FORMAT_STAGES, DIF_FP8_WEIGHTS, DIF_PASSES
+from dif.env import DIF_FORMAT_KEEP, DIF_FORMAT_STAGES, DIF_FP8_WEIGHTS, DIF_PASSES
 from dif.errors import DifError, DifWarning, UsageError
 from dif.formats import FORMATS, assess, legal_on
 from dif.passes.quantize import FORMAT_PASSES
@@ -43,6 +47,8 @@ from dif.quality.format_gate import GateConfig, GateReport, RunRecord, judge
 from dif.target import TargetProfile
 
 STAGES = ("capability", "verify", "execute", "gate", "memory", "time")
+BLOCKS = "blocks"
+"""The stage that rejects a per-block candidate no held set of blocks within the runs allowed made pass."""
 ACCEPTED, REJECTED, EXCLUDED = "accepted", "rejected", "excluded"
 
 MATRIX_UNITS = {"fp8-e4m3": "fp8", "int8": "int8"}
@@ -59,16 +65,20 @@ class CandidateRun:
     denoiser_bytes: int
 
 
-RunCandidate = Callable[[tuple[str, ...], RunRecord | None], CandidateRun]
-"""(extra passes after the default pipeline, the baseline's record or None for the baseline) -> its run."""
+RunCandidate = Callable[[tuple[str, ...], RunRecord | None, tuple[str, ...]], CandidateRun]
+"""(extra passes after the default pipeline, the baseline's record or None for the baseline, the blocks the format
+passes leave in the run dtype, `DIF_FORMAT_KEEP`) -> its run."""
 
 
 @define
 class FormatCandidate:
-    """One requested format: the target's facts, each stage's (stage, verdict, detail), the final verdict."""
+    """One candidate (a requested format, or its per-block variant holding blocks): the target's facts, each
+    stage's (stage, verdict, detail), the final verdict."""
 
     format: str
     facts: dict[str, Any]
+    held: tuple[str, ...] = ()
+    """Blocks left in the run dtype (`DIF_FORMAT_KEEP`): a per-block candidate after its format's gate failed."""
     stages: list[tuple[str, str, str]] = field(factory=list)
     verdict: str = ""
     reason: str = ""
@@ -84,9 +94,17 @@ class FormatCandidate:
             self.reason = f"{name}: {detail}"
         return ok is not False
 
+    @property
+    def label(self) -> str:
+        if not self.held:
+            return self.format
+        return f"{self.format} with {len(self.held)} block{'s' if len(self.held) > 1 else ''} held in the run dtype"
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "format": self.format,
+            "label": self.label,
+            "held_blocks": list(self.held),
             "verdict": self.verdict,
             "reason": self.reason,
             "emulated": self.emulated,
@@ -106,16 +124,19 @@ class FormatSearch:
     baseline: dict[str, Any]
     candidates: list[FormatCandidate]
     chosen: str | None
+    chosen_held: tuple[str, ...] = ()
 
     def decisions(self) -> list[Decision]:
-        """One plan decision per requested format (verdict, reason), then the choice."""
-        out = [Decision(f"format {c.format}: {c.verdict}", c.reason) for c in self.candidates]
+        """One plan decision per candidate (verdict, reason), then the choice."""
+        out = [Decision(f"format {c.label}: {c.verdict}", c.reason) for c in self.candidates]
         if self.chosen is None:
             why = "no requested format was accepted; linears stay in the baseline precision"
             out.append(Decision("formats: baseline", why))
         else:
-            order = ", ".join(c.format for c in self.candidates)
-            out.append(Decision(f"formats: {self.chosen}", f"the first accepted of the requested order ({order})"))
+            order = ", ".join(dict.fromkeys(c.format for c in self.candidates))
+            held = f" (held in the run dtype: {', '.join(self.chosen_held)})" if self.chosen_held else ""
+            what = self.chosen + held
+            out.append(Decision(f"formats: {what}", f"the first accepted of the requested order ({order})"))
         return out
 
     def to_dict(self) -> dict[str, Any]:
@@ -125,18 +146,19 @@ class FormatSearch:
             "baseline": self.baseline,
             "candidates": [c.to_dict() for c in self.candidates],
             "chosen": self.chosen,
+            "chosen_held_blocks": list(self.chosen_held),
             "decisions": [{"what": d.what, "why": d.why} for d in self.decisions()],
         }
 
 
 @contextmanager
-def passes_appended(extra: Sequence[str], stages: str = "denoise") -> Iterator[None]:
+def passes_appended(extra: Sequence[str], stages: str = "denoise", held: Sequence[str] = ()) -> Iterator[None]:
     """`DIF_PASSES` set to the default pipeline followed by `extra` while the block runs (programs are
     optimized when a pipeline first registers them), restored after; `DIF_FORMAT_STAGES=stages` (the programs
-    they convert) and `DIF_FP8_WEIGHTS=dequantize` with it, so a checkpoint stored in fp8 gives the baseline
-    in the run dtype and a candidate only its own format (the fp8-e4m3 one still reads the stored bytes,
-    `dif.weights.quantized`)."""
-    values = {DIF_FP8_WEIGHTS.name: "dequantize", DIF_FORMAT_STAGES.name: stages}
+    they convert), `DIF_FORMAT_KEEP=held` (the blocks they leave) and `DIF_FP8_WEIGHTS=dequantize` with it, so
+    a checkpoint stored in fp8 gives the baseline in the run dtype and a candidate only its own format (the
+    fp8-e4m3 one still reads the stored bytes, `dif.weights.quantized`)."""
+    values = {DIF_FP8_WEIGHTS.name: "dequantize", DIF_FORMAT_STAGES.name: stages, DIF_FORMAT_KEEP.name: ",".join(held)}
     if extra:
         values[DIF_PASSES.name] = ",".join(("default", *extra))
     old = {name: os.environ.get(name) for name in values}
@@ -225,79 +247,188 @@ def search_formats(
     emulate: bool = False,
     no_gate: bool = False,
     budget_bytes: int | None = None,
+    block_runs: int = 0,
 ) -> FormatSearch:
     """Judge every format of `formats` (names of `dif.formats`, in preference order) on `profile`'s backend,
-    each through the stages of the module doc; `run` executes the baseline and each candidate."""
+    each through the stages of the module doc; `run` executes the baseline and each candidate. With
+    `block_runs` > 0, a format the gate rejects gets a per-block candidate after it (`_Search.by_blocks`),
+    spending at most that many more runs."""
     for fmt in formats:
         FORMATS.get(fmt)  # an unknown name is a UsageError naming the known ones
     if not formats:
         raise UsageError(
             "the format search needs at least one format", hint=f"e.g. --formats {','.join(FORMAT_PASSES)}"
         )
-    base = run((), None)
-    base_forward = _median(base.record.forward_seconds)
-    base_fits = budget_bytes is None or base.denoiser_bytes <= budget_bytes
-    baseline = {
-        "median_forward_s": base_forward,
-        "denoise_s": base.record.denoise_seconds,
-        "denoiser_bytes": base.denoiser_bytes,
-        "fits_budget": base_fits,
-        "budget_bytes": budget_bytes,
-    }
+    search = _Search(run, run((), None, ()), gate, no_gate, budget_bytes)
     candidates: list[FormatCandidate] = []
     for fmt in formats:
         c = FormatCandidate(fmt, capability_facts(fmt, profile))
         candidates.append(c)
         if not _capability(c, fmt, profile, emulate):
             continue
-        pass_name = FORMAT_PASSES[fmt]
+        got = search.judge(c)
+        if got is not None and block_runs > 0 and c.verdict == REJECTED and c.reason.startswith("gate:"):
+            candidates.append(search.by_blocks(c, got, block_runs))
+    chosen = next((c for c in candidates if c.verdict == ACCEPTED), None)
+    return FormatSearch(
+        profile.backend,
+        gate,
+        search.baseline,
+        candidates,
+        None if chosen is None else chosen.format,
+        () if chosen is None else chosen.held,
+    )
+
+
+@define
+class _Search:
+    """The baseline run and the stages after capability, shared by every candidate."""
+
+    run: RunCandidate
+    base: CandidateRun
+    gate: GateConfig
+    no_gate: bool
+    budget_bytes: int | None
+
+    @property
+    def base_forward(self) -> float:
+        return _median(self.base.record.forward_seconds)
+
+    @property
+    def base_fits(self) -> bool:
+        return self.budget_bytes is None or self.base.denoiser_bytes <= self.budget_bytes
+
+    @property
+    def baseline(self) -> dict[str, Any]:
+        return {
+            "median_forward_s": self.base_forward,
+            "denoise_s": self.base.record.denoise_seconds,
+            "denoiser_bytes": self.base.denoiser_bytes,
+            "fits_budget": self.base_fits,
+            "budget_bytes": self.budget_bytes,
+        }
+
+    def execute(self, c: FormatCandidate, held: tuple[str, ...] = ()) -> CandidateRun | None:
+        """The candidate's run (None: it did not verify, lower or run, recorded as its verdict)."""
         try:
-            got = run((pass_name,), base.record)
+            return self.run((FORMAT_PASSES[c.format],), self.base.record, held)
         except DifError as exc:  # a program that does not verify, lower or run
-            c.stage(
-                "verify" if "verif" in type(exc).__name__.lower() else "execute", False, f"{type(exc).__name__}: {exc}"
-            )
-            continue
+            stage = "verify" if "verif" in type(exc).__name__.lower() else "execute"
+            c.stage(stage, False, f"{type(exc).__name__}: {exc}")
+            return None
+
+    def gate_of(self, got: CandidateRun) -> GateReport:
+        return judge(
+            self.base.record.step_outputs,
+            got.record.forced_outputs,
+            self.gate,
+            reference_image=self.base.record.image,
+            candidate_image=got.record.image,
+        )
+
+    def judge(self, c: FormatCandidate, got: CandidateRun | None = None) -> CandidateRun | None:
+        """Candidate `c` (run now unless `got` is its run) through verify -> execute -> gate -> memory -> time,
+        its verdict recorded; its run, None when it did not run."""
+        got = got if got is not None else self.execute(c, c.held)
+        if got is None:
+            return None
+        pass_name = FORMAT_PASSES[c.format]
         applied, left, lines = _format_decisions(got, pass_name)
         c.numbers["pass_decisions"] = lines
         c.numbers.update(linears_converted=applied, linears_left=left)
         if not c.stage("verify", applied > 0, f"{applied} linears converted, {left} left (programs verified)"
                        if applied else f"{pass_name} converted no linear"):  # fmt: skip
-            continue
+            return got
         c.stage("execute", True, f"{len(got.record.step_outputs)} steps ran, image decoded")
-        if no_gate:
-            warnings.warn(f"format {fmt} forced without the numerical gate", DifWarning, stacklevel=2)
+        if self.no_gate:
+            warnings.warn(f"format {c.label} forced without the numerical gate", DifWarning, stacklevel=3)
             c.stage("gate", None, "skipped (--no-gate): the format is forced")
         else:
-            c.gate = judge(
-                base.record.step_outputs,
-                got.record.forced_outputs,
-                gate,
-                reference_image=base.record.image,
-                candidate_image=got.record.image,
-            )
+            c.gate = self.gate_of(got)
             if not c.stage("gate", c.gate.passed, c.gate.reason):
-                continue
-        fits = budget_bytes is None or got.denoiser_bytes <= budget_bytes
+                return got
+        budget = self.budget_bytes
+        fits = budget is None or got.denoiser_bytes <= budget
         c.numbers.update(denoiser_bytes=got.denoiser_bytes, median_forward_s=_median(got.record.forward_seconds))
-        saved = base.denoiser_bytes - got.denoiser_bytes
-        where = "no budget given" if budget_bytes is None else f"budget {budget_bytes} B"
+        saved = self.base.denoiser_bytes - got.denoiser_bytes
+        where = "no budget given" if budget is None else f"budget {budget} B"
         if not c.stage("memory", fits, f"denoiser {got.denoiser_bytes} B ({saved:+d} B saved vs baseline; {where})"):
-            continue
-        t = c.numbers["median_forward_s"]
-        speed = f"median forward {t * 1e3:.2f} ms vs baseline {base_forward * 1e3:.2f} ms"
+            return got
+        t, base_t = c.numbers["median_forward_s"], self.base_forward
+        speed = f"median forward {t * 1e3:.2f} ms vs baseline {base_t * 1e3:.2f} ms"
         if c.emulated:
             c.stage("time", None, f"emulated: {speed} says nothing about the format")
-        elif not base_fits:
+        elif not self.base_fits:
             c.stage("time", None, f"the baseline does not fit the budget and this format does ({speed})")
-        elif not c.stage("time", t < base_forward, speed):
-            continue
-        c.verdict, c.reason = (
-            ACCEPTED,
-            "; ".join(f"{s}: {d}" for s, v, d in c.stages if s in ("gate", "memory", "time")),
+        elif not c.stage("time", t < base_t, speed):
+            return got
+        c.verdict = ACCEPTED
+        c.reason = "; ".join(f"{s}: {d}" for s, v, d in c.stages if s in ("gate", "memory", "time"))
+        return got
+
+    def by_blocks(self, whole: FormatCandidate, got: CandidateRun, runs: int) -> FormatCandidate:
+        """The per-block candidate after `whole` failed the gate: each block of its converted linears is run
+        alone in the format (the others held), giving that block's worst-step rel-L2 and 1 - cosine; the
+        blocks are held in the run dtype from the worst down, starting from the fewest whose remaining errors
+        add up (rel-L2 in quadrature, 1 - cosine linearly, as independent small errors do) within the gate,
+        one more each time the gate still fails, within `runs` runs in all."""
+        c = FormatCandidate(whole.format, whole.facts, emulated=whole.emulated)
+        c.stages.append(("capability", "pass", "as for the whole format"))
+        blocks = converted_blocks(got)
+        if len(blocks) < 2:
+            c.stage(BLOCKS, False, f"the converted linears lie in {len(blocks)} block: holding it converts none")
+            return c
+        if runs < len(blocks) + 1:
+            n = len(blocks)
+            c.stage(BLOCKS, False, f"ranking its {n} blocks and trying the result takes {n + 1} runs, more than {runs}")
+            return c
+        errors: dict[str, tuple[float, float]] = {}
+        for b in blocks:
+            alone = self.execute(c, tuple(o for o in blocks if o != b))
+            if alone is None:
+                return c
+            report = self.gate_of(alone)
+            errors[b] = (report.worst_rel_l2, 1.0 - report.worst_cosine)
+        runs -= len(blocks)
+        c.numbers["block_errors"] = {b: {"rel_l2": e, "one_minus_cosine": d} for b, (e, d) in errors.items()}
+        worst = sorted(blocks, key=lambda b: errors[b][0], reverse=True)
+        held = next(  # at least one: the whole format failed the gate already
+            j
+            for j in range(1, len(worst) + 1)
+            if sum(errors[b][0] ** 2 for b in worst[j:]) ** 0.5 <= self.gate.rel_l2_max
+            and sum(errors[b][1] for b in worst[j:]) <= 1.0 - self.gate.cosine_min
         )
-    chosen = next((c.format for c in candidates if c.verdict == ACCEPTED), None)
-    return FormatSearch(profile.backend, gate, baseline, candidates, chosen)
+        tried: list[str] = []
+        while held < len(worst) and runs > 0:
+            trial = FormatCandidate(c.format, c.facts, tuple(worst[:held]), emulated=c.emulated)
+            self.judge(trial)
+            runs -= 1
+            tried.append(f"{held} held: {trial.reason}")
+            if trial.verdict == ACCEPTED or not trial.reason.startswith("gate:"):
+                trial.stages.insert(0, ("capability", "pass", "as for the whole format"))
+                trial.numbers.update(block_errors=c.numbers["block_errors"], block_trials=tried)
+                return trial
+            held += 1
+        c.numbers["block_trials"] = tried
+        if held < len(worst):
+            c.stage(BLOCKS, False, f"no held set passed the gate within the runs allowed ({len(tried)} tried)")
+        else:
+            c.stage(BLOCKS, False, "the gate passes only with every block held, which converts no linear")
+        return c
+
+
+QUANTIZED_OPS = ("scaled_linear", "int4_linear")
+
+
+def converted_blocks(got: CandidateRun) -> list[str]:
+    """The provenance blocks of the linears a candidate's run converted (`QUANTIZED_OPS`), in program order."""
+    blocks: dict[str, None] = {}
+    for program, _decisions in got.programs.values():
+        for node in getattr(program, "nodes", ()):
+            prov = program.provenance.get(node.id) if node.op in QUANTIZED_OPS else None
+            if prov is not None and prov.block:
+                blocks[prov.block] = None
+    return list(blocks)
 
 
 def pipeline_candidates(
@@ -318,8 +449,8 @@ def pipeline_candidates(
 
     from dif.quality.format_gate import record_run
 
-    def run_one(extra: tuple[str, ...], teacher: RunRecord | None) -> CandidateRun:
-        with passes_appended(extra, stages):
+    def run_one(extra: tuple[str, ...], teacher: RunRecord | None, held: tuple[str, ...] = ()) -> CandidateRun:
+        with passes_appended(extra, stages, held):
             pipe = load()
             try:
                 record = record_run(pipe, prompt, width=width, height=height, steps=steps, seed=seed, teacher=teacher)

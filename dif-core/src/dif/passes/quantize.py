@@ -26,6 +26,7 @@ capabilities) gets one skipped decision and the program unchanged.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from fnmatch import fnmatchcase
 
 from attrs import evolve
 
@@ -79,6 +80,22 @@ def _param_weight(program: Program, node: Node) -> str | None:
 
 def _linears(program: Program) -> list[Node]:
     return [n for n in program.nodes if n.op == "linear"]
+
+
+def held_blocks() -> tuple[str, ...]:
+    """The block patterns whose linears the format passes leave in the run dtype (`DIF_FORMAT_KEEP`)."""
+    from dif.env import DIF_FORMAT_KEEP
+
+    return tuple(DIF_FORMAT_KEEP.get_list() or ())
+
+
+def _held(program: Program, node: Node, patterns: Sequence[str]) -> str | None:
+    """Why `node` stays as it is when its provenance block matches one of `patterns`; None otherwise."""
+    prov = program.provenance.get(node.id)
+    block = prov.block if prov is not None else ""
+    if block and any(fnmatchcase(block, p) for p in patterns):
+        return f"block {block} is held in the run dtype (DIF_FORMAT_KEEP)"
+    return None
 
 
 class _Rewrite:
@@ -166,6 +183,7 @@ def quantize_w8a8(program: Program, ctx: PassContext, fmt: str) -> Program:
     rw = _Rewrite(program)
     by_producer: dict[int, list[Node]] = {}
     by_input: dict[str, list[Node]] = {}  # linears whose input gets a `quantize_rows` of its own
+    held = held_blocks()
     for node in _linears(program):
         value = node.results[0].name
         producer = program.producers.get(node.operands[0])
@@ -174,6 +192,8 @@ def quantize_w8a8(program: Program, ctx: PassContext, fmt: str) -> Program:
         rows = xt.numel // max(1, xt.shape[-1])
         if w is None:
             ctx.skipped("the weight is not a 2-D parameter", (node.id,), value)
+        elif (why := _held(program, node, held)) is not None:
+            ctx.skipped(why, (node.id,), value)
         elif value in program.outputs:
             ctx.skipped(
                 f"{value} is a program output: its rounding would be the output's, undiluted", (node.id,), value
@@ -270,22 +290,23 @@ def quantize_int4(program: Program, *, ctx: PassContext) -> Program:
         sizes = " or ".join(map(str, GROUPS))
         return group, "" if group else f"{k} input features do not divide into groups of {sizes}"
 
-    return _int4_linears(program, ctx, group_of)
+    return _int4_linears(program, ctx, group_of, held_blocks())
 
 
 def keep_stored_int4(program: Program, stored: set[str], group: int, *, ctx: PassContext) -> Program:
     """`program` with each linear over a parameter of `stored` (weights a checkpoint keeps as 4-bit groups of
     `group`: GGUF Q4_0 blocks, `dif.weights.gguf_int4`) as `int4_linear`, whose derived weights are then read
     as stored; other linears untouched."""
-    return _int4_linears(program, ctx, lambda w, k: (group, "") if w in stored else (0, None))
+    return _int4_linears(program, ctx, lambda w, k: (group, "") if w in stored else (0, None), ())
 
 
 GroupOf = Callable[[str, int], tuple[int, str | None]]
 """(weight name, input features) -> (group size, 0 to leave the linear; the reason, None to record none)."""
 
 
-def _int4_linears(program: Program, ctx: PassContext, group_of: GroupOf) -> Program:
-    """Each linear over a 2-D parameter weight `w` [n, k] as `int4_linear` in the groups `group_of(w, k)` says."""
+def _int4_linears(program: Program, ctx: PassContext, group_of: GroupOf, held: Sequence[str]) -> Program:
+    """Each linear over a 2-D parameter weight `w` [n, k] as `int4_linear` in the groups `group_of(w, k)` says,
+    but those of the blocks `held` matches."""
     program, split = _split_linear_adds(program)
     rw = _Rewrite(program)
     for node in _linears(program):
@@ -293,6 +314,9 @@ def _int4_linears(program: Program, ctx: PassContext, group_of: GroupOf) -> Prog
         w = _param_weight(program, node)
         if w is None:
             ctx.skipped("the weight is not a 2-D parameter", (node.id,), value)
+            continue
+        if (why := _held(program, node, held)) is not None:
+            ctx.skipped(why, (node.id,), value)
             continue
         n, k = program.types[w].shape
         group, reason = group_of(w, k)

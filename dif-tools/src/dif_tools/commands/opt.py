@@ -51,6 +51,14 @@ def _formats(value: str) -> list[str]:
     show_default=True,
     help="Pipeline stages whose programs a format converts: comma-separated (encode, denoise, decode) or all.",
 )
+@click.option(
+    "--block-runs",
+    default=16,
+    show_default=True,
+    type=click.IntRange(0),
+    help="Runs a format the gate rejects may spend on a per-block candidate (its most sensitive blocks held in "
+    "the baseline dtype); 0: none.",
+)
 @click.option("--vram-budget", default=None, type=click.IntRange(1), help="Bytes the denoiser may hold (memory stage).")
 @click.option("--report", "report_path", default=None, type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--json", "as_json", is_flag=True, help="Print a dif-telemetry/1 document.")
@@ -71,6 +79,7 @@ def opt(
     no_gate: bool,
     emulate: bool,
     stages: str,
+    block_runs: int,
     vram_budget: int | None,
     report_path: Path | None,
     as_json: bool,
@@ -110,6 +119,7 @@ def opt(
         emulate=emulate,
         no_gate=no_gate,
         budget_bytes=vram_budget,
+        block_runs=block_runs,
     )
     data = {
         "checkpoint": str(checkpoint) if checkpoint is not None else None,
@@ -122,7 +132,8 @@ def opt(
             "seed": seed,
             "dtype": dtype,
             "stages": stages,
-        },  # fmt: skip
+            "block_runs": block_runs,
+        },
         **result.to_dict(),
     }
     hardware = [hardware_entry(profile.backend, profile=profile)]
@@ -138,6 +149,8 @@ def opt(
         gate_cell = "-" if g is None else f"cos {g.worst_cosine:.4f} relL2 {g.worst_rel_l2:.3g}"
         if g is not None:
             gate_cell += f" PSNR {'inf' if g.psnr is None else f'{g.psnr:.1f}'} SSIM {g.ssim:.3f}"
-        rows.append([c.format, c.verdict + (" (emulated)" if c.emulated else ""), gate_cell, c.reason[:110]])
+        rows.append([c.label, c.verdict + (" (emulated)" if c.emulated else ""), gate_cell, c.reason[:110]])
     click.echo(table(["format", "verdict", "gate (worst step, image)", "why"], rows))
     click.echo(f"chosen: {result.chosen or 'baseline (' + dtype + ')'}")
+    if result.chosen_held:
+        click.echo(f"run it with: DIF_FORMAT_KEEP={','.join(result.chosen_held)}")
