@@ -276,10 +276,11 @@ def pipeline_phase(args: argparse.Namespace) -> None:
         base = None
         images: dict[str, np.ndarray] = {}
         for spec in ["bf16", *formats]:
-            fmt, _, stages = spec.partition("@")  # fp8-e4m3@all: the text encoder (and decoder) in fp8 too
-            res: dict[str, Any] = {"stages": stages or "denoise"}
+            fmt, _, scope = spec.partition("@")  # fp8-e4m3@all: the text encoder (and decoder) in fp8 too
+            scope = scope or "denoise"
+            res: dict[str, Any] = {"format_stages": scope}
             try:
-                with passes_appended(() if fmt == "bf16" else (FORMAT_PASSES[fmt],), stages or "denoise"):
+                with passes_appended(() if fmt == "bf16" else (FORMAT_PASSES[fmt],), scope):
                     pipe = Flux2Pipeline(checkpoint, dtype=DType.BF16, backend=backend)
                     t0 = time.perf_counter()
                     pipe.prepare_all(size, size)
