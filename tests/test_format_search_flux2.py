@@ -112,6 +112,9 @@ def test_a_forced_format_warns_and_an_unknown_one_fails_cleanly() -> None:
     assert doc["data"]["candidates"][0]["gate"] is None
     code, _, out = opt("--formats", "fp9")
     assert code != 0 and "unknown physical format 'fp9'" in out and "Traceback" not in out
+    code, _, out = opt("--formats", "int8", "--stages", "denoiser")
+    assert code != 0 and "unknown stage denoiser" in out and "encode, denoise, decode" in out
+    assert "Traceback" not in out
 
 
 def test_a_rejected_format_gets_a_per_block_candidate_and_its_blocks_run_held(loose: dict) -> None:
