@@ -372,8 +372,13 @@ class _Search:
         blocks are held in the run dtype from the worst down, starting from the fewest whose remaining errors
         add up (rel-L2 in quadrature, 1 - cosine linearly, as independent small errors do) within the gate,
         one more each time the gate still fails, within `runs` runs in all."""
-        c = FormatCandidate(whole.format, whole.facts, emulated=whole.emulated)
-        c.stages.append(("capability", "pass", "as for the whole format"))
+
+        def variant(held: tuple[str, ...]) -> FormatCandidate:
+            v = FormatCandidate(whole.format, whole.facts, held, emulated=whole.emulated)
+            v.stages.append(("capability", "pass", "as for the whole format"))
+            return v
+
+        c = variant(())
         blocks = converted_blocks(got)
         if len(blocks) < 2:
             c.stage(BLOCKS, False, f"the converted linears lie in {len(blocks)} block: holding it converts none")
@@ -400,12 +405,11 @@ class _Search:
         )
         tried: list[str] = []
         while held < len(worst) and runs > 0:
-            trial = FormatCandidate(c.format, c.facts, tuple(worst[:held]), emulated=c.emulated)
+            trial = variant(tuple(worst[:held]))
             self.judge(trial)
             runs -= 1
             tried.append(f"{held} held: {trial.reason}")
             if trial.verdict == ACCEPTED or not trial.reason.startswith("gate:"):
-                trial.stages.insert(0, ("capability", "pass", "as for the whole format"))
                 trial.numbers.update(block_errors=c.numbers["block_errors"], block_trials=tried)
                 return trial
             held += 1

@@ -385,8 +385,8 @@ def scoped_to_stage(pipeline: Sequence[str], stage: str) -> tuple[tuple[str, ...
     from dif.env import DIF_FORMAT_STAGES
 
     stages = format_stages()
-    held = [p for p in pipeline if p in FORMAT_PASSES.values()]
-    if stages is None or stage in stages or not held:
+    formats = [p for p in pipeline if p in FORMAT_PASSES.values()]
+    if stages is None or stage in stages or not formats:
         return tuple(pipeline), None
     why = f"{DIF_FORMAT_STAGES.name}={','.join(stages)}: a program of the {stage} stage runs in the run dtype"
-    return tuple(p for p in pipeline if p not in held), Decision(f"formats: {', '.join(held)} not run", why)
+    return tuple(p for p in pipeline if p not in formats), Decision(f"formats: {', '.join(formats)} not run", why)
