@@ -58,7 +58,7 @@ def resolve_options(
     gemm: str | None = None, sdpa: str | None = None, tune: str | None = None, int4: str | None = None
 ) -> dict[str, str]:
     """The kernel paths and tune mode a `CudaBackend` uses: an explicit argument wins, else DIF_CUDA_GEMM /
-    DIF_CUDA_SDPA / DIF_CUDA_TUNE / DIF_CUDA_INT4, else 'auto' ('cached' for tune, 'tile' for int4). A bad
+    DIF_CUDA_SDPA / DIF_CUDA_TUNE / DIF_CUDA_INT4, else 'auto' ('cached' for tune, 'mma' for int4). A bad
     value is a UsageError naming the argument or variable and the allowed values; it is checked here, when a
     backend is made, so importing the plugin never fails."""
     from dif_backend_cuda.tuning import TUNE_CHOICES
@@ -67,7 +67,7 @@ def resolve_options(
         "gemm": _choice("gemm", gemm, DIF_CUDA_GEMM, GEMM_CHOICES),
         "sdpa": _choice("sdpa", sdpa, DIF_CUDA_SDPA, SDPA_CHOICES),
         "tune": _choice("tune", tune, DIF_CUDA_TUNE, TUNE_CHOICES, default="cached"),
-        "int4": _choice("int4", int4, DIF_CUDA_INT4, INT4_CHOICES, default="tile"),
+        "int4": _choice("int4", int4, DIF_CUDA_INT4, INT4_CHOICES, default="mma"),
     }
 
 
@@ -201,7 +201,7 @@ class CudaBackend:
     (cuBLASLt algorithms and cuDNN plans per distinct problem: 'cached' reuses stored choices and otherwise
     takes the library's first, 'on' also times the candidates of a problem without a stored choice and
     stores the fastest, 'off' always takes the library's first; `tuning.Choices`), `int4` (the int4_linear
-    kernel: 'tile' or the tensor-core 'mma'). `gemm`, `sdpa`, `tune` and `int4` left as None come from
+    kernel: the tensor-core 'mma' or the portable 'tile'). `gemm`, `sdpa`, `tune` and `int4` left as None come from
     DIF_CUDA_GEMM / DIF_CUDA_SDPA / DIF_CUDA_TUNE / DIF_CUDA_INT4 (docs/env.md)."""
 
     name = NAME

@@ -111,10 +111,10 @@ DIF_CUDA_GEMM = declare(
 )
 DIF_CUDA_INT4 = declare(
     "DIF_CUDA_INT4",
-    "int4_linear kernel of the cuda backend: `tile` (the portable fp32 tile GEMM) or `mma` (the tensor-core "
-    "kernel, sm_80+ with bf16 / f16 activations; opt-in until its GPU tests have run). An `int4=` argument to "
+    "int4_linear kernel of the cuda backend: `mma` (the tensor-core kernel, sm_80+ with bf16 / f16 activations) "
+    "or `tile` (the portable fp32 tile GEMM, also what `mma` falls back to). An `int4=` argument to "
     "`CudaBackend` wins over it.",
-    default="tile",
+    default="mma",
 )
 DIF_CUDA_SDPA = declare(
     "DIF_CUDA_SDPA",

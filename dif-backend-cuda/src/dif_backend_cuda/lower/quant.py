@@ -210,7 +210,7 @@ def _int4_mma_refusal(ctx: LowerCtx, dt: str, x: Any, wq: Any) -> str | None:
     """Why `int4_mma_*` (mma.sync over bf16 / f16, sm_80+) cannot run this int4_linear; None when it can."""
     cc = int(ctx.backend.props["major"]) * 10 + int(ctx.backend.props["minor"])
     if ctx.backend.options.get("int4") != "mma":
-        return "DIF_CUDA_INT4=tile: the tensor-core kernel is opt-in (mma) until its GPU tests have run"
+        return "DIF_CUDA_INT4=tile"
     if dt not in ("bf16", "f16"):
         return f"the tensor-core kernel takes bf16 / f16 activations, not {dt}"
     if cc < 80:
