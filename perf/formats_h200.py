@@ -15,6 +15,9 @@ Phases (one device call each; both write JSON under perf/results/formats/ and $O
   (median of `--runs`), side-by-side JPEGs. A format converts the denoiser's programs only (the default
   `DIF_FORMAT_STAGES`); `fp8-e4m3@all` in `--formats` runs it over every program, the text encoder's included.
 
+A format may be `+`-joined with `attention`: `fp8-e4m3+attention` also puts the attention on fp8 matrix units
+(`quantize_fp8_attention`, cuDNN's fp8 flash attention).
+
 `--tiny` runs both on the CPU at miniature configs (fp8 / int8 emulated by the references) to check the script
 (results to $OUT only).
 
@@ -61,6 +64,15 @@ def save(name: str, data: dict[str, Any]) -> None:
         tmp.replace(folder / name)
 
 
+def format_passes(fmt: str) -> tuple[str, ...]:
+    """The format passes of `fmt`: a format (`FORMAT_PASSES`), `+`-joined with `attention` for fp8 attention
+    on top (`fp8-e4m3+attention`: the linears and the attention in fp8), or `bf16` for none."""
+    from dif.passes.quantize import ATTENTION_PASS, FORMAT_PASSES
+
+    return tuple(ATTENTION_PASS if part == "attention" else FORMAT_PASSES[part] for part in fmt.split("+")
+                 if part != "bf16")  # fmt: skip
+
+
 def compare(a: np.ndarray, b: np.ndarray) -> dict[str, float]:
     from dif.quality.format_gate import cosine, rel_l2
 
@@ -82,7 +94,6 @@ def step_phase(args: argparse.Namespace) -> None:
     from dif_device_bridge import Device, cuda_event_times
 
     from dif.passes import DEFAULT_PASSES, optimize, summarize
-    from dif.passes.quantize import FORMAT_PASSES
     from dif.plan.planner import plan_program
     from dif.weights.quantized import with_quantized_weights
 
@@ -116,7 +127,7 @@ def step_phase(args: argparse.Namespace) -> None:
         base_out = None
         for fmt in ["bf16", *formats]:
             res: dict[str, Any] = {}
-            passes = DEFAULT_PASSES + ((FORMAT_PASSES[fmt],) if fmt != "bf16" else ())
+            passes = DEFAULT_PASSES + format_passes(fmt)
             try:
                 program, decisions = optimize(case.program, target=profile, passes=passes)
                 res["pass_decisions"] = [f"{d.what}: {d.why}" for d in summarize(decisions, passes)
@@ -255,7 +266,6 @@ def pipeline_phase(args: argparse.Namespace) -> None:
 
     from dif.dtypes import DType
     from dif.passes.formats_search import passes_appended
-    from dif.passes.quantize import FORMAT_PASSES
     from dif.quality.format_gate import GateConfig, judge, record_run
     from dif_frontend_flux2.config import load_configs
     from dif_frontend_flux2.pipeline import Flux2Pipeline
@@ -280,7 +290,7 @@ def pipeline_phase(args: argparse.Namespace) -> None:
             scope = scope or "denoise"
             res: dict[str, Any] = {"format_stages": scope}
             try:
-                with passes_appended(() if fmt == "bf16" else (FORMAT_PASSES[fmt],), scope):
+                with passes_appended(format_passes(fmt), scope):
                     pipe = Flux2Pipeline(checkpoint, dtype=DType.BF16, backend=backend)
                     t0 = time.perf_counter()
                     pipe.prepare_all(size, size)

@@ -464,3 +464,64 @@ def test_a_misaligned_int4_operand_keeps_the_tile_gemm(sigs: dict[str, dict[str,
     node = program.nodes[0]
     (step,) = lower_node(ctx, node, [tensors[o] for o in node.operands], [tensors[r.name] for r in node.results])
     assert step.name == "int4_gemm_bf16" and "misaligned" in ctx.choices[node.id]
+
+
+@pytest.mark.parametrize(("mask", "d", "major", "reason"), [
+    (False, 128, 9, None),
+    (True, 128, 9, None),
+    (False, 72, 9, "head dims q/k 72"),
+    (False, 128, 8, "no fp8 matrix units"),
+])  # fmt: skip
+def test_sdpa_fp8_quantizes_around_cudnn_or_runs_in_the_run_dtype_saying_why(
+    sigs: dict[str, dict[str, list[str]]], monkeypatch: pytest.MonkeyPatch, mask: bool, d: int, major: int,
+    reason: str | None,
+) -> None:  # fmt: skip
+    """q/k/v are views with rows wider than their heads (pitched, as a fused projection's output): the
+    quantization kernels get the views' strides and exactly the arguments their signatures declare; a key mask
+    adds the key order, the gather of the e4m3 keys and values, and the zeroing of fully masked rows."""
+    import sys
+    from types import SimpleNamespace
+
+    from dif.ir.builder import ProgramBuilder
+    from dif_backend_cuda import sdpa
+
+    class FakeFp8Graph:
+        def __init__(self, *args: Any, seq_lens: int = 0) -> None:
+            self.args, self.seq_lens, self.choice = args, seq_lens, "heuristic's first plan"
+
+    monkeypatch.setattr(sdpa, "CudnnSdpaFp8", FakeFp8Graph)
+    memory = SimpleNamespace(Memory=lambda n: SimpleNamespace(ptr=1 << 41, size=n),
+                             runtime=SimpleNamespace(memcpy=lambda *args: None))  # fmt: skip
+    monkeypatch.setitem(sys.modules, "cupy", SimpleNamespace(cuda=memory))  # the key lengths' buffer
+    b = ProgramBuilder("fp8-attention")
+    q, k, v = (b.input(n, (1, 80, 4, d), "bf16") for n in "qkv")
+    key_mask = b.input("mask", (1, 80), "bool") if mask else None
+    b.output(b.emit("sdpa_fp8", q, k, v, key_mask, scale=0.0, causal=False))
+    program = b.build()
+    backend = _FakeBackend(sigs)
+    backend.props["major"] = major
+    backend.cudnn = lambda: object()  # type: ignore[method-assign]
+    ctx = LowerCtx(backend, OPS)
+    ctx.shared_scratch = lambda key, nbytes: SimpleNamespace(ptr=1 << 40, size=nbytes)  # type: ignore[method-assign]
+    tensors = _tensors(program)
+    for n in "qkv":  # rows of 3 heads' width: every fourth head of a fused projection
+        t = tensors[n]
+        tensors[n] = DevTensor(t.ptr, t.shape, t.dtype, row=4 * d, pitch=3 * 4 * d)
+    node = program.nodes[0]
+    steps = lower_node(ctx, node, [tensors[o] for o in node.operands], [tensors[r.name] for r in node.results])
+    choice = ctx.choices[node.id]
+    if reason is not None:
+        assert reason in choice and "not fp8" in choice, choice
+        return
+    if mask:
+        order, amax, quantize, gather, graph, dequantize, zero_rows = steps
+        launches = [order, amax, quantize, gather, dequantize, zero_rows]
+        assert gather.name == "sdpa_gather_keys_f8e4m3" and "attended keys gathered first" in choice
+    else:
+        amax, quantize, graph, dequantize = steps
+        launches = [amax, quantize, dequantize]
+    assert isinstance(graph, FakeFp8Graph) and "fp8-e4m3" in choice and bool(graph.seq_lens) == mask
+    for step in launches:
+        _check_args(step)
+    assert [a for a in amax.args[3:12]] == [80] * 3 + [4 * d] * 3 + [3 * 4 * d] * 3  # rows, widths, strides
+    assert amax.grid == quantize.grid == (132 * 2, 3)

@@ -21,6 +21,7 @@ from dif.ops.quant import (
     quantize_weight_groups,
     quantize_weight_rows,
     scaled_linear,
+    sdpa_fp8,
 )
 
 from .conftest import cuda_skip_reason
@@ -38,7 +39,7 @@ def backend(variant: str = "default") -> Any:
     if variant not in _BACKENDS:
         from dif_backend_cuda.device import CudaBackend
 
-        options = {"portable": {"gemm": "nvrtc"}, "mma": {"int4": "mma"}}.get(variant, {})
+        options = {"portable": {"gemm": "nvrtc"}, "mma": {"int4": "mma"}, "tile": {"int4": "tile"}}.get(variant, {})
         _BACKENDS[variant] = CudaBackend(**options)
     return _BACKENDS[variant]
 
@@ -140,7 +141,7 @@ def test_int8_in_several_row_blocks() -> None:
 def test_int4_linear(group: int, dtype: str, kernel: str) -> None:
     """Rows and outputs that fill no whole 128 x 128 tile, with and without bias, on either kernel
     (DIF_CUDA_INT4): with `mma`, bf16 / f16 on the tensor-core kernel (sm_80+) and f32 on the tile GEMM."""
-    be = backend("default" if kernel == "tile" else kernel)
+    be = backend(kernel)
     np_dtype = DType(dtype).np
     rows, k, out = 300, 1024, 808
     x = RNG.standard_normal((1, rows, k)).astype(np_dtype)
@@ -153,7 +154,7 @@ def test_int4_linear(group: int, dtype: str, kernel: str) -> None:
         assert rel(got, want) < (8e-3 if dtype == "bf16" else 2e-3), choices
     (choice,) = choices.values()
     mma = kernel == "mma" and dtype != "f32" and be.props["major"] >= 8
-    assert ("tensor-core" in choice) == mma, choice
+    assert choice.startswith("nvrtc int4 tensor-core GEMM") == mma, choice
 
 
 def test_quantize_rows_exact_int8() -> None:
@@ -166,7 +167,8 @@ def test_quantize_rows_exact_int8() -> None:
 
 
 @pytest.mark.parametrize("pass_name, fmt", [("quantize_fp8", "fp8-e4m3"), ("quantize_int8", "int8"),
-                                            ("quantize_int4", "int4-group")])  # fmt: skip
+                                            ("quantize_int4", "int4-group"),
+                                            ("quantize_fp8_attention", "fp8-e4m3")])  # fmt: skip
 def test_tiny_flux2_denoiser_through_a_format_pass_matches_the_cpu(pass_name: str, fmt: str) -> None:
     be = backend()
     if fmt != "int4-group":
@@ -187,6 +189,52 @@ def test_tiny_flux2_denoiser_through_a_format_pass_matches_the_cpu(pass_name: st
     cpu, _ = prepare(program, weights, "cpu", passes=passes)
     gpu, plan = prepare(program, weights, be, passes=passes)
     assert any(d.what.startswith(f"{pass_name}: applied") for d in plan.decisions)
+    if pass_name == "quantize_fp8_attention":  # the attention on cuDNN's fp8 path, not a fallback
+        assert any("fp8-e4m3" in c for c in gpu.choices.values()), gpu.choices
     want = next(iter(cpu.run(inputs).values()))
     got = next(iter(gpu.run(inputs).values()))
     assert rel(got, want) < 2e-2
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "f16"])
+@pytest.mark.parametrize("heads, tokens", [((8, 8), 256), ((8, 2), 300)])
+def test_sdpa_fp8_matches_the_reference(dtype: str, heads: tuple[int, int], tokens: int) -> None:
+    """cuDNN's fp8 attention between the quantization kernels against dif.ops.quant.sdpa_fp8: the same
+    roundings, summed in another order (a flash kernel's running max and tiles)."""
+    be = backend()
+    needs_units(be, "fp8-e4m3")
+    from dif.ops.attention import sdpa
+
+    np_dt = BF16 if dtype == "bf16" else np.float16
+    hq, hkv = heads
+    q = RNG.standard_normal((1, tokens, hq, 128)).astype(np_dt)
+    k, v = (RNG.standard_normal((1, tokens, hkv, 128)).astype(np_dt) for _ in range(2))
+    (got,), choices = run_one(be, "sdpa_fp8", [q, k, v], scale=0.0, causal=False)
+    assert "fp8-e4m3" in choices[0], choices
+    want = sdpa_fp8(q, k, v, scale=0.0, causal=False)
+    exact = sdpa(q, k, v, scale=0.0, causal=False)
+    assert rel(got, want) < 0.03, rel(got, want)
+    assert rel(got, exact) > 0.005  # it did round to fp8
+
+
+def test_sdpa_fp8_with_a_key_mask_matches_the_reference() -> None:
+    """Krea 2's masked text keys: the attended keys' e4m3 rows gathered first, cuDNN's padding mask over them."""
+    be = backend()
+    needs_units(be, "fp8-e4m3")
+    q, k, v = (RNG.standard_normal((2, 320, 4, 128)).astype(BF16) for _ in range(3))
+    mask = np.ones((2, 320), bool)
+    mask[0, 200:260] = False  # a masked run inside the keys
+    mask[1, 70:] = False
+    (got,), choices = run_one(be, "sdpa_fp8", [q, k, v, mask], scale=0.0, causal=False)
+    assert "fp8-e4m3" in choices[0] and "gathered first" in choices[0], choices
+    assert rel(got, sdpa_fp8(q, k, v, mask, scale=0.0, causal=False)) < 0.03
+
+
+def test_sdpa_fp8_cudnn_cannot_run_falls_back_to_the_run_dtype_saying_why() -> None:
+    be = backend()
+    from dif.ops.attention import sdpa
+
+    q, k, v = (RNG.standard_normal((1, 64, 2, 72)).astype(BF16) for _ in range(3))
+    (got,), choices = run_one(be, "sdpa_fp8", [q, k, v], scale=0.0, causal=False)
+    assert "in bf16, not fp8: head dims q/k 72" in choices[0], choices
+    assert rel(got, sdpa(q, k, v, scale=0.0, causal=False)) < 1e-2

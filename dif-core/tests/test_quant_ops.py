@@ -107,3 +107,53 @@ def test_norm_modulate_quant_quantizes_the_stored_modulation() -> None:
     q2, sc2 = quantize_rows(y, dtype="f8e4m3")
     np.testing.assert_array_equal(q.astype(np.float32), q2.astype(np.float32))
     np.testing.assert_array_equal(sc, sc2)
+
+
+def _torch_fp8_attention(torch, q, k, v, mask, causal: bool):  # type: ignore[no-untyped-def]
+    """sdpa_fp8's arithmetic written again in torch: float8_e4m3fn casts, torch's softmax pieces and matmuls."""
+    f8 = torch.float8_e4m3fn
+
+    def quant(x):  # type: ignore[no-untyped-def]
+        s = (x.abs().max() / 448).clamp_min(1e-30)
+        return (x / s).clamp(-448, 448).to(f8).float(), s
+
+    (q8, sq), (k8, sk), (v8, sv) = (quant(torch.from_numpy(np.asarray(a, np.float32))) for a in (q, k, v))
+    qh, kh, vh = (t.transpose(1, 2) for t in (q8 * sq, k8 * sk, v8))
+    rep = qh.shape[1] // kh.shape[1]
+    kh, vh = kh.repeat_interleave(rep, 1), vh.repeat_interleave(rep, 1)
+    logits = qh @ kh.transpose(2, 3) / np.sqrt(q.shape[3])
+    allowed = torch.ones(logits.shape[-2:], dtype=torch.bool)
+    if causal:
+        allowed = torch.tril(allowed)
+    allowed = allowed[None, None] & (torch.from_numpy(mask)[:, None, None, :] if mask is not None else True)
+    logits = logits.masked_fill(~allowed, float("-inf"))
+    e = torch.exp(logits - logits.amax(-1, keepdim=True)).masked_fill(~allowed, 0)
+    e8 = (e * 448).to(f8).float()
+    out = (e8 @ vh) * (sv / 448) / e.sum(-1, keepdim=True)
+    return ((out / sv).clamp(-448, 448).to(f8).float() * sv).transpose(1, 2).numpy()
+
+
+@pytest.mark.parametrize("case", ["mha", "gqa-keymask", "causal"])
+def test_sdpa_fp8_matches_the_same_arithmetic_in_torch(case: str) -> None:
+    """The reference against torch's fp8 casts; and, as it must be, a few percent from exact attention."""
+    torch = pytest.importorskip("torch")
+    from dif.ops.attention import sdpa
+    from dif.ops.quant import sdpa_fp8
+
+    hkv = 2 if case == "gqa-keymask" else 4
+    q = RNG.standard_normal((2, 48, 4, 32)).astype(np.float32)
+    k, v = (RNG.standard_normal((2, 48, hkv, 32)).astype(np.float32) for _ in range(2))
+    mask = None
+    if case == "gqa-keymask":
+        mask = np.ones((2, 48), bool)
+        mask[1, 30:] = False
+    causal = case == "causal"
+    got = sdpa_fp8(q, k, v, mask, scale=0.0, causal=causal)
+    want = _torch_fp8_attention(torch, q, k, v, mask, causal)
+    # the same roundings: only fp32 summation order differs, which can move a value across an e4m3 rounding
+    # boundary; nearly all elements agree to fp32 precision
+    close = np.isclose(got, want, rtol=1e-5, atol=1e-6)
+    assert close.mean() > 0.995, f"{(~close).sum()} of {close.size} elements differ"
+    exact = sdpa(q, k, v, mask, scale=0.0, causal=causal)
+    err = np.linalg.norm(got - exact) / np.linalg.norm(exact)
+    assert 0.005 < err < 0.08, err  # fp8's error, neither absent nor gross

@@ -269,3 +269,49 @@ def test_an_output_linear_and_a_matrix_vector_product_stay_in_the_run_dtype() ->
     reasons = sorted(d.reason for d in decisions if d.pass_name == "quantize_fp8")
     assert len(reasons) == 2
     assert "is a program output" in reasons[0] and "1 input rows: a matrix-vector product" in reasons[1]
+
+
+def attention_block(dtype: str = "bf16") -> Program:
+    """Two attentions: one in a block named `attn.0`, one in `attn.1` (provenance), over [2, 8, 2, 32]."""
+    b = ProgramBuilder("attn")
+    q, k, v = (b.input(n, (2, 8, 2, 32), dtype) for n in "qkv")
+    with b.scope(block="attn.0"):
+        o = b.emit("sdpa", q, k, v, scale=0.0, causal=False)
+    with b.scope(block="attn.1"):
+        o = b.emit("sdpa", o, k, v, scale=0.0, causal=False)
+    b.output(o)
+    return b.build()
+
+
+def test_fp8_attention_is_a_pass_of_its_own_over_half_precision_sdpa(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert "quantize_fp8_attention" not in DEFAULT_PASSES
+    program, decisions = optimize(attention_block(), target=ALL, passes=("quantize_fp8_attention",))
+    assert program.op_histogram() == {"sdpa_fp8": 2}
+    assert [d.verdict for d in decisions if d.pass_name == "quantize_fp8_attention"] == ["applied"] * 2
+    monkeypatch.setenv("DIF_FORMAT_KEEP", "attn.1")
+    program, decisions = optimize(attention_block(), target=ALL, passes=("quantize_fp8_attention",))
+    assert program.op_histogram() == {"sdpa_fp8": 1, "sdpa": 1}
+    assert any("block attn.1 is held in the run dtype" in d.reason for d in decisions)
+
+
+@pytest.mark.parametrize("target, dtype, why", [
+    (ALL, "f32", "operands are f32"),
+    (NO_FORMATS, "bf16", "does not implement fp8-e4m3"),
+    (TargetProfile(backend="gpu", device="unit", dtypes=("bf16", "f8e4m3"), capabilities=("op:sdpa",
+                   "format:fp8-e4m3")), "bf16", "does not declare op:sdpa_fp8"),
+])  # fmt: skip
+def test_fp8_attention_leaves_an_sdpa_it_cannot_convert_saying_why(target: TargetProfile, dtype: str, why: str) -> None:
+    program, decisions = optimize(attention_block(dtype), target=target, passes=("quantize_fp8_attention",))
+    assert program.op_histogram() == {"sdpa": 2}
+    assert any(why in d.reason for d in decisions), [d.reason for d in decisions]
+
+
+def test_fp8_attention_on_cpu_is_the_reference_arithmetic() -> None:
+    from dif.ops.quant import sdpa_fp8
+
+    program = attention_block("f16")
+    inputs = inputs_for(program)
+    got, _ = run_cpu(program, ("quantize_fp8_attention",), {}, inputs)
+    first = sdpa_fp8(inputs["q"], inputs["k"], inputs["v"], scale=0.0, causal=False).astype(np.float16)
+    want = sdpa_fp8(first, inputs["k"], inputs["v"], scale=0.0, causal=False)
+    np.testing.assert_allclose(next(iter(got.values())).astype(np.float32), want, rtol=2e-3, atol=2e-3)

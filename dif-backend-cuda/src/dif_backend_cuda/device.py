@@ -144,7 +144,7 @@ def device_properties(device: int = 0) -> dict[str, Any]:
     }
 
 
-CUDNN_ONLY_OPS = ("sdpa_backward", "sdpa_stats")
+CUDNN_ONLY_OPS = ("sdpa_backward", "sdpa_stats", "sdpa_fp8")
 """Fused ops whose only CUDA lowering is cuDNN's: not declared where cudnn-frontend is missing."""
 
 

@@ -45,6 +45,8 @@ REFUSED = b"refused\n"  # a stored artifact saying cuDNN refused the problem, th
 UIDS = {
     "q": 1, "k": 2, "v": 3, "o": 4, "bias": 5, "x": 6, "w": 7, "y": 8, "seq_q": 9, "seq_kv": 10,
     "stats": 11, "do": 12, "dq": 13, "dk": 14, "dv": 15,
+    "descale_q": 16, "descale_k": 17, "descale_v": 18, "scale_o": 19, "descale_s": 20, "scale_s": 21,
+    "amax_s": 22, "amax_o": 23,
 }  # fmt: skip
 """The uid of each graph tensor by name: what a variant pack is keyed by, and what survives serialization."""
 
@@ -213,6 +215,16 @@ class CudnnContext:
         return fastest(run, count, self.stream)[0]
 
 
+def padding_mask(cudnn: Any, graph: Any, b: int) -> dict[str, Any]:
+    """The SDPA arguments of cuDNN's padding mask: int32 [B] query and key lengths (`seq_q`, `seq_kv`)."""
+    lens = {
+        f"seq_len_{name[4:]}": graph.tensor(name=name, dim=[b, 1, 1, 1], stride=[1, 1, 1, 1],
+                                            data_type=cudnn.data_type.INT32, uid=UIDS[name])
+        for name in ("seq_q", "seq_kv")
+    }  # fmt: skip
+    return {**lens, "use_padding_mask": True}
+
+
 def eligible(dtype: DType, d: int, dv: int, sq: int, skv: int, causal: bool) -> str:
     """'' when cuDNN can run this attention, else the reason it cannot."""
     if dtype not in (DType.F16, DType.BF16):
@@ -272,12 +284,7 @@ class CudnnSdpa:
                     name="bias", dim=[b, 1, bias_rows, skv], stride=[n, n, skv, 1], data_type=dt, uid=UIDS["bias"]
                 )
             if padded:
-                for name in ("seq_q", "seq_kv"):
-                    kwargs[f"seq_len_{name[4:]}"] = g.tensor(
-                        name=name, dim=[b, 1, 1, 1], stride=[1, 1, 1, 1], data_type=cudnn.data_type.INT32,
-                        uid=UIDS[name],
-                    )  # fmt: skip
-                kwargs["use_padding_mask"] = True
+                kwargs.update(padding_mask(cudnn, g, b))
             try:
                 out, lse = g.sdpa(generate_stats=bool(stats), **kwargs)
             except TypeError:  # older frontends spell it is_inference
@@ -383,6 +390,66 @@ class CudnnSdpaBackward:
         if self.recompute is not None:
             self.recompute(stream)
         self.backward.graph.execute(self.pack, self.backward.workspace.ptr, handle=self.ctx.handle)
+
+
+FP8_SCALES = ("descale_q", "descale_k", "descale_v", "scale_o", "descale_s", "scale_s", "amax_s", "amax_o")
+"""The f32 scalars of an fp8 attention, in the order they lie in its scale buffer (`CudnnSdpaFp8`)."""
+
+
+class CudnnSdpaFp8:
+    """One `sdpa_fp8` node on cuDNN's fp8 flash attention: dense e4m3 q [B, Sq, Hq, D], k and v
+    [B, Skv, Hkv, D] and output, each with one scale per tensor, read from (and the two amax outputs written
+    to) a buffer of 8 f32 in `FP8_SCALES` order; with `seq_lens` (int32 [2, B]: query and key lengths) cuDNN's
+    padding mask over the first seq_kv[b] keys, as `CudnnSdpa`'s. Hopper's fp8 attention writes an e4m3
+    output, so the lowering dequantizes it after this step (lower/attention.py)."""
+
+    kind = "cudnn"
+
+    def __init__(
+        self, ctx: CudnnContext, b: int, sq: int, skv: int, hq: int, hkv: int, d: int, q: int, k: int, v: int,
+        o: int, scales: int, scale: float, causal: bool, seq_lens: int = 0,
+    ) -> None:  # fmt: skip
+        padded = bool(seq_lens)
+        key = ("sdpa_fp8", b, sq, skv, hq, hkv, d, scale, causal, padded)
+
+        def build(limit: int | None) -> Any:
+            cudnn = ctx.lib
+            e4m3, fp32 = cudnn.data_type.FP8_E4M3, cudnn.data_type.FLOAT
+            g = cudnn.pygraph(io_data_type=e4m3, intermediate_data_type=fp32, compute_data_type=fp32,
+                              handle=ctx.handle)  # fmt: skip
+
+            def bshd(name: str, s: int, h: int) -> Any:
+                return g.tensor(name=name, dim=[b, h, s, d], stride=[s * h * d, d, h * d, 1], data_type=e4m3,
+                                uid=UIDS[name])  # fmt: skip
+
+            def scalar(name: str) -> Any:
+                return g.tensor(name=name, dim=[1, 1, 1, 1], stride=[1, 1, 1, 1], data_type=fp32, uid=UIDS[name])
+
+            kwargs: dict[str, Any] = {n: scalar(n) for n in FP8_SCALES[:6]}
+            if padded:
+                kwargs.update(padding_mask(cudnn, g, b))
+            out, _, amax_s, amax_o = g.sdpa_fp8(
+                q=bshd("q", sq, hq), k=bshd("k", skv, hkv), v=bshd("v", skv, hkv), **kwargs, generate_stats=False,
+                attn_scale=scale, use_causal_mask=causal, name="sdpa_fp8",
+            )  # fmt: skip
+            out.set_output(True).set_dim([b, hq, sq, d]).set_stride([sq * hq * d, d, hq * d, 1])
+            out.set_data_type(e4m3).set_uid(UIDS["o"])
+            for name, t in (("amax_s", amax_s), ("amax_o", amax_o)):
+                t.set_output(True).set_dim([1, 1, 1, 1]).set_stride([1, 1, 1, 1]).set_data_type(fp32)
+                t.set_uid(UIDS[name])
+            finish_graph(cudnn, g, limit)
+            return g
+
+        pointers = {"q": q, "k": k, "v": v, "o": o} | {n: scales + 4 * i for i, n in enumerate(FP8_SCALES)}
+        if padded:
+            pointers.update(seq_q=seq_lens, seq_kv=seq_lens + 4 * b)
+        self.ctx = ctx
+        self.built, shared = ctx.shared_graph(key, build, pointers)
+        self.pack = SharedGraph.pack(pointers)
+        self.choice = f"{self.built.choice}{', graph shared' if shared else ''}"
+
+    def __call__(self, stream: Any) -> None:
+        self.built.graph.execute(self.pack, self.built.workspace.ptr, handle=self.ctx.handle)
 
 
 def half_graph(ctx: CudnnContext, dtype: DType) -> tuple[Any, Any]:

@@ -175,3 +175,4 @@ KERNEL_ENTRY sdpa_key_order(const b8* __restrict__ mask, int* __restrict__ src, 
   }
 SDPA_GATHER(f16)
 SDPA_GATHER(bf16)
+SDPA_GATHER(f8e4m3)  // sdpa_fp8: the e4m3 copies of k and v

@@ -146,6 +146,75 @@ __device__ __forceinline__ void scaled_epilogue_impl(const A* __restrict__ acc, 
     scaled_epilogue_impl<AT, ON>(acc, xs, ws, bias, y, rows, out);                                         \
   }
 
+// ---- sdpa_fp8: q, k, v quantized per tensor around cuDNN's fp8 attention (lower/attention.py) --------------
+// Each of the three tensors is rows x width elements, rows `stride` apart (a view in a wider buffer). Pass 1
+// writes per-block maxima, partial[t * gridDim.x + block]; pass 2 reduces them in every block (a few hundred
+// floats: cheaper than a grid barrier or zeroed atomics), writes the dense e4m3 copy and block 0 the scales.
+// The views are passed as three (pointer, rows, width, stride) quadruples; tensor t = blockIdx.y.
+#define FP8_VIEWS_ARGS(T)                                                                                  \
+  const T *__restrict__ x0, const T *__restrict__ x1, const T *__restrict__ x2, i64 r0, i64 r1, i64 r2,    \
+      i64 w0, i64 w1, i64 w2, i64 s0, i64 s1, i64 s2
+#define FP8_VIEWS x0, x1, x2, r0, r1, r2, w0, w1, w2, s0, s1, s2
+#define FP8_VIEW_OF(t)                                                                                     \
+  const T* x = t == 0 ? x0 : (t == 1 ? x1 : x2);                                                           \
+  const i64 rows = t == 0 ? r0 : (t == 1 ? r1 : r2), w = t == 0 ? w0 : (t == 1 ? w1 : w2),                 \
+            stride = t == 0 ? s0 : (t == 1 ? s1 : s2)
+template <class T>
+__device__ __forceinline__ void fp8_amax3_impl(FP8_VIEWS_ARGS(T), float* __restrict__ partial) {
+  const int t = blockIdx.y;
+  FP8_VIEW_OF(t);
+  float amax = 0.0f;
+  for (i64 r = blockIdx.x; r < rows; r += gridDim.x)
+    for (i64 c = threadIdx.x; c < w; c += blockDim.x) amax = fmaxf(amax, fabsf(to_f(x[r * stride + c])));
+  amax = block_max(amax);
+  if (threadIdx.x == 0) partial[t * gridDim.x + blockIdx.x] = amax;
+}
+// scales = [descale_q, descale_k, descale_v, scale_o, descale_s, scale_s, amax_s, amax_o] (sdpa.py FP8_SCALES):
+// s = amax / 448 (1 for an all-zero tensor) as dif.ops.quant.tensor_scale; the output at v's scale (an average
+// of v's rows never exceeds its amax); the softmax numerators, in [0, 1], at 1/448
+template <class T>
+__device__ __forceinline__ void fp8_quantize3_impl(FP8_VIEWS_ARGS(T), const float* __restrict__ partial, int parts,
+                                                   f8e4m3* __restrict__ q0, f8e4m3* __restrict__ q1,
+                                                   f8e4m3* __restrict__ q2, float* __restrict__ scales) {
+  const int t = blockIdx.y;
+  float amax = 0.0f;
+  for (int i = threadIdx.x; i < parts; i += blockDim.x) amax = fmaxf(amax, partial[t * parts + i]);
+  const float s = row_scale(block_max(amax), 448.0f);
+  if (blockIdx.x == 0 && threadIdx.x == 0) {
+    scales[t] = s;
+    if (t == 2) {
+      scales[3] = 1.0f / s;
+      scales[4] = 1.0f / 448.0f;
+      scales[5] = 448.0f;
+    }
+  }
+  FP8_VIEW_OF(t);
+  f8e4m3* q = t == 0 ? q0 : (t == 1 ? q1 : q2);
+  for (i64 r = blockIdx.x; r < rows; r += gridDim.x)
+    for (i64 c = threadIdx.x; c < w; c += blockDim.x) qstore(q, r * w + c, to_f(x[r * stride + c]), s);
+}
+// o[r * stride + c] = o8[r * width + c] * scales[2]: cuDNN's e4m3 output at v's scale, into the node's output
+template <class T>
+__device__ __forceinline__ void fp8_dequantize_impl(const f8e4m3* __restrict__ o8, const float* __restrict__ scales,
+                                                    T* __restrict__ o, i64 rows, i64 width, i64 stride) {
+  const float s = scales[2];
+  for (i64 r = blockIdx.x; r < rows; r += gridDim.x)
+    for (i64 c = threadIdx.x; c < width; c += blockDim.x) o[r * stride + c] = from_f<T>(to_f(o8[r * width + c]) * s);
+}
+#define SDPA_FP8(TN)                                                                                       \
+  KERNEL_ENTRY fp8_amax3_##TN(FP8_VIEWS_ARGS(TN), float* __restrict__ partial) {                          \
+    fp8_amax3_impl<TN>(FP8_VIEWS, partial);                                                                \
+  }                                                                                                        \
+  KERNEL_ENTRY fp8_quantize3_##TN(FP8_VIEWS_ARGS(TN), const float* __restrict__ partial, int parts,       \
+                                  f8e4m3* __restrict__ q0, f8e4m3* __restrict__ q1, f8e4m3* __restrict__ q2, \
+                                  float* __restrict__ scales) {                                            \
+    fp8_quantize3_impl<TN>(FP8_VIEWS, partial, parts, q0, q1, q2, scales);                                         \
+  }                                                                                                        \
+  KERNEL_ENTRY fp8_dequantize_##TN(const f8e4m3* __restrict__ o8, const float* __restrict__ scales,        \
+                                   TN* __restrict__ o, i64 rows, i64 width, i64 stride) {                  \
+    fp8_dequantize_impl<TN>(o8, scales, o, rows, width, stride);                                           \
+  }
+
 // ---- portable GEMMs over gemm_tile: m = rows of x, n = output channels ------------------------------------
 template <class T>
 struct RowLoad {  // x[m, k], rows ld apart
@@ -376,6 +445,8 @@ SCALED_EPILOGUE(i32, int, bf16)
 SCALED_EPILOGUE(f32, float, f32)
 SCALED_EPILOGUE(f32, float, f16)
 SCALED_EPILOGUE(f32, float, bf16)
+SDPA_FP8(f16)
+SDPA_FP8(bf16)
 SCALED_GEMM(f8e4m3, f32)
 SCALED_GEMM(f8e4m3, f16)
 SCALED_GEMM(f8e4m3, bf16)

@@ -80,6 +80,112 @@ def _sdpa(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Ts, outs: Ts) -> Steps:
     return [_flash(ctx, node, q, k, v, mask, o, scale, causal, strides)]
 
 
+FP8_BLOCKS = 2  # per SM: blocks of each quantization pass of sdpa_fp8 (and partial maxima per tensor)
+
+
+@lowering("sdpa_fp8")
+def _sdpa_fp8(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Ts, outs: Ts) -> Steps:
+    """cuDNN's fp8 flash attention (sdpa.py `CudnnSdpaFp8`) between passes of kernels/quant.cu: the amax of
+    q, k and v (per-block maxima), their dense e4m3 copies with the scales, and after the attention its e4m3
+    output (at v's scale) dequantized into the node's output. A key mask is met as the bf16 path meets it
+    (`_cudnn_over_attended_keys`): the attended keys' e4m3 rows gathered to the front, cuDNN's padding mask
+    over them, the fully masked query rows zeroed. Where cuDNN's fp8 attention cannot run the node, the run
+    dtype's sdpa does, and the plan's choice says why."""
+    q, k, v = ins[0], ins[1], ins[2]
+    mask = ins[3] if len(ins) > 3 else None
+    need(node, q.dtype, (DType.BF16, DType.F16))
+    b, sq, hq, d = q.shape
+    skv, dv = k.shape[1], v.shape[3]
+    causal = bool(attrs["causal"])
+    why = ""
+    if d != dv or d % 16 or d > 256:
+        why = f"head dims q/k {d}, v {dv} (cuDNN's fp8 attention: equal, a multiple of 16, at most 256)"
+    elif causal and (sq != skv or mask is not None):
+        why = "causal with Sq != Skv or with a key mask"
+    elif int(ctx.backend.props["major"]) * 10 + int(ctx.backend.props["minor"]) < 89:
+        why = "no fp8 matrix units (sm_89+)"
+    elif ctx.backend.cudnn() is None:
+        why = f"cuDNN unavailable: {ctx.backend._cudnn_error}"
+    steps = why or _cudnn_fp8_steps(ctx, node, attrs["scale"] or 1.0 / math.sqrt(d), causal, q, k, v, mask, outs[0])
+    if isinstance(steps, str):  # more exact than the op's fp8 arithmetic, never less: the choice says so
+        steps, why = _sdpa(ctx, node, attrs, ins, outs), steps
+        ctx.choices[node.id] = f"{ctx.choices.get(node.id, 'sdpa')} in {q.dtype.value}, not fp8: {why}"
+    return steps
+
+
+def _cudnn_fp8_steps(
+    ctx: LowerCtx, node: Node, scale: float, causal: bool, q: DevTensor, k: DevTensor, v: DevTensor,
+    mask: DevTensor | None, o: DevTensor,
+) -> Steps | str:  # fmt: skip
+    """The steps of `_sdpa_fp8` on cuDNN, or why cuDNN refused the graph."""
+    from dif_backend_cuda.sdpa import FP8_SCALES, CudnnSdpaFp8
+
+    dt = q.dtype.value
+    b, sq, hq, d = q.shape
+    skv, hkv = k.shape[1], k.shape[2]
+    strides = [row_stride(node, t, 2) for t in (q, k, v, o)]
+    rows = (b * sq, b * skv, b * skv)
+    widths = (hq * d, hkv * d, hkv * d)
+    sizes = [r * w for r, w in zip(rows, widths, strict=True)]  # bytes of the e4m3 copies of q, k and v
+    sizes += [sizes[1], sizes[2]] if mask is not None else []  # k, v with the attended keys first
+    parts = ctx.sm_count * FP8_BLOCKS
+    scratch = ctx.shared_scratch(("sdpa_fp8",), sum(sizes) + rows[0] * widths[0] + 4 * (len(FP8_SCALES) + 3 * parts))
+    q8, k8, v8, *gathered, o8 = np.cumsum([scratch.ptr, *sizes]).tolist()
+    scales = o8 + rows[0] * widths[0]
+    partial = scales + 4 * len(FP8_SCALES)
+    lens = None
+    if mask is not None:
+        import cupy
+
+        # int32 seq_q [B], seq_kv [B] (whole lengths until the first run computes them, so that a plan timed at
+        # prepare reads only keys that exist), then the gather order [B, Skv]
+        whole = np.array([sq] * b + [skv] * b, np.int32)
+        lens = cupy.cuda.Memory(whole.nbytes + b * skv * 4)
+        cupy.cuda.runtime.memcpy(lens.ptr, whole.ctypes.data, whole.nbytes, 1)  # 1: host to device
+    kv = gathered or [k8, v8]
+    try:
+        step = CudnnSdpaFp8(ctx.backend.cudnn(), b, sq, skv, hq, hkv, d, q8, *kv, o8, scales, scale, causal,
+                            seq_lens=lens.ptr if lens is not None else 0)  # fmt: skip
+    except Exception as exc:  # noqa: BLE001 - the run dtype's attention runs it instead, saying why
+        return f"cuDNN rejected it: {type(exc).__name__}: {str(exc)[:300]}"
+    step.scratch = (scratch, lens)  # a larger node's scratch replaces the shared one: this step keeps its own
+    views = [ptr(q), ptr(k), ptr(v), *map(i64, rows), *map(i64, widths), *map(i64, strides[:3])]
+    grid = (parts, 3)
+    steps: Steps = [
+        ctx.kernel("quant", f"fp8_amax3_{dt}", grid, (THREADS,), [*views, np.uint64(partial)]),
+        ctx.kernel(
+            "quant",
+            f"fp8_quantize3_{dt}",
+            grid,
+            (THREADS,),
+            [*views, np.uint64(partial), np.int32(parts), *map(np.uint64, (q8, k8, v8, scales))],
+        ),  # fmt: skip
+        step,
+        ctx.kernel(
+            "quant",
+            f"fp8_dequantize_{dt}",
+            (parts,),
+            (THREADS,),
+            [np.uint64(o8), np.uint64(scales), ptr(o), i64(rows[0]), i64(widths[0]), i64(strides[3])],
+        ),  # fmt: skip
+    ]
+    how = "q/k/v quantized per tensor"
+    if lens is not None:
+        seq_q, seq_kv, order = (np.uint64(lens.ptr + 4 * b * i) for i in range(3))
+        to_order = ctx.kernel("attention", "sdpa_key_order", (b,), (THREADS,), [
+            ptr(mask), order, seq_q, seq_kv, i64(sq), i64(skv)])  # fmt: skip
+        n = b * skv * 2 * widths[1]
+        gather = ctx.flat("attention", "sdpa_gather_keys_f8e4m3", n, [
+            np.uint64(k8), np.uint64(v8), order, *map(np.uint64, gathered), i64(skv), i64(widths[1]),
+            i64(widths[2]), i64(widths[1]), i64(widths[2]), i64(n)])  # fmt: skip
+        zero_rows = ctx.kernel("attention", f"sdpa_zero_masked_rows_{dt}", (b,), (THREADS,), [
+            ptr(mask), ptr(o), i64(sq), i64(skv), i64(widths[0]), i64(strides[3]), np.int32(0)])  # fmt: skip
+        steps = [to_order, *steps[:2], gather, step, steps[3], zero_rows]
+        how += ", the attended keys gathered first"
+    ctx.choices[node.id] = f"cudnn-sdpa fp8-e4m3 ({step.choice}), {how}"
+    return steps
+
+
 @lowering("sdpa_backward")
 def _sdpa_backward(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Ts, outs: Ts) -> Steps:
     """cuDNN's flash-attention backward (sdpa.py `CudnnSdpaBackward`); the per-row statistics it needs live

@@ -214,6 +214,7 @@ PITCHED_ROWS = {
     "glu": 1,
     "glu_backward": 1,
     "sdpa": 2,
+    "sdpa_fp8": 2,
     "rms_norm_rope": 2,
     "sdpa_stats": 2,
     "sdpa_backward": 2,

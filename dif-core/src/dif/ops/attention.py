@@ -71,6 +71,17 @@ def sdpa(
     softmax(q k^T * scale + mask) v per head in fp32. Grouped-query attention: query head h reads
     kv head h // (Hq / Hkv). key_mask is True where a key may be attended. A query row whose keys
     are all masked yields zeros (not NaN)."""
+    e, denom, vf = unnormalized_attention(q, k, v, key_mask, scale=scale, causal=causal)
+    e /= np.where(denom > 0, denom, 1)
+    return np.swapaxes(np.matmul(e, vf), 1, 2)
+
+
+def unnormalized_attention(
+    q: np.ndarray, k: np.ndarray, v: np.ndarray, key_mask: np.ndarray | None, *, scale: float, causal: bool
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(e [B, Hq, Sq, Skv], denom [B, Hq, Sq, 1], v [B, Hq, Skv, Dv]) in fp32: the softmax numerators
+    exp(logit - row max) (0 where masked, so each lies in [0, 1]), their row sums and v with each query head's
+    kv head, as `sdpa` (and `sdpa_fp8`, which rounds the numerators) multiply them: out = e / denom @ v."""
     # [B, H, S, D] layout so both products are batched BLAS matmuls
     qf, kf, vf = (np.swapaxes(fp(a), 1, 2) for a in (q, k, v))
     hq, hkv = q.shape[2], k.shape[2]
@@ -94,9 +105,7 @@ def sdpa(
     e = np.exp(logits - peak, out=logits)
     if masked:
         e = np.where(allowed, e, 0)
-    denom = e.sum(axis=-1, keepdims=True)
-    e /= np.where(denom > 0, denom, 1)
-    return np.swapaxes(np.matmul(e, vf), 1, 2)
+    return e, e.sum(axis=-1, keepdims=True), vf
 
 
 def check_rope_tables(x: TensorType, cos: TensorType, sin: TensorType) -> None:

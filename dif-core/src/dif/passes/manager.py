@@ -26,7 +26,7 @@ from dif.passes.context import APPLIED, PassContext, PassDecision, log
 from dif.passes.distribute import rope_before_concat
 from dif.passes.fusions import fuse_gated_residual, fuse_linear_residual, fuse_norm_modulate, fuse_norm_rope
 from dif.passes.norm_act import fuse_group_norm_silu
-from dif.passes.quantize import FORMAT_PASSES, quantize_fp8, quantize_int4, quantize_int8
+from dif.passes.quantize import PASS_NAMES, quantize_fp8, quantize_fp8_attention, quantize_int4, quantize_int8
 from dif.plan.plan import Decision
 from dif.target import TargetProfile
 from dif.verify import verify_program
@@ -45,8 +45,9 @@ CORE_PASSES: dict[str, PassFn] = {
     "quantize_fp8": quantize_fp8,
     "quantize_int8": quantize_int8,
     "quantize_int4": quantize_int4,
+    "quantize_fp8_attention": quantize_fp8_attention,
 }
-DEFAULT_PASSES: tuple[str, ...] = tuple(n for n in CORE_PASSES if n not in FORMAT_PASSES.values())
+DEFAULT_PASSES: tuple[str, ...] = tuple(n for n in CORE_PASSES if n not in PASS_NAMES)
 """The core pipeline, in `CORE_PASSES` order: `rope_before_concat` makes norm/rope pairs for `fuse_norm_rope`;
 the fusions touch disjoint op pairs, so their order only fixes the log, except that `fuse_gated_residual` and
 `fuse_linear_residual` both consume adds: an add of a product goes to the first (a gated residual), an add of a

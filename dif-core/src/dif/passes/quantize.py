@@ -350,8 +350,38 @@ def quantize_int8(program: Program, *, ctx: PassContext) -> Program:
     return quantize_w8a8(program, ctx, "int8")
 
 
+def quantize_fp8_attention(program: Program, *, ctx: PassContext) -> Program:
+    """`program` with each `sdpa` over f16 / bf16 operands as `sdpa_fp8`: both attention products on fp8
+    matrix units, q, k, v and the softmax numerators rounded to e4m3 with one scale per tensor (dif.ops.quant).
+    A separate candidate from `quantize_fp8`, which converts the linears: attention's error is judged apart.
+    An attention of a block `DIF_FORMAT_KEEP` names stays as it is, with the reason recorded."""
+    if not _implemented(ctx, "fp8-e4m3"):
+        return program
+    rw = _Rewrite(program)
+    held = held_blocks()
+    for node in program.nodes:
+        if node.op != "sdpa":
+            continue
+        value = node.results[0].name
+        dtype = program.types[node.operands[0]].dtype
+        if dtype not in (DType.BF16, DType.F16):
+            ctx.skipped(f"its operands are {dtype.value}: fp8 attention quantizes f16 / bf16 ones", (node.id,), value)
+        elif (why := _held(program, node, held)) is not None:
+            ctx.skipped(why, (node.id,), value)
+        elif not ctx.supports("sdpa_fp8"):
+            ctx.skipped(ctx.lacks("sdpa_fp8"), (node.id,), value)
+        else:
+            rw.replace[node.id] = [evolve(node, op="sdpa_fp8")]
+            ctx.applied("sdpa -> sdpa_fp8 (fp8-e4m3 attention, per-tensor scales)", (node.id,), value)
+    return rw.apply(ctx.pass_name)
+
+
 FORMAT_PASSES = {"fp8-e4m3": "quantize_fp8", "int8": "quantize_int8", "int4-group": "quantize_int4"}
 """Physical format -> the pass that rewrites a program into it."""
+ATTENTION_PASS = "quantize_fp8_attention"
+"""The pass that puts attention on fp8 matrix units (`quantize_fp8_attention`), a candidate of its own."""
+PASS_NAMES = (*FORMAT_PASSES.values(), ATTENTION_PASS)
+"""Every format pass: none is in the default pipeline, and `DIF_FORMAT_STAGES` scopes them all."""
 
 
 def format_stages(value: str | None = None) -> tuple[str, ...] | None:
@@ -385,7 +415,7 @@ def scoped_to_stage(pipeline: Sequence[str], stage: str) -> tuple[tuple[str, ...
     from dif.env import DIF_FORMAT_STAGES
 
     stages = format_stages()
-    formats = [p for p in pipeline if p in FORMAT_PASSES.values()]
+    formats = [p for p in pipeline if p in PASS_NAMES]
     if stages is None or stage in stages or not formats:
         return tuple(pipeline), None
     why = f"{DIF_FORMAT_STAGES.name}={','.join(stages)}: a program of the {stage} stage runs in the run dtype"
