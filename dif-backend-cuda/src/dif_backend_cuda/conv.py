@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from dif.dtypes import DType
-from dif_backend_cuda.sdpa import UIDS, CudnnContext, SharedGraph, finish_graph
+from dif_backend_cuda.sdpa import UIDS, CudnnContext, GraphStep, finish_graph
 
 
 def eligible(dtype: DType, groups: int, padding: tuple[int, int, int, int]) -> str:
@@ -25,10 +25,8 @@ def eligible(dtype: DType, groups: int, padding: tuple[int, int, int, int]) -> s
     return ""
 
 
-class CudnnConv:
+class CudnnConv(GraphStep):
     """One `conv2d` node on cuDNN: the shared graph of its problem and the node's own variant pack."""
-
-    kind = "cudnn"
 
     def __init__(
         self,
@@ -68,12 +66,5 @@ class CudnnConv:
             finish_graph(cudnn, g, limit)
             return g
 
-        pointers = {"x": x, "w": w, "y": y}
         self.key = key
-        self.ctx = ctx
-        self.built, shared = ctx.shared_graph(key, build, pointers)
-        self.pack = SharedGraph.pack(pointers)
-        self.choice = f"{self.built.choice}{', graph shared' if shared else ''}"
-
-    def __call__(self, stream: Any) -> None:
-        self.built.graph.execute(self.pack, self.built.workspace.ptr, handle=self.ctx.handle)
+        self.bind(ctx, key, build, {"x": x, "w": w, "y": y})

@@ -215,6 +215,23 @@ class CudnnContext:
         return fastest(run, count, self.stream)[0]
 
 
+class GraphStep:
+    """A step that executes its problem's shared cuDNN graph with its own node's variant pack."""
+
+    kind = "cudnn"
+
+    def bind(self, ctx: CudnnContext, key: tuple[Any, ...], build: Callable[[int | None], Any],
+             pointers: Mapping[str, int]) -> None:  # fmt: skip
+        """The graph of `key` (built by `build` unless an earlier node built it) bound to `pointers`."""
+        self.ctx = ctx
+        self.built, shared = ctx.shared_graph(key, build, pointers)
+        self.pack = SharedGraph.pack(pointers)
+        self.choice = f"{self.built.choice}{', graph shared' if shared else ''}"
+
+    def __call__(self, stream: Any) -> None:
+        self.built.graph.execute(self.pack, self.built.workspace.ptr, handle=self.ctx.handle)
+
+
 def padding_mask(cudnn: Any, graph: Any, b: int) -> dict[str, Any]:
     """The SDPA arguments of cuDNN's padding mask: int32 [B] query and key lengths (`seq_q`, `seq_kv`)."""
     lens = {
@@ -236,10 +253,8 @@ def eligible(dtype: DType, d: int, dv: int, sq: int, skv: int, causal: bool) -> 
     return ""
 
 
-class CudnnSdpa:
+class CudnnSdpa(GraphStep):
     """One `sdpa` node on cuDNN: the shared graph of its problem and the node's own variant pack."""
-
-    kind = "cudnn"
 
     def __init__(
         self,
@@ -301,13 +316,7 @@ class CudnnSdpa:
         pointers.update({"stats": stats} if stats else {})
         if padded:
             pointers.update(seq_q=seq_lens, seq_kv=seq_lens + 4 * b)
-        self.ctx = ctx
-        self.built, shared = ctx.shared_graph(key, build, pointers)
-        self.pack = SharedGraph.pack(pointers)
-        self.choice = f"{self.built.choice}{', graph shared' if shared else ''}"
-
-    def __call__(self, stream: Any) -> None:
-        self.built.graph.execute(self.pack, self.built.workspace.ptr, handle=self.ctx.handle)
+        self.bind(ctx, key, build, pointers)
 
 
 class CudnnSdpaBackward:
@@ -396,14 +405,12 @@ FP8_SCALES = ("descale_q", "descale_k", "descale_v", "scale_o", "descale_s", "sc
 """The f32 scalars of an fp8 attention, in the order they lie in its scale buffer (`CudnnSdpaFp8`)."""
 
 
-class CudnnSdpaFp8:
+class CudnnSdpaFp8(GraphStep):
     """One `sdpa_fp8` node on cuDNN's fp8 flash attention: dense e4m3 q [B, Sq, Hq, D], k and v
     [B, Skv, Hkv, D] and output, each with one scale per tensor, read from (and the two amax outputs written
     to) a buffer of 8 f32 in `FP8_SCALES` order; with `seq_lens` (int32 [2, B]: query and key lengths) cuDNN's
     padding mask over the first seq_kv[b] keys, as `CudnnSdpa`'s. Hopper's fp8 attention writes an e4m3
     output, so the lowering dequantizes it after this step (lower/attention.py)."""
-
-    kind = "cudnn"
 
     def __init__(
         self, ctx: CudnnContext, b: int, sq: int, skv: int, hq: int, hkv: int, d: int, q: int, k: int, v: int,
@@ -443,13 +450,7 @@ class CudnnSdpaFp8:
         pointers = {"q": q, "k": k, "v": v, "o": o} | {n: scales + 4 * i for i, n in enumerate(FP8_SCALES)}
         if padded:
             pointers.update(seq_q=seq_lens, seq_kv=seq_lens + 4 * b)
-        self.ctx = ctx
-        self.built, shared = ctx.shared_graph(key, build, pointers)
-        self.pack = SharedGraph.pack(pointers)
-        self.choice = f"{self.built.choice}{', graph shared' if shared else ''}"
-
-    def __call__(self, stream: Any) -> None:
-        self.built.graph.execute(self.pack, self.built.workspace.ptr, handle=self.ctx.handle)
+        self.bind(ctx, key, build, pointers)
 
 
 def half_graph(ctx: CudnnContext, dtype: DType) -> tuple[Any, Any]:
