@@ -168,6 +168,13 @@ def test_bad_resume_files_are_refused_by_name(pipeline, data: Path, tmp_path: Pa
     with pytest.raises(DifError, match=r"corrupt\.diftrain"):
         _trainer(pipeline, data, steps=2).resume(corrupt)
     assert tr.step == 1  # nothing restarted
+    shared = _trainer(pipeline, data, steps=2)
+    shared.settings["sampler_share"] = 0.5
+    other_share = shared.save(tmp_path / "share.diftrain")
+    fresh = _trainer(pipeline, data, steps=2)
+    fresh.settings["sampler_share"] = 0.0  # as the recipe records its --sampler-share
+    with pytest.raises(CheckpointError, match=r"share\.diftrain: trained with sampler share 0\.5, this run has 0"):
+        fresh.resume(other_share)
 
 
 @pytest.mark.oracle

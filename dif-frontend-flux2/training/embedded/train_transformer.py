@@ -135,6 +135,7 @@ def train(data: Path, model: Path, out: Path, *, steps: int, lr: float, warmup: 
     print(f"encoded {len(session.task.samples)} samples ({captions} captions, {session.task.text_length} text rows) "
           f"in {encode_seconds:.0f}s; shift {shift:.3f}, batch {batch}, backend {backend}", flush=True)  # fmt: skip
     resume = out / "last.diftrain"
+    session.trainer.settings["sampler_share"] = sampler_share  # saved with the state, checked on resume
     if resume.is_file():
         session.trainer.resume(resume)
     sigmas = klein_schedule(tokens, SAMPLER_STEPS).sigmas[:SAMPLER_STEPS].astype(np.float32)

@@ -23,6 +23,10 @@ from dif.train.optim import BC1, BC2, GRAD_SCALE, LR, accum_name, moment_names
 from dif.train.schedule import AdamW, LrSchedule, bias_corrections
 from dif.train.step import LOSS, StepPrograms
 
+RESUME_MATCHES = {"timestep_shift": "--timestep-shift", "sampler_share": "--sampler-share"}
+"""Settings a resumed run must share with its checkpoint where both record them, with the option that sets
+each: the timestep shift and the share of sigmas drawn from the sampler's own decide which sigmas it trains on."""
+
 
 class Task(Protocol):
     """A model's side of training: programs per data shape and the inputs of one micro-batch."""
@@ -180,15 +184,17 @@ class Trainer:
 
     def resume(self, path: str | Path) -> None:
         """Continue from a `.diftrain` of this model (refused, naming the file, otherwise; also when both
-        record a `timestep_shift` setting and they differ: the resumed run would train on other sigmas)."""
+        record one of the `RESUME_MATCHES` settings and they differ: the resumed run would train on other
+        sigmas)."""
         state = load_state(path, model=self.task.model_key)
         check_shapes(path, state, {n: p.shape for n, p in self.params.items()})
-        ours, theirs = self.settings.get("timestep_shift"), state.settings.get("timestep_shift")
-        if ours is not None and theirs is not None and float(ours) != float(theirs):
-            raise CheckpointError(
-                f"{path}: trained with timestep shift {theirs:g}, this run has {ours:g}",
-                hint=f"resume with --timestep-shift {theirs:g}, or leave the option out to keep the checkpoint's",
-            )
+        for name, option in RESUME_MATCHES.items():
+            ours, theirs = self.settings.get(name), state.settings.get(name)
+            if ours is not None and theirs is not None and float(ours) != float(theirs):
+                raise CheckpointError(
+                    f"{path}: trained with {name.replace('_', ' ')} {theirs:g}, this run has {ours:g}",
+                    hint=f"resume with {option} {theirs:g}, or leave the option out to keep the checkpoint's",
+                )
         self.params = {n: state.params[n].astype(self.params[n].dtype) for n in self.params}
         self.moments = {m: state.moments[m] for m in self.moments}
         self.step, self.data, self.losses = state.step, dict(state.data), list(state.losses)
