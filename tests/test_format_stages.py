@@ -36,6 +36,7 @@ def test_by_default_only_the_denoiser_gets_the_format(monkeypatch: pytest.Monkey
     for stage in ("encode", "decode"):
         held = [line for line in plans[stage] if line.startswith("formats: quantize_int4 not run")]
         assert held and "DIF_FORMAT_STAGES=denoise" in held[0], plans[stage]
+        assert sum("DIF_FORMAT_STAGES" in line for line in plans[stage]) == 1  # the reason given once
         assert not any(line.startswith("quantize_int4:") for line in plans[stage])
 
 

@@ -229,7 +229,8 @@ class ProgramCache:
         if int4 is not None:  # before the optimizer, whose fusions would concatenate their weights
             program = int4.apply(program, profile)
         passes, held_back = self._stage_passes(stage)
-        extra, source = (fp8.passes if fp8 else ()), (held_back.why if held_back else None)
+        # a pipeline without its format passes says so once, in the held-back decision
+        extra, source = (fp8.passes if fp8 else ()), ("DIF_PASSES less its format passes" if held_back else None)
         optimized, decisions = optimize_for(program, backend, profile, passes, extra=extra, source=source)
         if held_back is not None:
             decisions = (*decisions, held_back)
