@@ -5,6 +5,7 @@
 #   stage 2  one forward at 1024^2, bf16 against fp8-e4m3 and fp8-e4m3+attention: klein 9B, Krea 2, klein 4B
 #   stage 3  klein 9B prompt -> PNG, 4 steps, 1024^2: bf16, fp8-e4m3 (denoiser only), fp8-e4m3+attention, with
 #            the gate's numbers
+#   stage 4  klein 9B fp8 + attention forward traced: where the time goes
 # Device call (repo root, carry [".whl"], timeout_s 600):
 #   set -o pipefail; bash perf/h200_call2_26.sh 2>&1 | tee $OUT/run.log
 source "$(dirname "$0")/h200_env.sh"
@@ -26,4 +27,7 @@ done
 stamp "stage 3: klein 9B prompt -> PNG, fp8 and fp8 + attention"
 timeout 250 python3 perf/formats_h200.py --phase pipeline --models klein-9b --formats fp8-e4m3,fp8-e4m3+attention \
   --runs 2 2>&1 | tail -5
+stamp "stage 4: klein 9B fp8 + attention forward traced"
+DIF_PASSES=default,quantize_fp8,quantize_fp8_attention timeout 90 python3 perf/trace_forward.py --model klein-9b \
+  --backend cuda --iters 5 --traced 2 --out "$OUT/trace_klein9b_fp8_attention.json" 2>&1 | tail -16
 stamp "done"
