@@ -15,8 +15,8 @@ Phases (one device call each; both write JSON under perf/results/formats/ and $O
   (median of `--runs`), side-by-side JPEGs. A format converts the denoiser's programs only (the default
   `DIF_FORMAT_STAGES`); `fp8-e4m3@all` in `--formats` runs it over every program, the text encoder's included.
 
-A format may be `+`-joined with `attention`: `fp8-e4m3+attention` also puts the attention on fp8 matrix units
-(`quantize_fp8_attention`, cuDNN's fp8 flash attention).
+`fp8-e4m3+attention` also puts the attention on fp8 matrix units (`quantize_fp8_attention`, cuDNN's fp8 flash
+attention), as the format search names that candidate.
 
 `--tiny` runs both on the CPU at miniature configs (fp8 / int8 emulated by the references) to check the script
 (results to $OUT only).
@@ -65,12 +65,11 @@ def save(name: str, data: dict[str, Any]) -> None:
 
 
 def format_passes(fmt: str) -> tuple[str, ...]:
-    """The format passes of `fmt`: a format (`FORMAT_PASSES`), `+`-joined with `attention` for fp8 attention
-    on top (`fp8-e4m3+attention`: the linears and the attention in fp8), or `bf16` for none."""
-    from dif.passes.quantize import ATTENTION_PASS, FORMAT_PASSES
+    """The format passes of `fmt`: a format search candidate (`fp8-e4m3+attention`: the linears and the
+    attention in fp8, `dif.passes.quantize.candidate_passes`), or `bf16` for none."""
+    from dif.passes.quantize import candidate_passes
 
-    return tuple(ATTENTION_PASS if part == "attention" else FORMAT_PASSES[part] for part in fmt.split("+")
-                 if part != "bf16")  # fmt: skip
+    return () if fmt == "bf16" else candidate_passes(fmt)
 
 
 def compare(a: np.ndarray, b: np.ndarray) -> dict[str, float]:

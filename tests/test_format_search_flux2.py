@@ -149,3 +149,19 @@ def test_a_rejected_format_gets_a_per_block_candidate_and_its_blocks_run_held(lo
     assert blocks and not blocks & set(held) and blocks <= set(errors)
     kept = [d for d in decisions if "held in the run dtype (DIF_FORMAT_KEEP)" in d.reason]
     assert {d.reason.split()[1] for d in kept} == set(held)
+
+
+def test_fp8_attention_is_a_candidate_of_its_own(loose: dict) -> None:
+    """`fp8-e4m3+attention`: the fp8 linears and every attention on fp8 (emulated here), judged apart from the
+    linears alone; the suffix goes with fp8 only."""
+    code, doc, err = opt("--formats", "fp8-e4m3+attention,fp8-e4m3", "--emulate", "--rel-l2-max", "1.0")
+    assert code == 0 and doc is not None, err
+    both, linears = doc["data"]["candidates"]
+    assert both["label"] == "fp8-e4m3+attention" and both["attention"] and not linears["attention"]
+    assert both["numbers"]["attentions_converted"] == 4 and both["numbers"]["attentions_left"] == 0  # 2 + 2 blocks
+    assert both["numbers"]["linears_converted"] == linears["numbers"]["linears_converted"]
+    assert "4 attentions converted" in next(s["detail"] for s in both["stages"] if s["stage"] == "verify")
+    assert both["gate"]["worst_rel_l2"] != linears["gate"]["worst_rel_l2"]  # the attention's own rounding
+    assert doc["data"]["chosen"] == "fp8-e4m3+attention"
+    code, _, out = opt("--formats", "int8+attention", "--emulate")
+    assert code != 0 and "+attention goes with fp8-e4m3 only" in out and "Traceback" not in out

@@ -41,7 +41,7 @@ from attrs import define, evolve, field, frozen
 from dif.env import DIF_FORMAT_KEEP, DIF_FORMAT_STAGES, DIF_FP8_WEIGHTS, DIF_PASSES
 from dif.errors import DifError, DifWarning, UsageError
 from dif.formats import FORMATS, assess, legal_on
-from dif.passes.quantize import FORMAT_PASSES
+from dif.passes.quantize import ATTENTION_PASS, FORMAT_PASSES, WITH_ATTENTION, split_candidate
 from dif.plan.plan import Decision
 from dif.quality.format_gate import GateConfig, GateReport, RunRecord, judge
 from dif.target import TargetProfile
@@ -79,6 +79,8 @@ class FormatCandidate:
     facts: dict[str, Any]
     held: tuple[str, ...] = ()
     """Blocks left in the run dtype (`DIF_FORMAT_KEEP`): a per-block candidate after its format's gate failed."""
+    attention: bool = False
+    """Attention on fp8 matrix units too (`fp8-e4m3+attention`: `quantize_fp8_attention` after the format pass)."""
     stages: list[tuple[str, str, str]] = field(factory=list)
     verdict: str = ""
     reason: str = ""
@@ -95,14 +97,24 @@ class FormatCandidate:
         return ok is not False
 
     @property
+    def spec(self) -> str:
+        """The candidate as `--formats` names it."""
+        return self.format + (WITH_ATTENTION if self.attention else "")
+
+    @property
+    def passes(self) -> tuple[str, ...]:
+        return (FORMAT_PASSES[self.format], *((ATTENTION_PASS,) if self.attention else ()))
+
+    @property
     def label(self) -> str:
         if not self.held:
-            return self.format
-        return f"{self.format} with {len(self.held)} block{'s' if len(self.held) > 1 else ''} held in the run dtype"
+            return self.spec
+        return f"{self.spec} with {len(self.held)} block{'s' if len(self.held) > 1 else ''} held in the run dtype"
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "format": self.format,
+            "attention": self.attention,
             "label": self.label,
             "held_blocks": list(self.held),
             "verdict": self.verdict,
@@ -133,7 +145,7 @@ class FormatSearch:
             why = "no requested format was accepted; linears stay in the baseline precision"
             out.append(Decision("formats: baseline", why))
         else:
-            order = ", ".join(dict.fromkeys(c.format for c in self.candidates))
+            order = ", ".join(dict.fromkeys(c.spec for c in self.candidates))
             held = f" (held in the run dtype: {', '.join(self.chosen_held)})" if self.chosen_held else ""
             what = self.chosen + held
             out.append(Decision(f"formats: {what}", f"the first accepted of the requested order ({order})"))
@@ -220,7 +232,7 @@ def _capability(c: FormatCandidate, fmt: str, profile: TargetProfile, emulate: b
 
 
 def _format_decisions(run: CandidateRun, pass_name: str) -> tuple[int, int, list[str]]:
-    """(linears converted, linears left, the pass's decision lines) over every program of the run."""
+    """(nodes converted, nodes left, the pass's decision lines) over every program of the run."""
     applied = left = 0
     lines: list[str] = []
     for _program, decisions in run.programs.values():
@@ -249,11 +261,12 @@ def search_formats(
     budget_bytes: int | None = None,
     block_runs: int = 0,
 ) -> FormatSearch:
-    """Judge every format of `formats` (names of `dif.formats`, in preference order) on `profile`'s backend,
-    each through the stages of the module doc; `run` executes the baseline and each candidate. With
-    `block_runs` > 0, a format the gate rejects gets a per-block candidate after it (`_Search.by_blocks`),
-    spending at most that many more runs."""
-    for fmt in formats:
+    """Judge every format of `formats` (names of `dif.formats`, `fp8-e4m3+attention` for fp8 attention too, in
+    preference order) on `profile`'s backend, each through the stages of the module doc; `run` executes the
+    baseline and each candidate. With `block_runs` > 0, a format the gate rejects gets a per-block candidate
+    after it (`_Search.by_blocks`), spending at most that many more runs."""
+    specs = [split_candidate(spec) for spec in formats]
+    for fmt, _ in specs:
         FORMATS.get(fmt)  # an unknown name is a UsageError naming the known ones
     if not formats:
         raise UsageError(
@@ -261,8 +274,8 @@ def search_formats(
         )
     search = _Search(run, run((), None, ()), gate, no_gate, budget_bytes)
     candidates: list[FormatCandidate] = []
-    for fmt in formats:
-        c = FormatCandidate(fmt, capability_facts(fmt, profile))
+    for fmt, attention in specs:
+        c = FormatCandidate(fmt, capability_facts(fmt, profile), attention=attention)
         candidates.append(c)
         if not _capability(c, fmt, profile, emulate):
             continue
@@ -275,7 +288,7 @@ def search_formats(
         gate,
         search.baseline,
         candidates,
-        None if chosen is None else chosen.format,
+        None if chosen is None else chosen.spec,
         () if chosen is None else chosen.held,
     )
 
@@ -311,7 +324,7 @@ class _Search:
     def execute(self, c: FormatCandidate, held: tuple[str, ...] = ()) -> CandidateRun | None:
         """The candidate's run (None: it did not verify, lower or run, recorded as its verdict)."""
         try:
-            return self.run((FORMAT_PASSES[c.format],), self.base.record, held)
+            return self.run(c.passes, self.base.record, held)
         except DifError as exc:  # a program that does not verify, lower or run
             stage = "verify" if "verif" in type(exc).__name__.lower() else "execute"
             c.stage(stage, False, f"{type(exc).__name__}: {exc}")
@@ -336,8 +349,13 @@ class _Search:
         applied, left, lines = _format_decisions(got, pass_name)
         c.numbers["pass_decisions"] = lines
         c.numbers.update(linears_converted=applied, linears_left=left)
-        if not c.stage("verify", applied > 0, f"{applied} linears converted, {left} left (programs verified)"
-                       if applied else f"{pass_name} converted no linear"):  # fmt: skip
+        ok, detail = applied > 0, f"{applied} linears converted, {left} left"
+        if c.attention:
+            converted, kept, attention_lines = _format_decisions(got, ATTENTION_PASS)
+            c.numbers["pass_decisions"] += attention_lines
+            c.numbers.update(attentions_converted=converted, attentions_left=kept)
+            ok, detail = ok and converted > 0, f"{detail}, {converted} attentions converted, {kept} left"
+        if not c.stage("verify", ok, f"{detail} ({'programs verified' if ok else 'nothing to run in the format'})"):
             return got
         c.stage("execute", True, f"{len(got.record.step_outputs)} steps ran, image decoded")
         if self.no_gate:
@@ -374,7 +392,7 @@ class _Search:
         one more each time the gate still fails, within `runs` runs in all."""
 
         def variant(held: tuple[str, ...]) -> FormatCandidate:
-            v = FormatCandidate(whole.format, whole.facts, held, emulated=whole.emulated)
+            v = FormatCandidate(whole.format, whole.facts, held, whole.attention, emulated=whole.emulated)
             v.stages.append(("capability", "pass", "as for the whole format"))
             return v
 

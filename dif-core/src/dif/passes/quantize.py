@@ -382,6 +382,25 @@ ATTENTION_PASS = "quantize_fp8_attention"
 """The pass that puts attention on fp8 matrix units (`quantize_fp8_attention`), a candidate of its own."""
 PASS_NAMES = (*FORMAT_PASSES.values(), ATTENTION_PASS)
 """Every format pass: none is in the default pipeline, and `DIF_FORMAT_STAGES` scopes them all."""
+WITH_ATTENTION = "+attention"
+"""The suffix of a format candidate that puts attention on fp8 matrix units as well: `fp8-e4m3+attention`."""
+
+
+def split_candidate(spec: str) -> tuple[str, bool]:
+    """(format, with fp8 attention) of a format search candidate: a format name, or `fp8-e4m3+attention`. Another
+    format with the suffix is a `UsageError`: fp8 attention goes with the fp8 linears."""
+    from dif.errors import UsageError
+
+    fmt, attention = (spec[: -len(WITH_ATTENTION)], True) if spec.endswith(WITH_ATTENTION) else (spec, False)
+    if attention and fmt != "fp8-e4m3":
+        raise UsageError(f"format {spec}: {WITH_ATTENTION} goes with fp8-e4m3 only", hint="e.g. fp8-e4m3+attention")
+    return fmt, attention
+
+
+def candidate_passes(spec: str) -> tuple[str, ...]:
+    """The format passes a candidate (`split_candidate`) appends to the pipeline."""
+    fmt, attention = split_candidate(spec)
+    return (FORMAT_PASSES[fmt], *((ATTENTION_PASS,) if attention else ()))
 
 
 def format_stages(value: str | None = None) -> tuple[str, ...] | None:

@@ -22,7 +22,8 @@ def _formats(value: str) -> list[str]:
     "--formats",
     "formats",
     required=True,
-    help="Comma-separated formats in preference order, e.g. fp8-e4m3,int8,int4-group.",
+    help="Comma-separated formats in preference order, e.g. fp8-e4m3,int8,int4-group; fp8-e4m3+attention puts "
+    "attention on fp8 too.",
 )
 @click.option("--backend", "backend_name", default=None, help="Backend name (default: DIF_BACKEND or the best).")
 @click.option("--prompt", default="a photograph of a red fox in the snow", show_default=True)
