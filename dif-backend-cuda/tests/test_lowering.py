@@ -525,3 +525,35 @@ def test_sdpa_fp8_quantizes_around_cudnn_or_runs_in_the_run_dtype_saying_why(
         _check_args(step)
     assert [a for a in amax.args[3:12]] == [80] * 3 + [4 * d] * 3 + [3 * 4 * d] * 3  # rows, widths, strides
     assert amax.grid == quantize.grid == (132 * 2, 3)
+
+
+@pytest.mark.parametrize(("op", "dtype", "length", "kernel", "threads"), [
+    ("norm_modulate_quant", "bf16", 4096, "norm_modulate_quant_vec_bf16_f8e4m3", 256),
+    ("norm_modulate_quant", "bf16", 3072, "norm_modulate_quant_vec_bf16_f8e4m3", 192),
+    ("norm_modulate_quant", "bf16", 100, "norm_modulate_quant_bf16_f8e4m3", None),  # not a multiple of 8
+    ("norm_modulate_quant", "f32", 4096, "norm_modulate_quant_f32_f8e4m3", None),
+    ("quantize_rows", "bf16", 16384, "quantize_rows_vec_bf16_f8e4m3", 1024),
+    ("quantize_rows", "bf16", 40960, "quantize_rows_bf16_f8e4m3", None),  # more chunks than 1024 threads hold
+])  # fmt: skip
+def test_row_quantization_keeps_rows_in_registers_where_it_can(
+    sigs: dict[str, dict[str, list[str]]], op: str, dtype: str, length: int, kernel: str, threads: int | None
+) -> None:  # fmt: skip
+    from dif.ir.builder import ProgramBuilder
+
+    b = ProgramBuilder("rows")
+    x = b.input("x", (1, 600, length), dtype)
+    if op == "norm_modulate_quant":
+        sc, sh = b.input("sc", (1, 1, length), dtype), b.input("sh", (1, 1, length), dtype)
+        outs = b.emit_multi(op, x, sc, sh, kind="layer", eps=1e-6, dtype="f8e4m3")
+    else:
+        outs = b.emit_multi(op, x, dtype="f8e4m3")
+    b.output(*outs)
+    program = b.build()
+    ctx = LowerCtx(_FakeBackend(sigs), OPS)
+    tensors = _tensors(program)
+    node = program.nodes[0]
+    (step,) = lower_node(ctx, node, [tensors[o] for o in node.operands], [tensors[r.name] for r in node.results])
+    _check_args(step)
+    assert step.name == kernel and step.grid == (600,)
+    if threads is not None:
+        assert step.block == (threads,) and step.shared == 0

@@ -97,6 +97,114 @@ __device__ __forceinline__ void norm_modulate_quant_impl(const T* __restrict__ x
     norm_modulate_quant_impl<TN, QN>(x, sc, sh, q, s, meta, len, s_last, t_last, eps, is_rms);             \
   }
 
+// ---- the same two ops with each row in registers: 16-byte loads of 8 half-precision values, one read of the row,
+// 8-byte stores of the quantized values. One block per row, each thread owning up to ROW_CHUNKS chunks of 8
+// (chunk c = threadIdx.x + i * blockDim.x); the row must be a multiple of 8 long and 16-byte aligned (the
+// lowering checks, else the kernels above run). The arithmetic is theirs, value for value.
+#define ROW_CHUNKS 4
+template <class T>
+__device__ __forceinline__ void load8(const T* __restrict__ p, float* v) {
+  const uint4 raw = *reinterpret_cast<const uint4*>(p);
+  const unsigned w[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {
+    T lo, hi;
+    lo.x = (unsigned short)(w[e] & 0xffffu);
+    hi.x = (unsigned short)(w[e] >> 16);
+    v[2 * e] = to_f(lo);
+    v[2 * e + 1] = to_f(hi);
+  }
+}
+__device__ __forceinline__ unsigned char qbits(const f8e4m3*, float v, float scale) {
+  return from_f<f8e4m3>(fminf(fmaxf(v / scale, -448.0f), 448.0f)).x;
+}
+__device__ __forceinline__ unsigned char qbits(const i8*, float v, float scale) {
+  return (unsigned char)(i8)__float2int_rn(fminf(fmaxf(v / scale, -127.0f), 127.0f));
+}
+template <class Q>
+__device__ __forceinline__ void store8(Q* __restrict__ q, const float* v, float scale) {
+  unsigned w[2] = {0u, 0u};
+#pragma unroll
+  for (int e = 0; e < 8; ++e) w[e >> 2] |= (unsigned)qbits(q, v[e], scale) << (8 * (e & 3));
+  *reinterpret_cast<uint2*>(q) = make_uint2(w[0], w[1]);
+}
+#define ROW_CHUNK_FOR(i, c, nch)                                                                           \
+  _Pragma("unroll") for (int i = 0, c = threadIdx.x; i < ROW_CHUNKS; ++i, c += blockDim.x) if (c < (nch))
+
+template <class T, class Q>
+__device__ __forceinline__ void quantize_rows_vec_impl(const T* __restrict__ x, Q* __restrict__ q,
+                                                       float* __restrict__ s, i64 len) {
+  const i64 row = blockIdx.x;
+  const int nch = (int)(len >> 3);
+  float v[ROW_CHUNKS][8];
+  float amax = 0.0f;
+  ROW_CHUNK_FOR(i, c, nch) {
+    load8(x + row * len + 8 * c, v[i]);
+#pragma unroll
+    for (int e = 0; e < 8; ++e) amax = fmaxf(amax, fabsf(v[i][e]));
+  }
+  const float scale = row_scale(block_max(amax), qmax_of(q));
+  ROW_CHUNK_FOR(i, c, nch) store8(q + row * len + 8 * c, v[i], scale);
+  if (threadIdx.x == 0) s[row] = scale;
+}
+
+template <class T, class Q>
+__device__ __forceinline__ void norm_modulate_quant_vec_impl(const T* __restrict__ x, const T* __restrict__ sc,
+                                                             const T* __restrict__ sh, Q* __restrict__ q,
+                                                             float* __restrict__ s, const i64* __restrict__ meta,
+                                                             i64 len, float eps, int is_rms) {
+  const i64 row = blockIdx.x;
+  const int nch = (int)(len >> 3);
+  i64 so, to;
+  quant_lead_offsets(row, meta, so, to);
+  float v[ROW_CHUNKS][8];
+  float acc = 0.0f;
+  ROW_CHUNK_FOR(i, c, nch) {
+    load8(x + row * len + 8 * c, v[i]);
+#pragma unroll
+    for (int e = 0; e < 8; ++e) acc += is_rms ? v[i][e] * v[i][e] : v[i][e];
+  }
+  float mu = 0.0f, var;
+  if (is_rms) {
+    var = block_sum(acc) / (float)len;
+  } else {
+    mu = block_sum(acc) / (float)len;
+    float d2 = 0.0f;
+    ROW_CHUNK_FOR(i, c, nch) {
+#pragma unroll
+      for (int e = 0; e < 8; ++e) d2 += (v[i][e] - mu) * (v[i][e] - mu);
+    }
+    var = block_sum(d2) / (float)len;
+  }
+  const float denom = sqrtf(var + eps);
+  float amax = 0.0f;
+  ROW_CHUNK_FOR(i, c, nch) {
+    float a[8], b[8];
+    load8(sc + so + 8 * c, a);
+    load8(sh + to + 8 * c, b);
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+      const float n = round_to<T>((v[i][e] - mu) / denom);  // the norm's value as the unfused pair stores it
+      v[i][e] = round_to<T>(n * (1.0f + a[e]) + b[e]);
+      amax = fmaxf(amax, fabsf(v[i][e]));
+    }
+  }
+  const float scale = row_scale(block_max(amax), qmax_of(q));
+  ROW_CHUNK_FOR(i, c, nch) store8(q + row * len + 8 * c, v[i], scale);
+  if (threadIdx.x == 0) s[row] = scale;
+}
+#define ROW_QUANT_VEC(TN, QN)                                                                              \
+  KERNEL_ENTRY quantize_rows_vec_##TN##_##QN(const TN* __restrict__ x, QN* __restrict__ q,                 \
+                                             float* __restrict__ s, i64 len) {                             \
+    quantize_rows_vec_impl<TN, QN>(x, q, s, len);                                                          \
+  }                                                                                                        \
+  KERNEL_ENTRY norm_modulate_quant_vec_##TN##_##QN(const TN* __restrict__ x, const TN* __restrict__ sc,    \
+                                                   const TN* __restrict__ sh, QN* __restrict__ q,          \
+                                                   float* __restrict__ s, const i64* __restrict__ meta,    \
+                                                   i64 len, float eps, int is_rms) {                       \
+    norm_modulate_quant_vec_impl<TN, QN>(x, sc, sh, q, s, meta, len, eps, is_rms);                         \
+  }
+
 // ---- glu_quant: one block per row of y[rows, h] from x[rows, 2h], the row staged in dynamic shared memory --
 template <int ACT>
 __device__ __forceinline__ float quant_glu_act(float v) {  // 0 silu, 1 gelu (erf), 2 gelu tanh: as glu's
@@ -433,6 +541,10 @@ NORM_MODULATE_QUANT(bf16, f8e4m3)
 NORM_MODULATE_QUANT(f32, i8)
 NORM_MODULATE_QUANT(f16, i8)
 NORM_MODULATE_QUANT(bf16, i8)
+ROW_QUANT_VEC(f16, f8e4m3)
+ROW_QUANT_VEC(bf16, f8e4m3)
+ROW_QUANT_VEC(f16, i8)
+ROW_QUANT_VEC(bf16, i8)
 GLU_QUANT_ALL(f32, f8e4m3)
 GLU_QUANT_ALL(f16, f8e4m3)
 GLU_QUANT_ALL(bf16, f8e4m3)
