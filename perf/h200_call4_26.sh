@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Stop 26's fourth GPU-machine call. Results in $OUT:
+#   stage 1  the quantized ops' GPU tests and conformance cases with the register-resident row kernels
+#            (norm_modulate_quant / quantize_rows `*_vec_*`)
+#   stage 2  klein 9B and klein 4B one forward at 1024^2, bf16 against fp8-e4m3
+# Device call (repo root, carry [".whl"], timeout_s 600):
+#   set -o pipefail; bash perf/h200_call4_26.sh 2>&1 | tee $OUT/run.log
+source "$(dirname "$0")/h200_env.sh"
+stamp "stage 1: GPU tests"
+timeout 60 python3 -m pytest -q -p no:cacheprovider dif-backend-cuda/tests/test_quant_cuda.py \
+  dif-backend-cuda/tests/test_conformance_cuda.py -k "quant or scaled or int4 or sdpa_fp8" \
+  --junitxml=/tmp/junit_q.xml >"$OUT/pytest_quant.log" 2>&1
+echo "pytest rc=$?"
+tail -2 "$OUT/pytest_quant.log"
+grep -E "^(FAILED|ERROR)" "$OUT/pytest_quant.log" | head -10
+python3 perf/junit_summary.py /tmp/junit_q.xml "$OUT/quant_tests.json" --label "quantized ops GPU tests" >/dev/null 2>&1
+for model in klein-9b klein-4b; do
+  stamp "stage 2: $model one forward"
+  timeout 110 python3 perf/formats_h200.py --phase step --models $model --formats fp8-e4m3 --iters 10 2>&1 | tail -3
+done
+stamp "done"
