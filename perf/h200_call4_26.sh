@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
-# Stop 26's fourth GPU-machine call. Results in $OUT:
-#   stage 1  the quantized ops' GPU tests and conformance cases with the register-resident row kernels
-#            (norm_modulate_quant / quantize_rows `*_vec_*`)
-#   stage 2  klein 9B and klein 4B one forward at 1024^2, bf16 against fp8-e4m3
+# Stop 26's fourth GPU-machine call, not run (too little device time was left to start a machine; the next
+# session's first call). Results in $OUT:
+#   stage 1  the quantized ops' GPU tests and conformance cases, the row kernels staged and in registers
+#            (norm_modulate_quant / quantize_rows `*_vec_*`, DIF_CUDA_ROWS=registers)
+#   stage 2  klein 9B and klein 4B one forward at 1024^2, bf16 against fp8-e4m3, the row kernels staged, then in
+#            registers
+# If stage 1 passes and stage 2 is faster, DIF_CUDA_ROWS's default can become registers (dif-core/src/dif/env.py,
+# dif-backend-cuda/src/dif_backend_cuda/device.py, docs/env.md).
 # Device call (repo root, carry [".whl"], timeout_s 600):
 #   set -o pipefail; bash perf/h200_call4_26.sh 2>&1 | tee $OUT/run.log
 source "$(dirname "$0")/h200_env.sh"
@@ -14,8 +18,12 @@ echo "pytest rc=$?"
 tail -2 "$OUT/pytest_quant.log"
 grep -E "^(FAILED|ERROR)" "$OUT/pytest_quant.log" | head -10
 python3 perf/junit_summary.py /tmp/junit_q.xml "$OUT/quant_tests.json" --label "quantized ops GPU tests" >/dev/null 2>&1
-for model in klein-9b klein-4b; do
-  stamp "stage 2: $model one forward"
-  timeout 110 python3 perf/formats_h200.py --phase step --models $model --formats fp8-e4m3 --iters 10 2>&1 | tail -3
+for rows in staged registers; do
+  for model in klein-9b klein-4b; do
+    stamp "stage 2: $model one forward, DIF_CUDA_ROWS=$rows"
+    DIF_CUDA_ROWS=$rows timeout 110 python3 perf/formats_h200.py --phase step --models $model --formats fp8-e4m3 \
+      --iters 10 2>&1 | tail -3
+    [ -f "$OUT/step_$model.json" ] && mv "$OUT/step_$model.json" "$OUT/step_${model}_rows_$rows.json"
+  done
 done
 stamp "done"

@@ -529,17 +529,21 @@ def test_sdpa_fp8_quantizes_around_cudnn_or_runs_in_the_run_dtype_saying_why(
 
 @pytest.mark.parametrize(("op", "dtype", "length", "kernel", "threads"), [
     ("norm_modulate_quant", "bf16", 4096, "norm_modulate_quant_vec_bf16_f8e4m3", 256),
+    ("norm_modulate_quant", "bf16", -4096, "norm_modulate_quant_bf16_f8e4m3", None),  # rows="staged"
     ("norm_modulate_quant", "bf16", 3072, "norm_modulate_quant_vec_bf16_f8e4m3", 192),
     ("norm_modulate_quant", "bf16", 100, "norm_modulate_quant_bf16_f8e4m3", None),  # not a multiple of 8
     ("norm_modulate_quant", "f32", 4096, "norm_modulate_quant_f32_f8e4m3", None),
     ("quantize_rows", "bf16", 16384, "quantize_rows_vec_bf16_f8e4m3", 1024),
     ("quantize_rows", "bf16", 40960, "quantize_rows_bf16_f8e4m3", None),  # more chunks than 1024 threads hold
 ])  # fmt: skip
-def test_row_quantization_keeps_rows_in_registers_where_it_can(
+def test_row_quantization_keeps_rows_in_registers_where_asked_and_it_can(
     sigs: dict[str, dict[str, list[str]]], op: str, dtype: str, length: int, kernel: str, threads: int | None
 ) -> None:  # fmt: skip
     from dif.ir.builder import ProgramBuilder
 
+    backend = _FakeBackend(sigs)
+    backend.options["rows"] = "registers" if length > 0 else "staged"  # DIF_CUDA_ROWS
+    length = abs(length)
     b = ProgramBuilder("rows")
     x = b.input("x", (1, 600, length), dtype)
     if op == "norm_modulate_quant":
@@ -549,7 +553,7 @@ def test_row_quantization_keeps_rows_in_registers_where_it_can(
         outs = b.emit_multi(op, x, dtype="f8e4m3")
     b.output(*outs)
     program = b.build()
-    ctx = LowerCtx(_FakeBackend(sigs), OPS)
+    ctx = LowerCtx(backend, OPS)
     tensors = _tensors(program)
     node = program.nodes[0]
     (step,) = lower_node(ctx, node, [tensors[o] for o in node.operands], [tensors[r.name] for r in node.results])

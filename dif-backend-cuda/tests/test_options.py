@@ -18,6 +18,7 @@ def _no_option_env(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("DIF_CUDA_SDPA", raising=False)
     monkeypatch.delenv("DIF_CUDA_TUNE", raising=False)
     monkeypatch.delenv("DIF_CUDA_INT4", raising=False)
+    monkeypatch.delenv("DIF_CUDA_ROWS", raising=False)
 
 
 def test_variables_are_declared_with_auto_default():
@@ -25,10 +26,11 @@ def test_variables_are_declared_with_auto_default():
     assert ENV_VARS["DIF_CUDA_SDPA"].default == "auto"
     assert ENV_VARS["DIF_CUDA_TUNE"].default == "cached"
     assert ENV_VARS["DIF_CUDA_INT4"].default == "mma"
+    assert ENV_VARS["DIF_CUDA_ROWS"].default == "staged"
 
 
 def test_unset_means_auto():
-    assert resolve_options() == {"gemm": "auto", "sdpa": "auto", "tune": "cached", "int4": "mma"}
+    assert resolve_options() == {"gemm": "auto", "sdpa": "auto", "tune": "cached", "int4": "mma", "rows": "staged"}
 
 
 @pytest.mark.parametrize("gemm", GEMM_CHOICES)
@@ -36,13 +38,13 @@ def test_unset_means_auto():
 def test_every_choice_is_accepted_from_the_environment(monkeypatch, gemm, sdpa):
     monkeypatch.setenv("DIF_CUDA_GEMM", gemm)
     monkeypatch.setenv("DIF_CUDA_SDPA", sdpa)
-    assert resolve_options() == {"gemm": gemm, "sdpa": sdpa, "tune": "cached", "int4": "mma"}
+    assert resolve_options() == {"gemm": gemm, "sdpa": sdpa, "tune": "cached", "int4": "mma", "rows": "staged"}
 
 
 def test_environment_values_ignore_case_and_spaces_and_empty_means_unset(monkeypatch):
     monkeypatch.setenv("DIF_CUDA_GEMM", " NVRTC ")
     monkeypatch.setenv("DIF_CUDA_SDPA", "")
-    assert resolve_options() == {"gemm": "nvrtc", "sdpa": "auto", "tune": "cached", "int4": "mma"}
+    assert resolve_options() == {"gemm": "nvrtc", "sdpa": "auto", "tune": "cached", "int4": "mma", "rows": "staged"}
 
 
 def test_explicit_argument_wins_over_the_environment(monkeypatch):
@@ -53,8 +55,15 @@ def test_explicit_argument_wins_over_the_environment(monkeypatch):
         "sdpa": "flash",
         "tune": "cached",
         "int4": "mma",
+        "rows": "staged",
     }
-    assert resolve_options(gemm="nvrtc") == {"gemm": "nvrtc", "sdpa": "cudnn", "tune": "cached", "int4": "mma"}
+    assert resolve_options(gemm="nvrtc") == {
+        "gemm": "nvrtc",
+        "sdpa": "cudnn",
+        "tune": "cached",
+        "int4": "mma",
+        "rows": "staged",
+    }
 
 
 @pytest.mark.parametrize("tune", ["cached", "on", "off"])
@@ -62,6 +71,13 @@ def test_tune_from_the_environment_and_argument(monkeypatch, tune):
     monkeypatch.setenv("DIF_CUDA_TUNE", tune)
     assert resolve_options()["tune"] == tune
     assert resolve_options(tune="off")["tune"] == "off"
+
+
+@pytest.mark.parametrize("rows", ["staged", "registers"])
+def test_row_kernels_from_the_environment_and_argument(monkeypatch, rows):
+    monkeypatch.setenv("DIF_CUDA_ROWS", rows)
+    assert resolve_options()["rows"] == rows
+    assert resolve_options(rows="staged")["rows"] == "staged"
 
 
 @pytest.mark.parametrize("int4", ["tile", "mma"])

@@ -39,7 +39,8 @@ def backend(variant: str = "default") -> Any:
     if variant not in _BACKENDS:
         from dif_backend_cuda.device import CudaBackend
 
-        options = {"portable": {"gemm": "nvrtc"}, "mma": {"int4": "mma"}, "tile": {"int4": "tile"}}.get(variant, {})
+        options = {"portable": {"gemm": "nvrtc"}, "mma": {"int4": "mma"}, "tile": {"int4": "tile"},
+                   "registers": {"rows": "registers"}, "staged": {"rows": "staged"}}.get(variant, {})  # fmt: skip
         _BACKENDS[variant] = CudaBackend(**options)
     return _BACKENDS[variant]
 
@@ -65,24 +66,32 @@ def rel(a: np.ndarray, b: np.ndarray) -> float:
 RNG = np.random.default_rng(11)
 
 
+@pytest.mark.parametrize("rows", ["staged", "registers"])
 @pytest.mark.parametrize("q", ["f8e4m3", "i8"])
 @pytest.mark.parametrize("kind", ["layer", "rms"])
-def test_norm_modulate_quant_bf16_at_a_dit_row(q: str, kind: str) -> None:
-    be = backend()
+def test_norm_modulate_quant_bf16_at_a_dit_row(q: str, kind: str, rows: str) -> None:
+    """Either row kernel (DIF_CUDA_ROWS), at a 3,072-wide row (klein 4B) and a 4,104-wide one (no whole
+    chunk per thread), against the reference."""
+    be = backend(rows)
     if q == "f8e4m3":
         needs_units(be, "fp8-e4m3")
-    x = RNG.standard_normal((1, 600, 3072)).astype(BF16)
+    width = 3072 if kind == "layer" else 4104
+    x = RNG.standard_normal((1, 600, width)).astype(BF16)
     s, t = (
-        (RNG.standard_normal((1, 1, 3072)) * 0.3).astype(BF16),
-        (RNG.standard_normal((1, 1, 3072)) * 0.3).astype(BF16),
+        (RNG.standard_normal((1, 1, width)) * 0.3).astype(BF16),
+        (RNG.standard_normal((1, 1, width)) * 0.3).astype(BF16),
     )
-    (gq, gs), _ = run_one(be, "norm_modulate_quant", [x, s, t], kind=kind, eps=1e-6, dtype=q)
+    from dif.testing.conformance import run_one_node
+
+    (gq, gs), exe = run_one_node(be, "norm_modulate_quant", [x, s, t], kind=kind, eps=1e-6, dtype=q)
     wq, ws = norm_modulate_quant(x, s, t, kind=kind, eps=1e-6, dtype=q)
     np.testing.assert_allclose(gs, ws, rtol=1e-2)  # the amax of bf16 values: at most one bf16 ulp apart
     deq_got, deq_want = gq.astype(np.float32) * gs, wq.astype(np.float32) * ws
     assert rel(deq_got, deq_want) < (2e-3 if q == "i8" else 2e-2)
     same = np.mean(gq.astype(np.float32) == wq.astype(np.float32))
     assert same > 0.99, f"only {same:.4f} of the quantized values equal the reference"
+    (step,) = exe.steps
+    assert ("_vec_" in step.name) == (rows == "registers"), step.name
 
 
 @pytest.mark.parametrize("q", ["f8e4m3", "i8"])
@@ -157,9 +166,10 @@ def test_int4_linear(group: int, dtype: str, kernel: str) -> None:
     assert choice.startswith("nvrtc int4 tensor-core GEMM") == mma, choice
 
 
-def test_quantize_rows_exact_int8() -> None:
-    be = backend()
-    x = RNG.standard_normal((257, 3072)).astype(BF16)
+@pytest.mark.parametrize("rows", ["staged", "registers"])
+def test_quantize_rows_exact_int8(rows: str) -> None:
+    be = backend(rows)
+    x = RNG.standard_normal((257, 16384)).astype(BF16)  # klein 9B's single-block concat: 1,024 threads of 2 chunks
     (q, s), _ = run_one(be, "quantize_rows", [x], dtype="i8")
     wq, ws = quantize_rows(x, dtype="i8")
     np.testing.assert_array_equal(q, wq)

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from dif.backend import Availability
 from dif.dtypes import DType
-from dif.env import DIF_CUDA_GEMM, DIF_CUDA_INT4, DIF_CUDA_SDPA, DIF_CUDA_TUNE, EnvVar
+from dif.env import DIF_CUDA_GEMM, DIF_CUDA_INT4, DIF_CUDA_ROWS, DIF_CUDA_SDPA, DIF_CUDA_TUNE, EnvVar
 from dif.errors import BackendUnavailableError, UsageError
 from dif.host import total_memory_bytes
 from dif.ops.registry import OPS, OpTable
@@ -37,6 +37,7 @@ NAME = "cuda"
 GEMM_CHOICES = ("auto", "cublaslt", "nvrtc")
 SDPA_CHOICES = ("auto", "cudnn", "flash")
 INT4_CHOICES = ("tile", "mma")
+ROWS_CHOICES = ("staged", "registers")
 LT_WORKSPACE_BYTES = 64 << 20
 STAGING_BYTES = 2 * (64 << 20)
 RESERVE_BYTES = 512 << 20
@@ -55,10 +56,15 @@ def _choice(option: str, explicit: str | None, var: EnvVar, choices: tuple[str, 
 
 
 def resolve_options(
-    gemm: str | None = None, sdpa: str | None = None, tune: str | None = None, int4: str | None = None
+    gemm: str | None = None,
+    sdpa: str | None = None,
+    tune: str | None = None,
+    int4: str | None = None,
+    rows: str | None = None,
 ) -> dict[str, str]:
     """The kernel paths and tune mode a `CudaBackend` uses: an explicit argument wins, else DIF_CUDA_GEMM /
-    DIF_CUDA_SDPA / DIF_CUDA_TUNE / DIF_CUDA_INT4, else 'auto' ('cached' for tune, 'mma' for int4). A bad
+    DIF_CUDA_SDPA / DIF_CUDA_TUNE / DIF_CUDA_INT4 / DIF_CUDA_ROWS, else 'auto' ('cached' for tune, 'mma' for
+    int4, 'staged' for rows). A bad
     value is a UsageError naming the argument or variable and the allowed values; it is checked here, when a
     backend is made, so importing the plugin never fails."""
     from dif_backend_cuda.tuning import TUNE_CHOICES
@@ -68,6 +74,7 @@ def resolve_options(
         "sdpa": _choice("sdpa", sdpa, DIF_CUDA_SDPA, SDPA_CHOICES),
         "tune": _choice("tune", tune, DIF_CUDA_TUNE, TUNE_CHOICES, default="cached"),
         "int4": _choice("int4", int4, DIF_CUDA_INT4, INT4_CHOICES, default="mma"),
+        "rows": _choice("rows", rows, DIF_CUDA_ROWS, ROWS_CHOICES, default="staged"),
     }
 
 
@@ -201,8 +208,9 @@ class CudaBackend:
     (cuBLASLt algorithms and cuDNN plans per distinct problem: 'cached' reuses stored choices and otherwise
     takes the library's first, 'on' also times the candidates of a problem without a stored choice and
     stores the fastest, 'off' always takes the library's first; `tuning.Choices`), `int4` (the int4_linear
-    kernel: the tensor-core 'mma' or the portable 'tile'). `gemm`, `sdpa`, `tune` and `int4` left as None come from
-    DIF_CUDA_GEMM / DIF_CUDA_SDPA / DIF_CUDA_TUNE / DIF_CUDA_INT4 (docs/env.md)."""
+    kernel: the tensor-core 'mma' or the portable 'tile'), `rows` (norm_modulate_quant / quantize_rows over
+    half-precision rows: 'staged' in shared memory or held in 'registers'). Those left as None come from
+    DIF_CUDA_GEMM / DIF_CUDA_SDPA / DIF_CUDA_TUNE / DIF_CUDA_INT4 / DIF_CUDA_ROWS (docs/env.md)."""
 
     name = NAME
     scans_weights_on_device = True  # `prepare(nonfinite_check=...)`: the pipeline skips its host scan
@@ -216,11 +224,12 @@ class CudaBackend:
         graph: bool = True,
         tune: str | None = None,
         int4: str | None = None,
+        rows: str | None = None,
         table: OpTable = OPS,
         cache_root: Path | None = None,
     ) -> None:
         # Options before availability: a typo in DIF_CUDA_GEMM is reported even on a machine without a GPU.
-        kernels = resolve_options(gemm, sdpa, tune, int4)
+        kernels = resolve_options(gemm, sdpa, tune, int4, rows)
         avail = cuda_availability()
         if not avail.ok:
             raise BackendUnavailableError(f"cuda backend unavailable: {avail.reason}")

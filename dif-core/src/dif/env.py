@@ -116,6 +116,13 @@ DIF_CUDA_INT4 = declare(
     "`CudaBackend` wins over it.",
     default="mma",
 )
+DIF_CUDA_ROWS = declare(
+    "DIF_CUDA_ROWS",
+    "Row kernels of the cuda backend's norm_modulate_quant and quantize_rows over half-precision rows: `staged` "
+    "(each row staged in shared memory) or `registers` (the row held in registers, 16-byte loads; opt-in until "
+    "its GPU tests have run). A `rows=` argument to `CudaBackend` wins over it.",
+    default="staged",
+)
 DIF_CUDA_SDPA = declare(
     "DIF_CUDA_SDPA",
     "Attention path of the cuda backend: `auto` (cuDNN for eligible fp16/bf16 attention, else the NVRTC flash "

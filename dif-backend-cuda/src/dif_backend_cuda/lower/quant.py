@@ -3,10 +3,11 @@
 
 - norm_modulate_quant / glu_quant: one kernel normalizes and modulates (or gates), rounds to x's dtype, takes the
   row's amax and writes the quantized row and its scale: the W8A8 GEMM's input is never re-read to be quantized.
-  norm_modulate_quant and quantize_rows over bf16 / f16 rows (a multiple of 8 long, 16-byte aligned) hold the row
-  in registers (`*_vec_*`: 16-byte loads, one read of the row, no shared memory); the kernels that stage it in
-  shared memory run the others. The one-row-per-block staged kernels were latency-bound: klein 9B's fp8 forward
-  spent 15.9 ms of its 85 ms in these two ops on an H100 (stop 26), some ten times their memory traffic's time.
+  With the backend's `rows="registers"` (DIF_CUDA_ROWS), norm_modulate_quant and quantize_rows over bf16 / f16
+  rows (a multiple of 8 long, 16-byte aligned) hold the row in registers (`*_vec_*`: 16-byte loads, one read of
+  the row, no shared memory); otherwise the kernels that stage it in shared memory run. Those are latency-bound:
+  klein 9B's fp8 forward spent 15.9 ms of its 85 ms in these two ops on an H100 (stop 26), some ten times their
+  memory traffic's time. `registers` is opt-in until its GPU tests have run.
 - scaled_linear: fp8-e4m3 on cuBLASLt with the scales as outer-vector epilogue scales (one call, bf16 out);
   int8 (and fp8 where this cuBLASLt has no outer-vector scales) as raw-product GEMMs in blocks of rows plus the
   scaled epilogue kernel; the portable tile GEMM when cuBLASLt is absent or refuses (the reasons recorded).
@@ -58,10 +59,13 @@ def _rows(t: Any) -> tuple[int, int]:
 ROW_CHUNKS = 4  # kernels/quant.cu: chunks of 8 values a thread of the register-resident row kernels holds
 
 
-def _row_vector_threads(length: int, addrs: list[tuple[int, int]], strides: tuple[int, ...] = ()) -> int:
+def _row_vector_threads(ctx: LowerCtx, length: int, addrs: list[tuple[int, int]], strides: tuple[int, ...] = ()) -> int:
     """Threads per row of the register-resident kernels (`*_vec_*`, 16-byte loads), about two chunks of 8 each;
-    0 where they cannot run: a row not a multiple of 8, longer than 1024 threads' chunks, an operand address
-    (with its alignment in bytes) or a row stride (in elements of a half-precision operand) not aligned."""
+    0 where they do not run: the backend's `rows` option is not 'registers' (DIF_CUDA_ROWS), a row is not a
+    multiple of 8 or longer than 1024 threads' chunks, an operand address (with its alignment in bytes) or a row
+    stride (in elements of a half-precision operand) is not aligned."""
+    if ctx.backend.options.get("rows") != "registers":
+        return 0
     chunks = length // 8
     threads = min(1024, max(32, -(-chunks // 2 // 32) * 32))
     if length % 8 or -(-chunks // threads) > ROW_CHUNKS:
@@ -78,7 +82,7 @@ def _quantize_rows(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Ts, outs: Ts) -
     qt = need(node, q.dtype, QUANT)
     rows, length = _rows(x)
     args = [ptr(x), ptr(q), ptr(s), i64(length)]
-    threads = _row_vector_threads(length, [(x.ptr, 16), (q.ptr, 8)]) if x.dtype != DType.F32 else 0
+    threads = _row_vector_threads(ctx, length, [(x.ptr, 16), (q.ptr, 8)]) if x.dtype != DType.F32 else 0
     if threads:  # the row in registers, one read of it
         return [ctx.kernel("quant", f"quantize_rows_vec_{dt}_{qt}", (rows,), (threads,), args)]
     return [ctx.kernel("quant", f"quantize_rows_{dt}_{qt}", (rows,), (row_threads(length),), args)]
@@ -97,7 +101,7 @@ def _norm_modulate_quant(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Ts, outs:
     threads = 0
     if x.dtype != DType.F32 and ss[-1] == ts[-1] == 1:
         addrs = [(t.ptr, 16) for t in (x, sc, sh)] + [(q.ptr, 8)]
-        threads = _row_vector_threads(length, addrs, (*ss[:-1], *ts[:-1]))
+        threads = _row_vector_threads(ctx, length, addrs, (*ss[:-1], *ts[:-1]))
     if threads:  # the row in registers: one read of it, no shared memory
         args = [ptr(x), ptr(sc), ptr(sh), ptr(q), ptr(s), meta, i64(length), eps, is_rms]
         return [ctx.kernel("quant", f"norm_modulate_quant_vec_{dt}_{qt}", (rows,), (threads,), args)]
