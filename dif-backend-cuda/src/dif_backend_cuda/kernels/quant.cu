@@ -316,7 +316,7 @@ __device__ __forceinline__ void fp8_dequantize_impl(const f8e4m3* __restrict__ o
   KERNEL_ENTRY fp8_quantize3_##TN(FP8_VIEWS_ARGS(TN), const float* __restrict__ partial, int parts,       \
                                   f8e4m3* __restrict__ q0, f8e4m3* __restrict__ q1, f8e4m3* __restrict__ q2, \
                                   float* __restrict__ scales) {                                            \
-    fp8_quantize3_impl<TN>(FP8_VIEWS, partial, parts, q0, q1, q2, scales);                                         \
+    fp8_quantize3_impl<TN>(FP8_VIEWS, partial, parts, q0, q1, q2, scales);                                 \
   }                                                                                                        \
   KERNEL_ENTRY fp8_dequantize_##TN(const f8e4m3* __restrict__ o8, const float* __restrict__ scales,        \
                                    TN* __restrict__ o, i64 rows, i64 width, i64 stride) {                  \

@@ -159,7 +159,7 @@ def _cudnn_fp8_steps(
             grid,
             (THREADS,),
             [*views, np.uint64(partial), np.int32(parts), *map(np.uint64, (q8, k8, v8, scales))],
-        ),  # fmt: skip
+        ),
         step,
         ctx.kernel(
             "quant",
@@ -167,7 +167,7 @@ def _cudnn_fp8_steps(
             (parts,),
             (THREADS,),
             [np.uint64(o8), np.uint64(scales), ptr(o), i64(rows[0]), i64(widths[0]), i64(strides[3])],
-        ),  # fmt: skip
+        ),
     ]
     how = "q/k/v quantized per tensor"
     if lens is not None:

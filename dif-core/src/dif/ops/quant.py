@@ -340,9 +340,8 @@ def sdpa_fp8(
     q: np.ndarray, k: np.ndarray, v: np.ndarray, key_mask: np.ndarray | None = None, *, scale: float, causal: bool
 ) -> np.ndarray:
     """sdpa_fp8(q, k, v, key_mask?; scale, causal) -> sdpa's result over f16 / bf16 operands, with both matrix
-    products in fp8-e4m3
-    (made by the format pass `quantize_fp8_attention`, `dif.passes.quantize`), as flash attention runs on fp8
-    matrix units with one scale per tensor:
+    products in fp8-e4m3 (made by the format pass `quantize_fp8_attention`, `dif.passes.quantize`), as flash
+    attention runs on fp8 matrix units with one scale per tensor:
 
     - q, k and v each quantized with its own scale s = amax / 448 (`tensor_scale`);
     - the logits (q k^T * scale, masked as in sdpa) and the softmax numerators e = exp(logit - row max) in

@@ -41,7 +41,7 @@ from attrs import define, evolve, field, frozen
 from dif.env import DIF_FORMAT_KEEP, DIF_FORMAT_STAGES, DIF_FP8_WEIGHTS, DIF_PASSES
 from dif.errors import DifError, DifWarning, UsageError
 from dif.formats import FORMATS, assess, legal_on
-from dif.passes.quantize import ATTENTION_PASS, FORMAT_PASSES, WITH_ATTENTION, split_candidate
+from dif.passes.quantize import ATTENTION_PASS, FORMAT_PASSES, WITH_ATTENTION, candidate_passes, split_candidate
 from dif.plan.plan import Decision
 from dif.quality.format_gate import GateConfig, GateReport, RunRecord, judge
 from dif.target import TargetProfile
@@ -103,7 +103,7 @@ class FormatCandidate:
 
     @property
     def passes(self) -> tuple[str, ...]:
-        return (FORMAT_PASSES[self.format], *((ATTENTION_PASS,) if self.attention else ()))
+        return candidate_passes(self.spec)
 
     @property
     def label(self) -> str:
