@@ -1,6 +1,7 @@
 """The quantized ops on OpenCL beyond the conformance kit: fp8 e4m3 storage (the decoder over all 256 codes and
 the encoder over ties, subnormals, overflow and random bit patterns, bit for bit against ml_dtypes), quantize_rows
 bit-exact against its reference, the fused producers at bf16, int4_linear as one GEMM that unpacks its weight,
+the emulated fp8 attention equal to its reference value for value,
 and the profile that lists f8e4m3 storage and the int4 format only, so the int4 pass quantizes for OpenCL and
 the W8A8 passes do not."""
 
@@ -12,7 +13,14 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from dif.ops.quant import glu_quant, int4_linear, norm_modulate_quant, quantize_rows, quantize_weight_groups
+from dif.ops.quant import (
+    glu_quant,
+    int4_linear,
+    norm_modulate_quant,
+    quantize_rows,
+    quantize_weight_groups,
+    sdpa_fp8,
+)
 from dif.testing.conformance import run_one_node
 
 F8 = ml_dtypes.float8_e4m3fn
@@ -160,3 +168,25 @@ def test_int4_groups_are_chosen_and_w8a8_is_not(ocl) -> None:
     got, want = exe.run(inputs), interpret(quantized, inputs, derived)
     for name in program.outputs:
         assert rel(got[name], want[name]) < 2e-2, name
+
+
+@pytest.mark.parametrize("heads", [(4, 4), (4, 2)])
+@pytest.mark.parametrize("masked", [False, True])
+def test_sdpa_fp8_emulated_is_the_reference_value_for_value(ocl, heads: tuple[int, int], masked: bool) -> None:
+    """q, k, v on the e4m3 grid at their tensor scales, the numerators rounded to e4m3 in the softmax, the
+    output rounded at v's scale: the same values as dif.ops.quant.sdpa_fp8 (fp32 sums in another order move
+    almost none of them across an e4m3 rounding boundary), and some percent from exact attention."""
+    from dif.ops.attention import sdpa
+
+    hq, hkv = heads
+    q = RNG.standard_normal((2, 48, hq, 32)).astype(BF16)
+    k, v = (RNG.standard_normal((2, 48, hkv, 32)).astype(BF16) for _ in range(2))
+    mask = None
+    if masked:
+        mask = np.ones((2, 48), bool)
+        mask[1, 30:] = False
+    (got,), kernels = run_one(ocl, "sdpa_fp8", [q, k, v] + ([mask] if masked else []), scale=0.0, causal=False)
+    want = sdpa_fp8(q, k, v, mask, scale=0.0, causal=False).astype(BF16)
+    assert "attn_softmax_fp8" in kernels and kernels[-1] == "fp8_round_out"
+    assert np.mean(got.astype(np.float32) == want.astype(np.float32)) > 0.999
+    assert 0.01 < rel(got, sdpa(q, k, v, mask, scale=0.0, causal=False)) < 0.1

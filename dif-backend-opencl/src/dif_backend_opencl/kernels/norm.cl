@@ -160,15 +160,11 @@ __kernel void gn_apply(gptr y, long yo, int yt, gcptr x, long xo, int xt, __glob
   stf(y, yo + i, yt, t);
 }
 
-// Attention scores fallback (head_dim too large for the fused kernel): in place on fp32
-// scores [rows = heads * Sq, Skv] of one batch element: scale, key mask, causal mask, softmax.
-// A row with every key masked becomes zeros.
-__kernel void attn_softmax(__global float* s, long so, int Sq, int Skv, float scale, gcptr mask,
-                           long mo, int mt, int has_mask, int causal) {
-  __local float buf[WG];
-  long row = get_group_id(0);
+// The softmax numerators of one row of scores p (in place): exp(p * scale - row max) where attended, 0 elsewhere;
+// returns their sum. One work-group per row (of Sq query rows per head).
+inline float attn_numerators(__global float* p, long row, int Sq, int Skv, float scale, gcptr mask, long mo,
+                             int mt, int has_mask, int causal, __local float* buf) {
   int qi = (int)(row % Sq);
-  __global float* p = s + so + row * Skv;
   int l = get_local_id(0);
   int limit = causal ? min(Skv, qi + (Skv - Sq) + 1) : Skv;
   float m = -INFINITY;
@@ -182,6 +178,30 @@ __kernel void attn_softmax(__global float* s, long so, int Sq, int Skv, float sc
     p[j] = e;
     t += e;
   }
-  t = wg_sum(t, buf);
-  for (int j = l; j < Skv; j += WG) p[j] = t > 0.0f ? p[j] / t : 0.0f;
+  return wg_sum(t, buf);
+}
+
+// Attention scores fallback (head_dim too large for the fused kernel): in place on fp32
+// scores [rows = heads * Sq, Skv] of one batch element: scale, key mask, causal mask, softmax.
+// A row with every key masked becomes zeros.
+__kernel void attn_softmax(__global float* s, long so, int Sq, int Skv, float scale, gcptr mask,
+                           long mo, int mt, int has_mask, int causal) {
+  __local float buf[WG];
+  long row = get_group_id(0);
+  __global float* p = s + so + row * Skv;
+  float t = attn_numerators(p, row, Sq, Skv, scale, mask, mo, mt, has_mask, causal, buf);
+  for (int j = get_local_id(0); j < Skv; j += WG) p[j] = t > 0.0f ? p[j] / t : 0.0f;
+}
+
+// attn_softmax for sdpa_fp8 (emulated, dif.ops.quant.sdpa_fp8): each numerator e in [0, 1] rounded to e4m3 at
+// scale 1/448, times v's scale sc[sco] / 448 and over the unrounded row sum, so that the product with v's
+// e4m3 values (unscaled) is the attention's output
+__kernel void attn_softmax_fp8(__global float* s, long so, int Sq, int Skv, float scale, gcptr mask, long mo,
+                               int mt, int has_mask, int causal, __global const float* sc, long sco) {
+  __local float buf[WG];
+  long row = get_group_id(0);
+  __global float* p = s + so + row * Skv;
+  float t = attn_numerators(p, row, Sq, Skv, scale, mask, mo, mt, has_mask, causal, buf);
+  float f = sc[sco] / 448.0f;
+  for (int j = get_local_id(0); j < Skv; j += WG) p[j] = t > 0.0f ? rnd(p[j] * 448.0f, DT_F8E4M3) * f / t : 0.0f;
 }

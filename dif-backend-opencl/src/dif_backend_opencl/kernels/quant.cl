@@ -37,3 +37,33 @@ __kernel void quantize_rows(gptr q, long qo, int qt, __global float* s, long so,
     stf(q, qo + base + j, qt, qt == DT_I8 ? rint(v) : v);  // clip then rint = rint then clip: qmax is whole
   }
 }
+
+// sdpa_fp8 emulated (dif.ops.quant.sdpa_fp8): the per-tensor scale of x's n values to s[so], amax / 448 (1 for
+// an all-zero tensor); one work-group.
+__kernel void tensor_scale(__global float* s, long so, gcptr x, long xo, int xt, long n) {
+  __local float buf[WG];
+  int l = get_local_id(0);
+  float m = 0.0f;
+  for (long j = l; j < n; j += WG) m = fmax(m, fabs(ldf(x, xo + j, xt)));
+  m = wg_max(m, buf);
+  if (l == 0) s[so] = m > 0.0f ? div_rn(m, 448.0f) : 1.0f;
+}
+
+// y = e4m3(x / s[so]) as fp32, times s[so] when `scaled`: x's values on the e4m3 grid at its tensor's scale
+__kernel void quantize_tensor(__global float* y, long yo, gcptr x, long xo, int xt, __global const float* s,
+                              long so, int scaled, long n) {
+  long i = get_global_id(0);
+  if (i >= n) return;
+  float sc = s[so];
+  float v = rnd(clamp(div_rn(ldf(x, xo + i, xt), sc), -448.0f, 448.0f), DT_F8E4M3);
+  y[yo + i] = scaled ? v * sc : v;
+}
+
+// the attention's fp32 result y at v's scale s[so] rounded to e4m3, stored in o's dtype
+__kernel void fp8_round_out(gptr o, long oo, int ot, __global const float* y, long yo, __global const float* s,
+                            long so, long n) {
+  long i = get_global_id(0);
+  if (i >= n) return;
+  float sv = s[so];
+  stf(o, oo + i, ot, rnd(clamp(div_rn(y[yo + i], sv), -448.0f, 448.0f), DT_F8E4M3) * sv);
+}

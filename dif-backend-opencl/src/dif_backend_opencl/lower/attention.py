@@ -4,6 +4,7 @@ GEMMs + a masked softmax when the head dim is too large for it) and rope (`kerne
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 
@@ -45,10 +46,39 @@ def lower_sdpa(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Refs, outs: Refs) -
     return _sdpa_unfused(ctx, o, q, k, v, mask, scale, causal)
 
 
-def _sdpa_unfused(ctx: LowerCtx, o: Ref, q: Ref, k: Ref, v: Ref, mask: Ref | None, scale: float, causal: bool) -> Steps:
+@lowers("sdpa_fp8")
+def lower_sdpa_fp8(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Refs, outs: Refs) -> Steps:
+    """Emulated (no fp8 matrix units here), with the reference's roundings: q, k, v to the e4m3 grid at their
+    tensor scales (fp32 scratch, `kernels/quant.cl`), the unfused attention over them whose softmax rounds its
+    numerators to e4m3 (`attn_softmax_fp8`), and the fp32 result rounded to e4m3 at v's scale."""
+    q, k, v = ins[:3]
+    mask = ins[3] if len(ins) > 3 else None
+    (o,) = outs
+    scale = float(np.float32(attrs["scale"] or 1.0 / math.sqrt(q.type.shape[3])))
+    scales = ctx.scratch((3,), DType.F32)  # the tensor scales of q, k and v
+    steps: Steps = []
+    grid: list[Ref] = []
+    for i, x in enumerate((q, k, v)):
+        y = ctx.scratch(x.type.shape, DType.F32)
+        s = (scales.slot, np.int64(scales.offset + i))
+        n = np.int64(x.numel)
+        steps += ctx.launch_rows("quant", "tensor_scale", 1, *s, *x.full(), n)
+        steps += ctx.launch_1d("quant", "quantize_tensor", x.numel, *y.ptr(), *x.full(), *s, np.int32(i < 2), n)
+        grid.append(y)  # q and k times their scales, v's e4m3 values alone (the softmax carries its scale)
+    out = ctx.scratch(o.type.shape, DType.F32)
+    sv = (scales.slot, np.int64(scales.offset + 2))
+    steps += _sdpa_unfused(ctx, out, *grid, mask, scale, bool(attrs["causal"]), v_scale=sv)
+    return steps + ctx.launch_1d("quant", "fp8_round_out", o.numel, *o.full(), *out.ptr(), *sv, np.int64(o.numel))
+
+
+def _sdpa_unfused(
+    ctx: LowerCtx, o: Ref, q: Ref, k: Ref, v: Ref, mask: Ref | None, scale: float, causal: bool,
+    v_scale: tuple[Any, np.int64] | None = None,
+) -> Steps:  # fmt: skip
     """scores = q k^T (GEMM), masked softmax in place, o = p v (GEMM); per batch element and block
     of kv heads so the fp32 scores stay under the scratch cap. Heads are split (kv head, repeat)
-    so GQA is two batch dims of the GEMMs rather than a copy."""
+    so GQA is two batch dims of the GEMMs rather than a copy. With `v_scale` (the scale of v's e4m3 values:
+    sdpa_fp8), the softmax rounds its numerators to e4m3 and carries that scale (`attn_softmax_fp8`)."""
     bsz, sq, hq, d = q.type.shape
     _, skv, hkv, dv = v.type.shape
     rep = hq // hkv
@@ -65,7 +95,10 @@ def _sdpa_unfused(ctx: LowerCtx, o: Ref, q: Ref, k: Ref, v: Ref, mask: Ref | Non
                           batch=[(kvc, rep * d, d, rep * sq * skv), (rep, d, 0, sq * skv)])  # fmt: skip
             mref = mask.view(b * skv) if mask is not None else q
             args = (*s.ptr(), *i32s(sq, skv), np.float32(scale), *mref.full(), *i32s(mask is not None, causal))
-            steps += ctx.launch_rows("norm", "attn_softmax", kvc * rep * sq, *args)
+            if v_scale is None:
+                steps += ctx.launch_rows("norm", "attn_softmax", kvc * rep * sq, *args)
+            else:
+                steps += ctx.launch_rows("norm", "attn_softmax_fp8", kvc * rep * sq, *args, *v_scale)
             ov = o.view((b * sq * hq + h0 * rep) * dv)
             vv = v.view((b * skv * hkv + h0) * dv)
             steps += gemm(ctx, ov, s, vv, m=sq, n=dv, k=skv, sam=skv, sak=1, sbk=hkv * dv, sbn=1, ldc=hq * dv,

@@ -45,10 +45,6 @@ HALF_ONLY_OPS = frozenset({"sdpa_backward", "sdpa_stats", "sdpa_fp8"})
 attention that quantizes half-precision operands)."""
 F32_ONLY_OPS = frozenset({"adamw_update"})
 """Ops whose type rule takes f32 only, so they have no half-precision cases (the optimizer's master weights)."""
-MATRIX_UNIT_OPS = frozenset({"sdpa_fp8"})
-"""Ops that exist for fp8 matrix units: a format pass emits them only on a target that declares them
-(`op:sdpa_fp8`, `dif.passes.quantize`), so a backend without such units need not lower them, and a strict run
-skips them there, saying so."""
 
 PASS, FAIL, ERROR, UNSUPPORTED = "pass", "fail", "error", "unsupported"
 
@@ -324,7 +320,7 @@ def pytest_params(
 def _assert(result: CaseResult, strict: bool) -> None:
     import pytest
 
-    if result.status == UNSUPPORTED and (not strict or result.op in MATRIX_UNIT_OPS):
+    if result.status == UNSUPPORTED and not strict:
         pytest.skip(result.detail)
     assert result.status == PASS, result.line()
 
