@@ -235,7 +235,8 @@ _core(
         storage_dtype="f8e4m3",
         bits=8 + 32 / 4096,
         usage=Usage.SEARCH_CANDIDATE,
-        usage_reason="the quantize_fp8 pass (dif.passes.quantize), measured by the format search",
+        usage_reason="the quantize_fp8 pass (dif.passes.quantize), measured by the format search; "
+        "fp8-e4m3+attention adds quantize_fp8_attention",
         scale="per-channel",
         requires_dtypes=("f8e4m3",),
         requires_tensor_core=("fp8-e4m3",),
