@@ -5,6 +5,9 @@
 #            (norm_modulate_quant / quantize_rows `*_vec_*`, DIF_CUDA_ROWS=registers)
 #   stage 2  klein 9B and klein 4B one forward at 1024^2, bf16 against fp8-e4m3, the row kernels staged, then in
 #            registers
+#   stage 3  the FLUX.2 VAE decoder alone at 1024^2 (perf/profile_vae.py): the klein 9B pipeline's decode stage took
+#            236 ms at stops 16 and 26 (perf/formats_h200.py --phase pipeline), where this profile measured
+#            38.9 ms at stop 13; the first lead to follow
 # If stage 1 passes and stage 2 is faster, DIF_CUDA_ROWS's default can become registers (dif-core/src/dif/env.py,
 # dif-backend-cuda/src/dif_backend_cuda/device.py, docs/env.md).
 # Device call (repo root, carry [".whl"], timeout_s 600):
@@ -26,4 +29,6 @@ for rows in staged registers; do
     [ -f "$OUT/step_$model.json" ] && mv "$OUT/step_$model.json" "$OUT/step_${model}_rows_$rows.json"
   done
 done
+stamp "stage 3: the VAE decoder alone at 1024^2"
+timeout 120 python3 perf/profile_vae.py --size 1024 --out "$OUT/profile_vae.json" 2>&1 | tail -12
 stamp "done"
