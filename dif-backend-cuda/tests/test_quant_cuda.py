@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from dif.dtypes import DType
+from dif.ops.attention import sdpa_fp8
 from dif.ops.quant import (
     glu_quant,
     int4_linear,
@@ -21,7 +22,6 @@ from dif.ops.quant import (
     quantize_weight_groups,
     quantize_weight_rows,
     scaled_linear,
-    sdpa_fp8,
 )
 
 from .conftest import cuda_skip_reason
@@ -209,7 +209,7 @@ def test_tiny_flux2_denoiser_through_a_format_pass_matches_the_cpu(pass_name: st
 @pytest.mark.parametrize("dtype", ["bf16", "f16"])
 @pytest.mark.parametrize("heads, tokens", [((8, 8), 256), ((8, 2), 300)])
 def test_sdpa_fp8_matches_the_reference(dtype: str, heads: tuple[int, int], tokens: int) -> None:
-    """cuDNN's fp8 attention between the quantization kernels against dif.ops.quant.sdpa_fp8: the same
+    """cuDNN's fp8 attention between the quantization kernels against dif.ops.attention.sdpa_fp8: the same
     roundings, summed in another order (a flash kernel's running max and tiles)."""
     be = backend()
     needs_units(be, "fp8-e4m3")

@@ -13,14 +13,8 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from dif.ops.quant import (
-    glu_quant,
-    int4_linear,
-    norm_modulate_quant,
-    quantize_rows,
-    quantize_weight_groups,
-    sdpa_fp8,
-)
+from dif.ops.attention import sdpa_fp8
+from dif.ops.quant import glu_quant, int4_linear, norm_modulate_quant, quantize_rows, quantize_weight_groups
 from dif.testing.conformance import run_one_node
 
 F8 = ml_dtypes.float8_e4m3fn
@@ -174,7 +168,7 @@ def test_int4_groups_are_chosen_and_w8a8_is_not(ocl) -> None:
 @pytest.mark.parametrize("masked", [False, True])
 def test_sdpa_fp8_emulated_is_the_reference_value_for_value(ocl, heads: tuple[int, int], masked: bool) -> None:
     """q, k, v on the e4m3 grid at their tensor scales, the numerators rounded to e4m3 in the softmax, the
-    output rounded at v's scale: the same values as dif.ops.quant.sdpa_fp8 (fp32 sums in another order move
+    output rounded at v's scale: the same values as dif.ops.attention.sdpa_fp8 (fp32 sums in another order move
     almost none of them across an e4m3 rounding boundary), and some percent from exact attention."""
     from dif.ops.attention import sdpa
 

@@ -137,8 +137,7 @@ def _torch_fp8_attention(torch, q, k, v, mask, causal: bool):  # type: ignore[no
 def test_sdpa_fp8_matches_the_same_arithmetic_in_torch(case: str) -> None:
     """The reference against torch's fp8 casts; and, as it must be, a few percent from exact attention."""
     torch = pytest.importorskip("torch")
-    from dif.ops.attention import sdpa
-    from dif.ops.quant import sdpa_fp8
+    from dif.ops.attention import sdpa, sdpa_fp8
 
     hkv = 2 if case == "gqa-keymask" else 4
     q = RNG.standard_normal((2, 48, 4, 32)).astype(np.float32)

@@ -307,7 +307,7 @@ def test_fp8_attention_leaves_an_sdpa_it_cannot_convert_saying_why(target: Targe
 
 
 def test_fp8_attention_on_cpu_is_the_reference_arithmetic() -> None:
-    from dif.ops.quant import sdpa_fp8
+    from dif.ops.attention import sdpa_fp8
 
     program = attention_block("f16")
     inputs = inputs_for(program)

@@ -193,7 +193,7 @@ __kernel void attn_softmax(__global float* s, long so, int Sq, int Skv, float sc
   for (int j = get_local_id(0); j < Skv; j += WG) p[j] = t > 0.0f ? p[j] / t : 0.0f;
 }
 
-// attn_softmax for sdpa_fp8 (emulated, dif.ops.quant.sdpa_fp8): each numerator e in [0, 1] rounded to e4m3 at
+// attn_softmax for sdpa_fp8 (emulated, dif.ops.attention.sdpa_fp8): each numerator e in [0, 1] rounded to e4m3 at
 // scale 1/448, times v's scale sc[sco] / 448 and over the unrounded row sum, so that the product with v's
 // e4m3 values (unscaled) is the attention's output
 __kernel void attn_softmax_fp8(__global float* s, long so, int Sq, int Skv, float scale, gcptr mask, long mo,

@@ -38,7 +38,7 @@ __kernel void quantize_rows(gptr q, long qo, int qt, __global float* s, long so,
   }
 }
 
-// sdpa_fp8 emulated (dif.ops.quant.sdpa_fp8): the per-tensor scale of x's n values to s[so], amax / 448 (1 for
+// sdpa_fp8 emulated (dif.ops.attention.sdpa_fp8): the per-tensor scale of x's n values to s[so], amax / 448 (1 for
 // an all-zero tensor); one work-group.
 __kernel void tensor_scale(__global float* s, long so, gcptr x, long xo, int xt, long n) {
   __local float buf[WG];

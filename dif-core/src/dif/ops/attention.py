@@ -108,6 +108,63 @@ def unnormalized_attention(
     return e, e.sum(axis=-1, keepdims=True), vf
 
 
+def _sdpa_fp8_infer(
+    q: TensorType, k: TensorType, v: TensorType, key_mask: TensorType | None = None, *, scale: float, causal: bool
+) -> TensorType:
+    if q.dtype not in (DType.BF16, DType.F16):
+        raise fail(f"q, k, v are quantized from f16 / bf16, got {q}")
+    return _sdpa_infer(q, k, v, key_mask, scale=scale, causal=causal)
+
+
+def _sdpa_fp8_cases(rng: np.random.Generator, dtype: DType) -> list[Case]:
+    if dtype not in (DType.BF16, DType.F16):
+        return []
+    q, k, v = (randn(rng, (2, 64, h, 64), dtype) for h in (4, 2, 2))
+    mask = np.ones((2, 64), bool)
+    mask[1, 40:] = False
+    return [
+        Case("mha", (q, randn(rng, (2, 64, 4, 64), dtype), randn(rng, (2, 64, 4, 64), dtype, 3.0))),
+        Case("gqa", (q, k, v)),
+        Case("gqa-keymask", (q, k, v, mask)),
+    ]
+
+
+@defop(
+    "sdpa_fp8",
+    operands=("q", "k", "v", "key_mask?"),
+    attrs=(
+        AttrSpec("scale", "float", 0.0, doc="as in sdpa"),
+        AttrSpec("causal", "bool", False, doc="as in sdpa"),
+    ),
+    infer=_sdpa_fp8_infer,
+    cases=_sdpa_fp8_cases,
+    category="fused",
+)
+def sdpa_fp8(
+    q: np.ndarray, k: np.ndarray, v: np.ndarray, key_mask: np.ndarray | None = None, *, scale: float, causal: bool
+) -> np.ndarray:
+    """sdpa_fp8(q, k, v, key_mask?; scale, causal) -> sdpa's result over f16 / bf16 operands, with both matrix
+    products in fp8-e4m3 (made by the format pass `quantize_fp8_attention`, `dif.passes.quantize`), as flash
+    attention runs on fp8 matrix units with one scale per tensor:
+
+    - q, k and v each quantized with its own scale s = amax / 448 (`tensor_scale`);
+    - the logits (q k^T * scale, masked as in sdpa) and the softmax numerators e = exp(logit - row max) in
+      fp32; e in [0, 1] is rounded to e4m3 at scale 1/448 for the second product, the row sums taken unrounded;
+    - out = (e8 v8) * s_v / 448 / row sum, rounded to e4m3 at v's scale (an average of v's rows never exceeds
+      its amax) and stored in q's dtype."""
+    from dif.ops.quant import QMAX, quantize_with, tensor_scale  # dif.ops.quant imports this module's users
+
+    scales = [tensor_scale(x) for x in (q, k, v)]
+    q8, k8, v8 = (quantize_with(x, s, "f8e4m3").astype(np.float32) for x, s in zip((q, k, v), scales, strict=True))
+    sq, sk, sv = scales
+    e, denom, vf = unnormalized_attention(q8 * sq, k8 * sk, v8, key_mask, scale=scale, causal=causal)
+    qmax = np.float32(QMAX["f8e4m3"])
+    e8 = quantize_with(e * qmax, np.float32(1.0), "f8e4m3").astype(np.float32)
+    out = np.matmul(e8, vf) * (sv / qmax) / np.where(denom > 0, denom, 1)
+    out8 = quantize_with(out, sv, "f8e4m3").astype(np.float32) * sv
+    return np.swapaxes(out8, 1, 2)
+
+
 def check_rope_tables(x: TensorType, cos: TensorType, sin: TensorType) -> None:
     """The part of the type rule that rope and the fused rms_norm_rope share: cos and sin both
     [S, R], S the sequence length of x [B, S, H, D], R even and at most the head dim."""

@@ -352,7 +352,8 @@ def quantize_int8(program: Program, *, ctx: PassContext) -> Program:
 
 def quantize_fp8_attention(program: Program, *, ctx: PassContext) -> Program:
     """`program` with each `sdpa` over f16 / bf16 operands as `sdpa_fp8`: both attention products on fp8
-    matrix units, q, k, v and the softmax numerators rounded to e4m3 with one scale per tensor (dif.ops.quant).
+    matrix units, q, k, v and the softmax numerators rounded to e4m3 with one scale per tensor
+    (dif.ops.attention).
     A separate candidate from `quantize_fp8`, which converts the linears: attention's error is judged apart.
     An attention of a block `DIF_FORMAT_KEEP` names stays as it is, with the reason recorded."""
     if not _implemented(ctx, "fp8-e4m3"):
