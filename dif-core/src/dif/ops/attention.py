@@ -52,13 +52,17 @@ def _sdpa_cases(rng: np.random.Generator, dtype: DType) -> list[Case]:
     ]
 
 
+SDPA_OPERANDS = ("q", "k", "v", "key_mask?")
+SDPA_ATTRS = (
+    AttrSpec("scale", "float", 0.0, doc="softmax scale; 0 means 1/sqrt(head_dim)"),
+    AttrSpec("causal", "bool", False, doc="query i sees keys j <= i + (Skv - Sq)"),
+)
+
+
 @defop(
     "sdpa",
-    operands=("q", "k", "v", "key_mask?"),
-    attrs=(
-        AttrSpec("scale", "float", 0.0, doc="softmax scale; 0 means 1/sqrt(head_dim)"),
-        AttrSpec("causal", "bool", False, doc="query i sees keys j <= i + (Skv - Sq)"),
-    ),
+    operands=SDPA_OPERANDS,
+    attrs=SDPA_ATTRS,
     infer=_sdpa_infer,
     cases=_sdpa_cases,
     category="attention",
@@ -131,11 +135,8 @@ def _sdpa_fp8_cases(rng: np.random.Generator, dtype: DType) -> list[Case]:
 
 @defop(
     "sdpa_fp8",
-    operands=("q", "k", "v", "key_mask?"),
-    attrs=(
-        AttrSpec("scale", "float", 0.0, doc="as in sdpa"),
-        AttrSpec("causal", "bool", False, doc="as in sdpa"),
-    ),
+    operands=SDPA_OPERANDS,
+    attrs=SDPA_ATTRS,
     infer=_sdpa_fp8_infer,
     cases=_sdpa_fp8_cases,
     category="fused",
