@@ -14,6 +14,8 @@ format's quantized ops (`dif.ops.quant`). Not in the default pipeline: the forma
   dilutes its rounding) and one of fewer than `MIN_ROWS` input rows.
 - `quantize_int4` (weight-only): every linear over a parameter weight whose inputs divide into groups of 128
   (else 64) becomes `int4_linear`.
+- `quantize_fp8_attention`: every f16 / bf16 `sdpa` becomes `sdpa_fp8` (both products on fp8 matrix units), a
+  candidate of its own (`fp8-e4m3+attention` in the format search, `candidate_passes`).
 
 A `linear_add` (`fuse_linear_residual`, earlier in the default pipeline) is split back into its linear and add
 first, so its linear is a candidate like any other; the ones that stay linears are fused again afterwards.
@@ -351,9 +353,8 @@ def quantize_int8(program: Program, *, ctx: PassContext) -> Program:
 
 
 def quantize_fp8_attention(program: Program, *, ctx: PassContext) -> Program:
-    """`program` with each `sdpa` over f16 / bf16 operands as `sdpa_fp8`: both attention products on fp8
-    matrix units, q, k, v and the softmax numerators rounded to e4m3 with one scale per tensor
-    (dif.ops.attention).
+    """`program` with each `sdpa` over f16 / bf16 operands as `sdpa_fp8` (dif.ops.attention): both attention
+    products on fp8 matrix units, q, k, v and the softmax numerators rounded to e4m3 with one scale per tensor.
     A separate candidate from `quantize_fp8`, which converts the linears: attention's error is judged apart.
     An attention of a block `DIF_FORMAT_KEEP` names stays as it is, with the reason recorded."""
     if not _implemented(ctx, "fp8-e4m3"):
