@@ -152,7 +152,8 @@ def device_properties(device: int = 0) -> dict[str, Any]:
 
 
 CUDNN_ONLY_OPS = ("sdpa_backward", "sdpa_stats", "sdpa_fp8")
-"""Fused ops whose only CUDA lowering is cuDNN's: not declared where cudnn-frontend is missing."""
+"""Fused ops only cuDNN runs as themselves (sdpa_fp8 falls back to the run dtype's sdpa): not declared where
+cudnn-frontend is missing, so no pass makes them there."""
 
 
 def probe_profile(device: int = 0) -> TargetProfile:
