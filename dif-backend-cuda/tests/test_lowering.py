@@ -561,3 +561,50 @@ def test_row_quantization_keeps_rows_in_registers_where_asked_and_it_can(
     assert step.name == kernel and step.grid == (600,)
     if threads is not None:
         assert step.block == (threads,) and step.shared == 0
+
+
+@pytest.mark.parametrize("padding", [True, False])
+def test_masked_sdpa_on_cudnn_launches_matching_kernels(
+    sigs: dict[str, dict[str, list[str]]], monkeypatch: pytest.MonkeyPatch, padding: bool
+) -> None:
+    """A key mask reaches cuDNN over the attended keys gathered first (its padding mask), or, where cuDNN
+    refuses that, as a score bias; either way the fully masked rows are zeroed after, and every kernel gets the
+    arguments its signature declares."""
+    import sys
+    from types import SimpleNamespace
+
+    from dif.ir.builder import ProgramBuilder
+    from dif_backend_cuda import sdpa
+
+    class FakeSdpa:
+        def __init__(self, *args: Any, seq_lens: int = 0, key_bias: int = 0, bias_rows: int = 0) -> None:
+            if seq_lens and not padding:
+                raise RuntimeError("no padding mask here")
+            self.choice = "heuristic's first plan"
+
+    monkeypatch.setattr(sdpa, "CudnnSdpa", FakeSdpa)
+    memory = SimpleNamespace(Memory=lambda n: SimpleNamespace(ptr=1 << 41, size=n),
+                             runtime=SimpleNamespace(memcpy=lambda *args: None))  # fmt: skip
+    monkeypatch.setitem(sys.modules, "cupy", SimpleNamespace(cuda=memory))
+    b = ProgramBuilder("masked")
+    q, k, v = (b.input(n, (2, 80, 4, 64), "bf16") for n in "qkv")
+    b.output(b.emit("sdpa", q, k, v, b.input("mask", (2, 80), "bool"), scale=0.0, causal=False))
+    program = b.build()
+    backend = _FakeBackend(sigs)
+    backend.options["sdpa"] = "auto"
+    backend.cudnn = lambda: object()  # type: ignore[method-assign]
+    ctx = LowerCtx(backend, OPS)
+    ctx.shared_scratch = lambda key, nbytes: SimpleNamespace(ptr=1 << 40, size=nbytes)  # type: ignore[method-assign]
+    tensors = _tensors(program)
+    node = program.nodes[0]
+    steps = lower_node(ctx, node, [tensors[o] for o in node.operands], [tensors[r.name] for r in node.results])
+    launches = [s for s in steps if isinstance(s, Launch)]
+    for step in launches:
+        _check_args(step)
+    names = [s.name for s in launches]
+    if padding:
+        assert names == ["sdpa_key_order", "sdpa_gather_keys_bf16", "sdpa_zero_masked_rows_bf16"]
+        assert "attended keys gathered first" in ctx.choices[node.id]
+    else:
+        assert names == ["sdpa_mask_bias_bf16", "sdpa_zero_masked_rows_bf16"]
+        assert "key mask as a bias" in ctx.choices[node.id]

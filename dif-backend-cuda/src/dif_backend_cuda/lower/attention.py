@@ -133,15 +133,9 @@ def _cudnn_fp8_steps(
     q8, k8, v8, *gathered, o8 = np.cumsum([scratch.ptr, *sizes]).tolist()
     scales = o8 + rows[0] * widths[0]
     partial = scales + 4 * len(FP8_SCALES)
-    lens = None
-    if mask is not None:
-        import cupy
-
-        # int32 seq_q [B], seq_kv [B] (whole lengths until the first run computes them, so that a plan timed at
-        # prepare reads only keys that exist), then the gather order [B, Skv]
-        whole = np.array([sq] * b + [skv] * b, np.int32)
-        lens = cupy.cuda.Memory(whole.nbytes + b * skv * 4)
-        cupy.cuda.runtime.memcpy(lens.ptr, whole.ctypes.data, whole.nbytes, 1)  # 1: host to device
+    lens, first = None, []
+    if mask is not None:  # the e4m3 copies' rows (dense) with the attended keys first
+        lens, first = _attended_keys_first(ctx, "f8e4m3", mask, sq, widths[1], k8, v8, widths[1], widths[2], *gathered)
     kv = gathered or [k8, v8]
     try:
         step = CudnnSdpaFp8(ctx.backend.cudnn(), b, sq, skv, hq, hkv, d, q8, *kv, o8, scales, scale, causal,
@@ -151,39 +145,19 @@ def _cudnn_fp8_steps(
     step.scratch = (scratch, lens)  # a larger node's scratch replaces the shared one: this step keeps its own
     views = [ptr(q), ptr(k), ptr(v), *map(i64, rows), *map(i64, widths), *map(i64, strides[:3])]
     grid = (parts, 3)
-    steps: Steps = [
-        ctx.kernel("quant", f"fp8_amax3_{dt}", grid, (THREADS,), [*views, np.uint64(partial)]),
-        ctx.kernel(
-            "quant",
-            f"fp8_quantize3_{dt}",
-            grid,
-            (THREADS,),
-            [*views, np.uint64(partial), np.int32(parts), *map(np.uint64, (q8, k8, v8, scales))],
-        ),
-        step,
-        ctx.kernel(
-            "quant",
-            f"fp8_dequantize_{dt}",
-            (parts,),
-            (THREADS,),
-            [np.uint64(o8), np.uint64(scales), ptr(o), i64(rows[0]), i64(widths[0]), i64(strides[3])],
-        ),
-    ]
+    amax = ctx.kernel("quant", f"fp8_amax3_{dt}", grid, (THREADS,), [*views, np.uint64(partial)])
+    quantize = ctx.kernel("quant", f"fp8_quantize3_{dt}", grid, (THREADS,), [
+        *views, np.uint64(partial), np.int32(parts), *map(np.uint64, (q8, k8, v8, scales))])  # fmt: skip
+    dequantize = ctx.kernel("quant", f"fp8_dequantize_{dt}", (parts,), (THREADS,), [
+        np.uint64(o8), np.uint64(scales), ptr(o), i64(rows[0]), i64(widths[0]), i64(strides[3])])  # fmt: skip
     how = "q/k/v quantized per tensor"
-    if lens is not None:
-        seq_q, seq_kv, order = (np.uint64(lens.ptr + 4 * b * i) for i in range(3))
-        to_order = ctx.kernel("attention", "sdpa_key_order", (b,), (THREADS,), [
-            ptr(mask), order, seq_q, seq_kv, i64(sq), i64(skv)])  # fmt: skip
-        n = b * skv * 2 * widths[1]
-        gather = ctx.flat("attention", "sdpa_gather_keys_f8e4m3", n, [
-            np.uint64(k8), np.uint64(v8), order, *map(np.uint64, gathered), i64(skv), i64(widths[1]),
-            i64(widths[2]), i64(widths[1]), i64(widths[2]), i64(n)])  # fmt: skip
-        zero_rows = ctx.kernel("attention", f"sdpa_zero_masked_rows_{dt}", (b,), (THREADS,), [
-            ptr(mask), ptr(o), i64(sq), i64(skv), i64(widths[0]), i64(strides[3]), np.int32(0)])  # fmt: skip
-        steps = [to_order, *steps[:2], gather, step, steps[3], zero_rows]
-        how += ", the attended keys gathered first"
-    ctx.choices[node.id] = f"cudnn-sdpa fp8-e4m3 ({step.choice}), {how}"
-    return steps
+    if mask is None:
+        ctx.choices[node.id] = f"cudnn-sdpa fp8-e4m3 ({step.choice}), {how}"
+        return [amax, quantize, step, dequantize]
+    order, gather = first
+    zero_rows = _zero_masked_rows(ctx, dt, mask, o, sq, widths[0], strides[3], False)
+    ctx.choices[node.id] = f"cudnn-sdpa fp8-e4m3 ({step.choice}), {how}, the attended keys gathered first"
+    return [order, amax, quantize, gather, step, dequantize, zero_rows]
 
 
 @lowering("sdpa_backward")
@@ -417,9 +391,7 @@ def _cudnn_steps(
             dt, n = q.dtype.value, b * rows * skv
             to_bias = ctx.flat("attention", f"sdpa_mask_bias_{dt}", n, [
                 ptr(mask), np.uint64(bias.ptr), i64(n), i64(skv), i64(rows)])  # fmt: skip
-            zero_rows = ctx.kernel("attention", f"sdpa_zero_masked_rows_{dt}", (b,), (THREADS,), [
-                ptr(mask), ptr(o), i64(sq), i64(skv), i64(hq * dv), i64(strides[3]), np.int32(causal)])  # fmt: skip
-            return [to_bias, step, zero_rows]
+            return [to_bias, step, _zero_masked_rows(ctx, dt, mask, o, sq, hq * dv, strides[3], causal)]
     if choice == "cudnn":
         raise unsupported(node, f"cuDNN SDPA requested but not possible: {reason}")
     ctx.choices[node.id] = f"nvrtc-flash ({reason})"
@@ -441,8 +413,6 @@ def _cudnn_over_attended_keys(
     """A key mask without a score bias: each batch row's attended keys (and their values) gathered to the
     front of a scratch copy, then cuDNN's padding mask over the first seq_kv[b] keys, then the fully
     masked query rows zeroed (kernels/attention.cu). None when cuDNN refuses its padding mask here."""
-    import cupy
-
     from dif_backend_cuda.sdpa import CudnnSdpa
 
     b, sq, hq, d = q.shape
@@ -450,14 +420,11 @@ def _cudnn_over_attended_keys(
     if v.shape[3] != d:
         return None
     dt, item = q.dtype.value, q.dtype.itemsize
-    # int32 seq_q [B], seq_kv [B], this node's: whole lengths until the first run computes them, so that a
-    # plan timed at prepare reads only keys that exist
-    whole = np.array([sq] * b + [skv] * b, np.int32)
-    lens = cupy.cuda.Memory(whole.nbytes)
-    cupy.cuda.runtime.memcpy(lens.ptr, whole.ctypes.data, whole.nbytes, 1)  # 1: host to device
-    order = cupy.cuda.Memory(b * skv * 4)
     rows = b * skv * hkv * d  # elements of the dense k copy (and of the v copy)
     kv = ctx.shared_scratch(("sdpa_attended_keys", dt), 2 * rows * item)
+    lens, (to_order, gather) = _attended_keys_first(
+        ctx, dt, mask, sq, hkv * d, k.ptr, v.ptr, strides[1], strides[2], kv.ptr, kv.ptr + rows * item
+    )
     try:
         step = CudnnSdpa(
             handle, q.dtype, b, sq, skv, hq, hkv, d, q.ptr, kv.ptr, kv.ptr + rows * item, o.ptr, scale, False,
@@ -465,14 +432,42 @@ def _cudnn_over_attended_keys(
         )  # fmt: skip
     except Exception:  # noqa: BLE001 - cuDNN's own words go with the bias path's choice, if that one fails too
         return None
-    step.scratch = (lens, order, kv)
+    step.scratch = (lens, kv)
     ctx.choices[node.id] = f"cudnn-sdpa ({step.choice}, over the attended keys gathered first)"
-    seq_q, seq_kv = np.uint64(lens.ptr), np.uint64(lens.ptr + 4 * b)
-    to_order = ctx.kernel("attention", "sdpa_key_order", (b,), (THREADS,), [
-        ptr(mask), np.uint64(order.ptr), seq_q, seq_kv, i64(sq), i64(skv)])  # fmt: skip
-    gather = ctx.flat("attention", f"sdpa_gather_keys_{dt}", b * skv * 2 * hkv * d, [
-        ptr(k), ptr(v), np.uint64(order.ptr), np.uint64(kv.ptr), np.uint64(kv.ptr + rows * item), i64(skv),
-        i64(hkv * d), i64(hkv * d), i64(strides[1]), i64(strides[2]), i64(b * skv * 2 * hkv * d)])  # fmt: skip
-    zero_rows = ctx.kernel("attention", f"sdpa_zero_masked_rows_{dt}", (b,), (THREADS,), [
-        ptr(mask), ptr(o), i64(sq), i64(skv), i64(hq * d), i64(strides[3]), np.int32(0)])  # fmt: skip
-    return [to_order, gather, step, zero_rows]
+    return [to_order, gather, step, _zero_masked_rows(ctx, dt, mask, o, sq, hq * d, strides[3], False)]
+
+
+def _attended_keys_first(
+    ctx: LowerCtx, dt: str, mask: DevTensor, sq: int, width: int, k: int, v: int, kt: int, vt: int, kp: int,
+    vp: int,
+) -> tuple[Any, Steps]:  # fmt: skip
+    """(the int32 buffer of the lengths cuDNN's padding mask reads, the steps that fill it): `sdpa_key_order`
+    (each batch row's order with its attended keys first, seq_q [B] and seq_kv [B]) and `sdpa_gather_keys_<dt>`
+    (the rows of `width` elements of k and v, `kt` / `vt` apart, gathered in that order into dense kp, vp). The
+    buffer is seq_q, seq_kv, then the order [B, Skv], and owned by the caller's step; it holds the whole
+    lengths until the first run computes them, so that a plan timed at prepare reads only keys that exist."""
+    import cupy
+
+    b, skv = mask.shape
+    whole = np.array([sq] * b + [skv] * b, np.int32)
+    lens = cupy.cuda.Memory(whole.nbytes + b * skv * 4)
+    cupy.cuda.runtime.memcpy(lens.ptr, whole.ctypes.data, whole.nbytes, 1)  # 1: host to device
+    seq_q, seq_kv, order = (np.uint64(lens.ptr + 4 * b * i) for i in range(3))
+    n = b * skv * 2 * width
+    return lens, [
+        ctx.kernel("attention", "sdpa_key_order", (b,), (THREADS,), [
+            ptr(mask), order, seq_q, seq_kv, i64(sq), i64(skv)]),
+        ctx.flat("attention", f"sdpa_gather_keys_{dt}", n, [
+            np.uint64(k), np.uint64(v), order, np.uint64(kp), np.uint64(vp), i64(skv), i64(width), i64(width),
+            i64(kt), i64(vt), i64(n)]),
+    ]  # fmt: skip
+
+
+def _zero_masked_rows(
+    ctx: LowerCtx, dt: str, mask: DevTensor, o: DevTensor, sq: int, width: int, ot: int, causal: bool
+) -> Launch:
+    """The kernel that zeroes the output rows (`width` elements, `ot` apart) of queries whose keys are all
+    masked: what a softmax over no key leaves undefined, the reference makes zero."""
+    b, skv = mask.shape
+    return ctx.kernel("attention", f"sdpa_zero_masked_rows_{dt}", (b,), (THREADS,), [
+        ptr(mask), ptr(o), i64(sq), i64(skv), i64(width), i64(ot), np.int32(causal)])  # fmt: skip
