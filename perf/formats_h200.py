@@ -306,6 +306,7 @@ def pipeline_phase(args: argparse.Namespace) -> None:
                     res["totals_s"] = [round(t, 4) for t in totals]
                     res["stages_s"] = {k: round(float(np.median([s[k] for s in stages])), 4) for k in stages[0]}
                     res["memory"] = pipe.memory_report()
+                    res["decode_probe"] = decode_probe(pipe, noise, size)
                     images[spec.replace("@", "-")] = record.image
                     if base is None:
                         base = record
@@ -332,6 +333,42 @@ def pipeline_phase(args: argparse.Namespace) -> None:
                 gate = f"gate {'pass' if g['passed'] else 'FAIL'}: cos {g['worst_cosine']:.5f} "
                 gate += f"relL2 {g['worst_rel_l2']:.4f} PSNR {g['psnr_db']} SSIM {g['ssim']}"
             print(f"{fmt:12} {r['total_s']:.3f} s  {gate}")
+
+
+def decode_probe(pipe: Any, noise: np.ndarray, size: int) -> dict[str, Any]:
+    """Where the pipeline's decode stage goes, on its own prepared decoder: `pipe.decode` timed alone, and the
+    decoder's executable (graph captured or not, its replay time, the eager per-op split by shape). The decode
+    stage took 236 ms where `perf/profile_vae.py` replayed the decoder in 39 ms."""
+    grid = size // pipe.pixels_per_token
+    times = []
+    for _ in range(4):
+        t0 = time.perf_counter()
+        pipe.decode(noise, grid, grid)
+        times.append(time.perf_counter() - t0)
+    out: dict[str, Any] = {"decode_s": [round(t, 4) for t in times]}
+    entry = pipe._programs._entries.get(("vae", grid, grid))  # a diagnostic: the cache's own record
+    exe = None if entry is None else entry.executable
+    if exe is None:
+        return out
+    if not hasattr(exe, "describe"):  # the CUDA executable's diagnostics only
+        return out
+    out["describe"] = exe.describe()
+    if hasattr(exe, "execute"):
+        import cupy
+
+        stream = exe.backend.stream
+        start, end = cupy.cuda.Event(), cupy.cuda.Event()
+        replay = []
+        for _ in range(5):
+            start.record(stream)
+            exe.execute()
+            end.record(stream)
+            end.synchronize()
+            replay.append(cupy.cuda.get_elapsed_time(start, end))
+        out["replay_ms"] = [round(t, 3) for t in replay]
+        by_shape = exe.profile(iters=2, by="shape")
+        out["profile_by_shape"] = {k: v for k, v in list(by_shape.items())[:20]}
+    return out
 
 
 def component_sources(root: Path, name: str, tiny: bool, text_encoders: dict[str, Any]) -> dict[str, Any]:
