@@ -26,11 +26,11 @@ def test_variables_are_declared_with_auto_default():
     assert ENV_VARS["DIF_CUDA_SDPA"].default == "auto"
     assert ENV_VARS["DIF_CUDA_TUNE"].default == "cached"
     assert ENV_VARS["DIF_CUDA_INT4"].default == "mma"
-    assert ENV_VARS["DIF_CUDA_ROWS"].default == "staged"
+    assert ENV_VARS["DIF_CUDA_ROWS"].default == "registers"
 
 
 def test_unset_means_auto():
-    assert resolve_options() == {"gemm": "auto", "sdpa": "auto", "tune": "cached", "int4": "mma", "rows": "staged"}
+    assert resolve_options() == {"gemm": "auto", "sdpa": "auto", "tune": "cached", "int4": "mma", "rows": "registers"}
 
 
 @pytest.mark.parametrize("gemm", GEMM_CHOICES)
@@ -38,13 +38,13 @@ def test_unset_means_auto():
 def test_every_choice_is_accepted_from_the_environment(monkeypatch, gemm, sdpa):
     monkeypatch.setenv("DIF_CUDA_GEMM", gemm)
     monkeypatch.setenv("DIF_CUDA_SDPA", sdpa)
-    assert resolve_options() == {"gemm": gemm, "sdpa": sdpa, "tune": "cached", "int4": "mma", "rows": "staged"}
+    assert resolve_options() == {"gemm": gemm, "sdpa": sdpa, "tune": "cached", "int4": "mma", "rows": "registers"}
 
 
 def test_environment_values_ignore_case_and_spaces_and_empty_means_unset(monkeypatch):
     monkeypatch.setenv("DIF_CUDA_GEMM", " NVRTC ")
     monkeypatch.setenv("DIF_CUDA_SDPA", "")
-    assert resolve_options() == {"gemm": "nvrtc", "sdpa": "auto", "tune": "cached", "int4": "mma", "rows": "staged"}
+    assert resolve_options() == {"gemm": "nvrtc", "sdpa": "auto", "tune": "cached", "int4": "mma", "rows": "registers"}
 
 
 def test_explicit_argument_wins_over_the_environment(monkeypatch):
@@ -55,14 +55,14 @@ def test_explicit_argument_wins_over_the_environment(monkeypatch):
         "sdpa": "flash",
         "tune": "cached",
         "int4": "mma",
-        "rows": "staged",
+        "rows": "registers",
     }
     assert resolve_options(gemm="nvrtc") == {
         "gemm": "nvrtc",
         "sdpa": "cudnn",
         "tune": "cached",
         "int4": "mma",
-        "rows": "staged",
+        "rows": "registers",
     }
 
 

@@ -64,9 +64,8 @@ def resolve_options(
 ) -> dict[str, str]:
     """The kernel paths and tune mode a `CudaBackend` uses: an explicit argument wins, else DIF_CUDA_GEMM /
     DIF_CUDA_SDPA / DIF_CUDA_TUNE / DIF_CUDA_INT4 / DIF_CUDA_ROWS, else 'auto' ('cached' for tune, 'mma' for
-    int4, 'staged' for rows). A bad
-    value is a UsageError naming the argument or variable and the allowed values; it is checked here, when a
-    backend is made, so importing the plugin never fails."""
+    int4, 'registers' for rows). A bad value is a UsageError naming the argument or variable and the allowed
+    values; it is checked here, when a backend is made, so importing the plugin never fails."""
     from dif_backend_cuda.tuning import TUNE_CHOICES
 
     return {
@@ -74,7 +73,7 @@ def resolve_options(
         "sdpa": _choice("sdpa", sdpa, DIF_CUDA_SDPA, SDPA_CHOICES),
         "tune": _choice("tune", tune, DIF_CUDA_TUNE, TUNE_CHOICES, default="cached"),
         "int4": _choice("int4", int4, DIF_CUDA_INT4, INT4_CHOICES, default="mma"),
-        "rows": _choice("rows", rows, DIF_CUDA_ROWS, ROWS_CHOICES, default="staged"),
+        "rows": _choice("rows", rows, DIF_CUDA_ROWS, ROWS_CHOICES, default="registers"),
     }
 
 
@@ -210,8 +209,8 @@ class CudaBackend:
     takes the library's first, 'on' also times the candidates of a problem without a stored choice and
     stores the fastest, 'off' always takes the library's first; `tuning.Choices`), `int4` (the int4_linear
     kernel: the tensor-core 'mma' or the portable 'tile'), `rows` (norm_modulate_quant / quantize_rows over
-    half-precision rows: 'staged' in shared memory or held in 'registers'). Those left as None come from
-    DIF_CUDA_GEMM / DIF_CUDA_SDPA / DIF_CUDA_TUNE / DIF_CUDA_INT4 / DIF_CUDA_ROWS (docs/env.md)."""
+    half-precision rows: held in 'registers' where they can be, or 'staged' in shared memory). Those left as None
+    come from DIF_CUDA_GEMM / DIF_CUDA_SDPA / DIF_CUDA_TUNE / DIF_CUDA_INT4 / DIF_CUDA_ROWS (docs/env.md)."""
 
     name = NAME
     scans_weights_on_device = True  # `prepare(nonfinite_check=...)`: the pipeline skips its host scan

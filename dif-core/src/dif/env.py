@@ -118,10 +118,10 @@ DIF_CUDA_INT4 = declare(
 )
 DIF_CUDA_ROWS = declare(
     "DIF_CUDA_ROWS",
-    "Row kernels of the cuda backend's norm_modulate_quant and quantize_rows over half-precision rows: `staged` "
-    "(each row staged in shared memory) or `registers` (the row held in registers, 16-byte loads; opt-in until "
-    "its GPU tests have run). A `rows=` argument to `CudaBackend` wins over it.",
-    default="staged",
+    "Row kernels of the cuda backend's norm_modulate_quant and quantize_rows over half-precision rows: "
+    "`registers` (the row held in registers, 16-byte loads, where the row and its operands allow it) or `staged` "
+    "(each row staged in shared memory). A `rows=` argument to `CudaBackend` wins over it.",
+    default="registers",
 )
 DIF_CUDA_SDPA = declare(
     "DIF_CUDA_SDPA",
