@@ -178,8 +178,8 @@ def main() -> int:
             firsts = {m: entry[m][0].get("ms") for m in MODES}
             print(f"{x_shape} {w_shape} x{nodes}: first {firsts} best {best} torch {entry.get('torch_ms')}")
             del bufs
-    with open(args.out, "w") as f:
-        json.dump(result, f, indent=1)
+            with open(args.out, "w") as f:  # after every problem: a run cut short keeps what it measured
+                json.dump(result, f, indent=1)
     return 0
 
 
