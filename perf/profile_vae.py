@@ -35,7 +35,7 @@ def main() -> int:
     ap.add_argument("--top", type=int, default=30)
     ap.add_argument("--variants", default=",".join(VARIANTS), help=f"comma-separated, of {', '.join(VARIANTS)}")
     ap.add_argument("--out", default="profile_vae.json")
-    ap.add_argument("--conv-heuristic", default="", help="cuDNN heuristic modes of the convs' plans: A, B,A")
+    ap.add_argument("--conv-heuristic", default="", help="cuDNN heuristic modes for the convolutions, e.g. B or B,A")
     args = ap.parse_args()
     if args.conv_heuristic:
         use_conv_heuristic(args.conv_heuristic.split(","))
@@ -57,11 +57,21 @@ def main() -> int:
 
 
 def use_conv_heuristic(modes: list[str]) -> None:
-    """The convolutions' execution plans from cuDNN heuristic `modes` (then its fallback engines) instead of
-    `dif_backend_cuda.conv.HEURISTICS`."""
+    """The convolutions' execution plans from cuDNN heuristic `modes` (then its fallback) instead of mode A."""
+    import cudnn
+
     from dif_backend_cuda import conv
 
-    conv.HEURISTICS = tuple(modes)
+    def finish(lib: Any, graph: Any, limit: int | None) -> None:
+        graph.validate()
+        graph.build_operation_graph()
+        graph.create_execution_plans([*(getattr(lib.heur_mode, m) for m in modes), lib.heur_mode.FALLBACK])
+        if limit is not None:
+            graph.deselect_workspace_greater_than(limit)
+        graph.check_support()
+
+    assert cudnn is not None
+    conv.finish_graph = finish
 
 
 def profile(backend: Any, size: int, variant: str, top: int) -> dict[str, Any]:

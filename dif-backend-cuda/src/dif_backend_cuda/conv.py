@@ -12,12 +12,6 @@ from typing import Any
 from dif.dtypes import DType
 from dif_backend_cuda.sdpa import UIDS, CudnnContext, GraphStep, finish_graph
 
-HEURISTICS = ("B", "A")
-"""cuDNN heuristic modes whose plans a convolution's graph lists, in order (`finish_graph`): with no stored choice
-(`DIF_CUDA_TUNE=cached` on a fresh machine) the first plan runs. Mode A's first plans ran the FLUX.2 VAE decoder's
-3x3 convolutions at 1024^2 at some 65 TFLOP/s on an H100, the whole decoder in 227 ms (stop 27); mode B ranks
-by a trained model of the engines' speed, at a few milliseconds of host time per distinct problem."""
-
 
 def eligible(dtype: DType, groups: int, padding: tuple[int, int, int, int]) -> str:
     """'' when cuDNN should run this convolution, else the reason it does not."""
@@ -48,18 +42,9 @@ class CudnnConv(GraphStep):
         stride: tuple[int, int],
         dilation: tuple[int, int],
     ) -> None:
-        # the heuristics are part of the problem's key: a stored choice is an index into their list of plans
-        key = ("conv", dtype, x_shape, w_shape, padding, stride, dilation, *HEURISTICS)
+        key = ("conv", dtype, x_shape, w_shape, padding, stride, dilation)
 
         def build(limit: int | None) -> Any:
-            try:
-                return graph(limit, HEURISTICS)
-            except Exception:  # noqa: BLE001 - a mode that lists no plan for this problem: mode A's, as before
-                if HEURISTICS == ("A",):
-                    raise
-                return graph(limit, ("A",))
-
-        def graph(limit: int | None, heuristics: tuple[str, ...]) -> Any:
             cudnn = ctx.lib
             dt = cudnn.data_type.BFLOAT16 if dtype == DType.BF16 else cudnn.data_type.HALF
             fp32 = cudnn.data_type.FLOAT
@@ -78,7 +63,7 @@ class CudnnConv(GraphStep):
             n, o, ho, wo = y_shape
             out.set_output(True).set_dim([n, o, ho, wo]).set_stride([o * ho * wo, ho * wo, wo, 1]).set_data_type(dt)
             out.set_uid(UIDS["y"])
-            finish_graph(cudnn, g, limit, heuristics)
+            finish_graph(cudnn, g, limit)
             return g
 
         self.key = key

@@ -462,13 +462,12 @@ def half_graph(ctx: CudnnContext, dtype: DType) -> tuple[Any, Any]:
     return graph, dt
 
 
-def finish_graph(cudnn: Any, graph: Any, workspace_limit: int | None, heuristics: tuple[str, ...] = ("A",)) -> None:
-    """Validate `graph`, lower it to cuDNN's operation graph and make its execution plans: those of cuDNN's
-    heuristic `heuristics` modes in order, then its fallback engines (none needing more workspace than
-    `workspace_limit`, when given)."""
+def finish_graph(cudnn: Any, graph: Any, workspace_limit: int | None) -> None:
+    """Validate `graph`, lower it to cuDNN's operation graph and make its execution plans (none needing more
+    workspace than `workspace_limit`, when given)."""
     graph.validate()
     graph.build_operation_graph()
-    graph.create_execution_plans([*(getattr(cudnn.heur_mode, m) for m in heuristics), cudnn.heur_mode.FALLBACK])
+    graph.create_execution_plans([cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK])
     if workspace_limit is not None:
         graph.deselect_workspace_greater_than(workspace_limit)
     graph.check_support()
