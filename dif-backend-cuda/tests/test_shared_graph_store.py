@@ -4,13 +4,14 @@ everything); one refused problem does not touch another's entry."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from dif.errors import BackendError
-from dif_backend_cuda.sdpa import CudnnContext
+from dif_backend_cuda.sdpa import LARGE_WORKSPACE_BYTES, CudnnContext, LargeWorkspace
 from dif_backend_cuda.tuning import Choices
 
 DEVICE = {"device": "NVIDIA H200", "arch": "sm_90", "driver": "13000", "runtime": "13000"}
@@ -22,7 +23,7 @@ def context(root: Path, mode: str) -> CudnnContext:
     ctx.lib = ctx.handle = ctx.stream = None
     ctx.choices = Choices("cudnn", "cudnn 91900", DEVICE, mode, root)
     ctx._graphs = {}
-    ctx.workspace_bytes, ctx._workspace = 256 << 20, None
+    ctx.workspace_bytes, ctx._workspace, ctx._large = 256 << 20, None, LargeWorkspace()
     return ctx
 
 
@@ -32,8 +33,9 @@ class Refusing:
 
     @property
     def calls(self) -> int:
-        """Problems tried: each within the shared workspace, then without a limit."""
-        assert len(self.limits) % 2 == 0 and all(self.limits[i] == 256 << 20 for i in range(0, len(self.limits), 2))
+        """Problems tried: each within the large workspace, then without a limit."""
+        assert len(self.limits) % 2 == 0
+        assert all(self.limits[i] == LARGE_WORKSPACE_BYTES for i in range(0, len(self.limits), 2))
         assert all(limit is None for limit in self.limits[1::2])
         return len(self.limits) // 2
 
@@ -59,3 +61,40 @@ def test_a_refusal_is_remembered_across_processes_but_retried_while_tuning(tmp_p
     with pytest.raises(RuntimeError):
         context(tmp_path, "cached").shared_graph(other, build, {"q": 1})
     assert build.calls == 3  # another problem is not refused on the first one's account
+
+
+class FakeMemory:
+    """cupy.cuda.Memory without a GPU: its size, at a made-up address."""
+
+    allocated: list[int] = []
+
+    def __init__(self, nbytes: int) -> None:
+        self.nbytes, self.ptr = nbytes, 1 << 40 | len(self.allocated) << 32
+        self.allocated.append(nbytes)
+
+
+@pytest.fixture
+def fake_cupy(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    import types
+
+    FakeMemory.allocated = []
+    module = types.SimpleNamespace(cuda=types.SimpleNamespace(Memory=FakeMemory))
+    monkeypatch.setitem(sys.modules, "cupy", module)
+    return FakeMemory.allocated
+
+
+def test_plans_beyond_the_shared_workspace_share_one_buffer_of_the_largest_need(
+    tmp_path: Path, fake_cupy: list[int]
+) -> None:
+    ctx = context(tmp_path, "cached")
+    mib = 1 << 20
+    needs = (257 * mib, 512 * mib, 1024 * mib)  # a VAE decoder's convolutions, in program order
+    spaces = [ctx.workspace(n) for n in needs]
+    assert all(s is spaces[0] for s in spaces) and not fake_cupy  # nothing allocated while the program lowers
+    address = spaces[0].ptr  # its first execution
+    assert fake_cupy == [1024 * mib] and spaces[0].ptr == address
+    assert ctx.workspace(600 * mib) is spaces[0]  # a later program's need that fits: the same buffer
+    bigger = ctx.workspace(1536 * mib)  # one that does not: a new buffer; the graphs given the old one keep it
+    assert bigger is not spaces[0] and bigger.ptr != address and fake_cupy == [1024 * mib, 1536 * mib]
+    own = ctx.workspace(LARGE_WORKSPACE_BYTES + 1)  # beyond the large workspace: a buffer of its own
+    assert own.nbytes == LARGE_WORKSPACE_BYTES + 1 and ctx.workspace(64 * mib).nbytes == 256 * mib

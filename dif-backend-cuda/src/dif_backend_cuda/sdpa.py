@@ -7,7 +7,10 @@ and building one (operation graph, heuristics, plan, often a runtime-compiled ke
 milliseconds to a second. So `CudnnContext.shared_graph` builds one graph per distinct problem and every
 node of that problem (the 36 layers of a text encoder, the blocks of a DiT) executes it with its own
 pack; executions are ordered on the backend's one stream, so every graph shares ONE workspace of
-`WORKSPACE_BYTES` (part of the memory the backend reserves outside the plans): plans needing more are
+`WORKSPACE_BYTES` (part of the memory the backend reserves outside the plans). A plan needing more, up to
+`LARGE_WORKSPACE_BYTES`, runs in the large workspace (`LargeWorkspace`), one buffer for all such graphs sized to
+the largest of them: the convolutions of a VAE at 1024^2 want their input and output's size (NCHW to NHWC and
+back) and ran five to ten times slower on the plans that fit 256 MiB. Plans needing more than that are
 deselected, and only a problem no plan of which fits gets a workspace of its own (said in its choice). The built
 plan is serialized into the tuning store (`tuning.Choices.write_artifact`) and a later process
 deserializes it instead of building, as long as the plan choice it was built for is still the one
@@ -39,6 +42,10 @@ if TYPE_CHECKING:
 
 WORKSPACE_BYTES = 256 << 20
 """The workspace all cuDNN graphs share. One per graph added up to gigabytes for a VAE's convolutions."""
+LARGE_WORKSPACE_BYTES = 2 << 30
+"""The most workspace a plan may take from `LargeWorkspace`: the FLUX.2 VAE decoder's largest convolution at
+1024^2 (256 -> 256 channels, 3x3) wants 1 GiB for its fast plan; one at 2048^2 would want 4 GiB and takes a plan
+within this instead."""
 
 REFUSED = b"refused\n"  # a stored artifact saying cuDNN refused the problem, then why
 
@@ -49,6 +56,32 @@ UIDS = {
     "amax_s": 22, "amax_o": 23,
 }  # fmt: skip
 """The uid of each graph tensor by name: what a variant pack is keyed by, and what survives serialization."""
+
+
+class LargeWorkspace:
+    """The workspace of the plans that need more than the shared one: one buffer, allocated when a graph first
+    executes at the size of the largest need reserved until then (a program's graphs are all built before any of
+    them runs), and never moved after (captured CUDA graphs hold its address). A need reserved after that which
+    does not fit starts a new buffer (`CudnnContext.workspace`); each graph keeps the one it was given alive."""
+
+    def __init__(self) -> None:
+        self.nbytes = 0
+        self.memory: Any = None
+
+    def reserve(self, nbytes: int) -> bool:
+        """Make room for `nbytes`; False once allocated smaller than that."""
+        if self.memory is None:
+            self.nbytes = max(self.nbytes, nbytes)
+            return True
+        return nbytes <= self.nbytes
+
+    @property
+    def ptr(self) -> int:
+        if self.memory is None:
+            import cupy
+
+            self.memory = cupy.cuda.Memory(self.nbytes)
+        return int(self.memory.ptr)
 
 
 @frozen
@@ -85,13 +118,20 @@ class CudnnContext:
         self._graphs: dict[tuple[Any, ...], SharedGraph | Exception] = {}
         self.workspace_bytes = workspace_bytes
         self._workspace: Any = None  # allocated at the first graph, never moved (captured graphs hold it)
+        self._large = LargeWorkspace()
 
     def workspace(self, nbytes: int) -> Any:
-        """The shared workspace when `nbytes` fits it, else a buffer of its own for one graph."""
+        """Where a plan needing `nbytes` works (anything with a `ptr`): the shared workspace when it fits, else
+        the large one up to `LARGE_WORKSPACE_BYTES`, else a buffer of its own."""
         import cupy
 
-        if nbytes > self.workspace_bytes:
+        if nbytes > LARGE_WORKSPACE_BYTES:
             return cupy.cuda.Memory(nbytes)
+        if nbytes > self.workspace_bytes:
+            if not self._large.reserve(nbytes):
+                self._large = LargeWorkspace()
+                self._large.reserve(nbytes)
+            return self._large
         if self._workspace is None:
             self._workspace = cupy.cuda.Memory(self.workspace_bytes)
         return self._workspace
@@ -103,7 +143,7 @@ class CudnnContext:
         graph (tensors with their `UIDS`, validated, execution plans created and those needing more workspace
         than `limit` deselected, support checked); its plan is then chosen (timed on `pointers` when tuning is
         on) or, when this choice was built before, read from the tuning store. Without a plan within the
-        shared workspace it is built again without the limit. A problem cuDNN refused is refused again for
+        large workspace it is built again without the limit. A problem cuDNN refused is refused again for
         the next node without a second attempt."""
         known = self._graphs.get(key)
         if isinstance(known, Exception):
@@ -118,8 +158,8 @@ class CudnnContext:
             return stored, False
         try:
             try:
-                graph = build(self.workspace_bytes)
-            except Exception:  # noqa: BLE001 - no plan within the shared workspace: any plan, its own workspace
+                graph = build(LARGE_WORKSPACE_BYTES)
+            except Exception:  # noqa: BLE001 - no plan within the large workspace: any plan, its own workspace
                 graph = build(None)
         except Exception as exc:
             self._graphs[key] = exc
