@@ -145,6 +145,9 @@ class CudnnContext:
         on) or, when this choice was built before, read from the tuning store. Without a plan within the
         large workspace it is built again without the limit. A problem cuDNN refused is refused again for
         the next node without a second attempt."""
+        # the workspace limit is part of the problem: its plan list, and so a stored plan or plan index, depends
+        # on it (stores written under the 256 MiB limit hold the slow plans it left)
+        key = (*key, f"workspace<={LARGE_WORKSPACE_BYTES}")
         known = self._graphs.get(key)
         if isinstance(known, Exception):
             raise known
