@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from dif.errors import BackendError
-from dif_backend_cuda.sdpa import LARGE_WORKSPACE_BYTES, CudnnContext, LargeWorkspace
+from dif_backend_cuda.sdpa import LARGE_HEADROOM_BYTES, LARGE_WORKSPACE_BYTES, CudnnContext, LargeWorkspace
 from dif_backend_cuda.tuning import Choices
 
 DEVICE = {"device": "NVIDIA H200", "arch": "sm_90", "driver": "13000", "runtime": "13000"}
@@ -24,6 +24,7 @@ def context(root: Path, mode: str) -> CudnnContext:
     ctx.choices = Choices("cudnn", "cudnn 91900", DEVICE, mode, root)
     ctx._graphs = {}
     ctx.workspace_bytes, ctx._workspace, ctx._large = 256 << 20, None, LargeWorkspace()
+    ctx.free_bytes = lambda: 80 << 30  # an H100 with its programs prepared
     return ctx
 
 
@@ -98,3 +99,32 @@ def test_plans_beyond_the_shared_workspace_share_one_buffer_of_the_largest_need(
     assert bigger is not spaces[0] and bigger.ptr != address and fake_cupy == [1024 * mib, 1536 * mib]
     own = ctx.workspace(LARGE_WORKSPACE_BYTES + 1)  # beyond the large workspace: a buffer of its own
     assert own.nbytes == LARGE_WORKSPACE_BYTES + 1 and ctx.workspace(64 * mib).nbytes == 256 * mib
+
+
+def test_the_large_workspace_is_offered_only_where_the_device_has_room_for_it(tmp_path: Path) -> None:
+    ctx = context(tmp_path, "cached")
+    room = LARGE_WORKSPACE_BYTES + LARGE_HEADROOM_BYTES
+    ctx.free_bytes = lambda: room
+    assert ctx.workspace_limit() == LARGE_WORKSPACE_BYTES
+    ctx._large.reserve(1 << 30)  # reserved by an earlier graph and not yet allocated: not free any more
+    assert ctx.workspace_limit() == 256 << 20
+    ctx.free_bytes = lambda: room + (1 << 30)
+    assert ctx.workspace_limit() == LARGE_WORKSPACE_BYTES
+
+
+def test_the_limit_keys_the_store_but_not_the_problem(tmp_path: Path) -> None:
+    """A refusal stored under the large limit is not read back under the shared one (another plan list), and a
+    second node of the problem in the same process gets the first one's outcome whatever memory is free then."""
+    build = Refusing()
+    first = context(tmp_path, "cached")
+    with pytest.raises(RuntimeError):
+        first.shared_graph(KEY, build, {"q": 1})
+    first.free_bytes = lambda: 1 << 30
+    with pytest.raises(RuntimeError):
+        first.shared_graph(KEY, build, {"q": 1})
+    assert build.calls == 1
+    tight = context(tmp_path, "cached")
+    tight.free_bytes = lambda: 1 << 30
+    with pytest.raises(RuntimeError, match="NOT_SUPPORTED"):  # built (and refused) again, not read back
+        tight.shared_graph(KEY, build, {"q": 1})
+    assert build.limits[-2:] == [256 << 20, None]

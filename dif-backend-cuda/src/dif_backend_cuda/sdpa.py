@@ -46,6 +46,10 @@ LARGE_WORKSPACE_BYTES = 2 << 30
 """The most workspace a plan may take from `LargeWorkspace`: the FLUX.2 VAE decoder's largest convolution at
 1024^2 (256 -> 256 channels, 3x3) wants 1 GiB for its fast plan; one at 2048^2 would want 4 GiB and takes a plan
 within this instead."""
+LARGE_HEADROOM_BYTES = 1 << 30
+"""Device memory a problem's plans leave free beyond the large workspace: with less free than that plus
+`LARGE_WORKSPACE_BYTES` (besides what the large workspace has reserved and not yet allocated), its plans are kept
+within the shared workspace, as a card whose memory the programs fill needs."""
 
 REFUSED = b"refused\n"  # a stored artifact saying cuDNN refused the problem, then why
 
@@ -107,6 +111,7 @@ class CudnnContext:
         self, stream: Any, choices: Callable[[str], Choices] | None = None, workspace_bytes: int = WORKSPACE_BYTES
     ) -> None:
         import cudnn
+        import cupy
 
         self.lib = cudnn
         self.stream = stream
@@ -119,6 +124,15 @@ class CudnnContext:
         self.workspace_bytes = workspace_bytes
         self._workspace: Any = None  # allocated at the first graph, never moved (captured graphs hold it)
         self._large = LargeWorkspace()
+        self.free_bytes: Callable[[], int] = lambda: int(cupy.cuda.runtime.memGetInfo()[0])
+
+    def workspace_limit(self) -> int:
+        """The most workspace a new problem's plans may need: `LARGE_WORKSPACE_BYTES` while the device has room
+        for it (`LARGE_HEADROOM_BYTES`), else the shared workspace's size. Two values only: the limit is part of
+        the problem's key in the tuning store."""
+        pending = self._large.nbytes if self._large.memory is None else 0
+        room = self.free_bytes() - pending - LARGE_HEADROOM_BYTES
+        return LARGE_WORKSPACE_BYTES if room >= LARGE_WORKSPACE_BYTES else self.workspace_bytes
 
     def workspace(self, nbytes: int) -> Any:
         """Where a plan needing `nbytes` works (anything with a `ptr`): the shared workspace when it fits, else
@@ -142,18 +156,19 @@ class CudnnContext:
         """(the built graph of problem `key`, whether an earlier node built it). `build(limit)` makes the
         graph (tensors with their `UIDS`, validated, execution plans created and those needing more workspace
         than `limit` deselected, support checked); its plan is then chosen (timed on `pointers` when tuning is
-        on) or, when this choice was built before, read from the tuning store. Without a plan within the
-        large workspace it is built again without the limit. A problem cuDNN refused is refused again for
-        the next node without a second attempt."""
-        # the workspace limit is part of the problem: its plan list, and so a stored plan or plan index, depends
-        # on it (stores written under the 256 MiB limit hold the slow plans it left)
-        key = (*key, f"workspace<={LARGE_WORKSPACE_BYTES}")
+        on) or, when this choice was built before, read from the tuning store. `limit` is `workspace_limit()`;
+        without a plan within it the graph is built again without one. A problem cuDNN refused is refused again
+        for the next node without a second attempt."""
         known = self._graphs.get(key)
         if isinstance(known, Exception):
             raise known
         if known is not None:
             return known, True
-        stored = self._stored_graph(key)
+        limit = self.workspace_limit()
+        # in the store the limit is part of the problem: its plan list, so a stored plan or plan index, depends on
+        # it (stores written before it was, under the 256 MiB limit, hold the slow plans that limit left)
+        stored_key = (*key, f"workspace<={limit}")
+        stored = self._stored_graph(stored_key)
         if stored is not None:
             self._graphs[key] = stored
             if isinstance(stored, Exception):
@@ -161,22 +176,22 @@ class CudnnContext:
             return stored, False
         try:
             try:
-                graph = build(LARGE_WORKSPACE_BYTES)
-            except Exception:  # noqa: BLE001 - no plan within the large workspace: any plan, its own workspace
+                graph = build(limit)
+            except Exception:  # noqa: BLE001 - no plan within the limit: any plan, its own workspace
                 graph = build(None)
         except Exception as exc:
             self._graphs[key] = exc
             if self.choices is not None:  # the same library on the same device refuses it again: say so at once
-                self.choices.write_artifact(key, REFUSED + f"{type(exc).__name__}: {exc}".encode()[:2000])
+                self.choices.write_artifact(stored_key, REFUSED + f"{type(exc).__name__}: {exc}".encode()[:2000])
             raise
-        workspace, choice, index, count = self.build_fastest(graph, SharedGraph.pack(pointers), key)
+        workspace, choice, index, count = self.build_fastest(graph, SharedGraph.pack(pointers), stored_key)
         built = self._graphs[key] = SharedGraph(graph, workspace, choice)
         if self.choices is not None and self.choices.mode != "on":
             try:
                 blob = bytes(graph.serialize(as_bytes=True))
             except Exception:  # noqa: BLE001 - a plan the frontend cannot serialize is built again next time
                 return built, False
-            self.choices.write_artifact(key, f"{count} {index}\n".encode() + blob)
+            self.choices.write_artifact(stored_key, f"{count} {index}\n".encode() + blob)
         return built, False
 
     def _stored_graph(self, key: tuple[Any, ...]) -> SharedGraph | Exception | None:
