@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Stop 27's third GPU-machine call, not run (the session's device time ran out): the next session's first call.
-# Call 2 (H100) found why the FLUX.2 VAE decoder took 225 ms at 1024^2: cuDNN's fast plans for its NCHW convolutions want their input and output's size as workspace (257 MiB to 1 GiB), so
-# the 256 MiB shared workspace deselected them (024ae66) and slow fallback plans ran, 5 to 13 times slower
+# Call 2 (H100) found why the FLUX.2 VAE decoder took 225 ms at 1024^2: cuDNN's fast plans for its NCHW
+# convolutions want their input and output's size as workspace (257 MiB to 1 GiB), so the 256 MiB shared
+# workspace deselected them (024ae66) and slow fallback plans ran, 5 to 13 times slower
 # (perf/probe_conv_plans.py: the 128 -> 128 3x3 at 1024^2 in 0.98 ms on heuristic A's first plan, 4.7 ms in
 # the decoder). Plans needing more now share the large workspace (sdpa.LargeWorkspace). Results in $OUT:
 #   stage 1  the cuDNN convolution and attention GPU tests and conformance cases
