@@ -2,8 +2,8 @@
 interpreter: the 16-byte elementwise paths (unary, same-shape binary, row modulate), norm_modulate with a
 warp per row (or 16 values per thread), q/k norm + RoPE with 8 or 4 heads per warp, the GLU with 8 per
 thread, cuDNN attention with a key mask, attention with a 512-wide head (a VAE's mid block: cuBLASLt
-steps, or the wide flash kernel), the cuDNN convolution with and without bias, 2-D transposes in tiles,
-few long reductions split across warps and the portable convolution's split-K."""
+steps, or the wide flash kernel), the cuDNN convolution with and without bias (and in the large workspace),
+2-D transposes in tiles, few long reductions split across warps and the portable convolution's split-K."""
 
 from __future__ import annotations
 
@@ -215,6 +215,40 @@ def test_cudnn_convolution_matches(bias: bool) -> None:
     operands = (x, w, b.input("b", (96,), "bf16")) if bias else (x, w)
     b.output(b.emit("conv2d", *operands, padding=(1, 1, 1, 1)))
     _run(b.build(), 1e-2)
+
+
+def test_a_convolution_whose_plan_wants_more_than_the_shared_workspace_runs_in_the_large_one() -> None:
+    """cuDNN's first plan for an NCHW 3x3 convolution wants about its input and output's size as workspace
+    (perf/probe_conv_plans.py): at 128 channels and 768^2, some 290 MiB. It runs in the large workspace, not on a
+    plan within the shared 256 MiB (5-13x slower on the FLUX.2 VAE decoder), and writes what the convolution
+    computes (checked on three output rows)."""
+    reason = cuda_skip_reason()
+    if reason is not None:
+        pytest.skip(f"no usable GPU: {reason}")
+    from dif_backend_cuda.device import CudaBackend
+    from dif_backend_cuda.sdpa import WORKSPACE_BYTES, LargeWorkspace
+
+    c, side = 128, 768
+    b = ProgramBuilder("conv")
+    x, w = b.input("x", (1, c, side, side), "bf16"), b.input("w", (c, c, 3, 3), "bf16")
+    b.output(b.emit("conv2d", x, w, padding=(1, 1, 1, 1)))
+    program = b.build()
+    rng = np.random.default_rng(5)
+    inputs = {"x": rng.standard_normal(x.shape).astype(x.dtype.np),
+              "w": (rng.standard_normal(w.shape) / 34).astype(w.dtype.np)}  # fmt: skip
+    backend = CudaBackend(tune="off")
+    exe = backend.prepare(program, plan_program(program, backend.profile(), backend.budget()), {})
+    got = exe.run(inputs)[program.outputs[0]].astype(np.float64)
+    (step,) = [s for s in exe.steps if getattr(s, "kind", "") == "cudnn"]
+    assert isinstance(step.built.workspace, LargeWorkspace), exe.choices
+    assert step.built.workspace.nbytes > WORKSPACE_BYTES
+    xf = np.pad(inputs["x"].astype(np.float64)[0], ((0, 0), (1, 1), (1, 1)))
+    wf = inputs["w"].astype(np.float64)
+    for row in (0, side // 2, side - 1):
+        patches = np.stack([xf[:, row + i, j : j + side] for i in range(3) for j in range(3)], axis=1)  # c, 9, W
+        want = np.einsum("ocj,cjw->ow", wf.reshape(c, c, 9), patches)
+        rel = np.linalg.norm(got[0, :, row] - want) / np.linalg.norm(want)
+        assert rel < 1e-2, f"row {row}: rel-L2 {rel:.2e}"
 
 
 def _force_conv_form(monkeypatch: pytest.MonkeyPatch, form: str) -> None:
