@@ -354,18 +354,9 @@ def decode_probe(pipe: Any, noise: np.ndarray, size: int) -> dict[str, Any]:
         return out
     out["describe"] = exe.describe()
     if hasattr(exe, "execute"):
-        import cupy
+        from dif_device_bridge import cuda_event_times
 
-        stream = exe.backend.stream
-        start, end = cupy.cuda.Event(), cupy.cuda.Event()
-        replay = []
-        for _ in range(5):
-            start.record(stream)
-            exe.execute()
-            end.record(stream)
-            end.synchronize()
-            replay.append(cupy.cuda.get_elapsed_time(start, end))
-        out["replay_ms"] = [round(t, 3) for t in replay]
+        out["replay_ms"] = [round(t, 3) for t in cuda_event_times(exe, 5, 0)]
         by_shape = exe.profile(iters=2, by="shape")
         out["profile_by_shape"] = {k: v for k, v in list(by_shape.items())[:20]}
     return out

@@ -14,14 +14,9 @@
 #   set -o pipefail; bash perf/h200_call1_27.sh 2>&1 | tee $OUT/run.log
 source "$(dirname "$0")/h200_env.sh"
 stamp "stage 1: GPU tests"
-timeout 120 python3 -m pytest -q -p no:cacheprovider dif-backend-cuda/tests/test_quant_cuda.py \
+gpu_tests quant "quantized ops GPU tests" 120 dif-backend-cuda/tests/test_quant_cuda.py \
   dif-backend-cuda/tests/test_conformance_cuda.py dif-backend-cuda/tests/test_fast_paths_cuda.py \
-  -k "quant or scaled or int4 or sdpa or mask" \
-  --junitxml=/tmp/junit_q.xml >"$OUT/pytest_quant.log" 2>&1
-echo "pytest rc=$?"
-tail -2 "$OUT/pytest_quant.log"
-grep -E "^(FAILED|ERROR)" "$OUT/pytest_quant.log" | head -10
-python3 perf/junit_summary.py /tmp/junit_q.xml "$OUT/quant_tests.json" --label "quantized ops GPU tests" >/dev/null 2>&1
+  -k "quant or scaled or int4 or sdpa or mask"
 stamp "stage 2: the VAE decoder alone at 1024^2, as built and as the pipeline runs it"
 timeout 150 python3 perf/profile_vae.py --size 1024 --top 12 --out "$OUT/profile_vae.json" 2>&1 | tail -30
 stamp "stage 3: klein 4B prompt -> PNG, bf16, with the decode probe"

@@ -15,12 +15,8 @@
 #   set -o pipefail; bash perf/h200_call2_27.sh 2>&1 | tee $OUT/run.log
 source "$(dirname "$0")/h200_env.sh"
 stamp "stage 1: cuDNN convolution GPU tests"
-timeout 90 python3 -m pytest -q -p no:cacheprovider dif-backend-cuda/tests/test_fast_paths_cuda.py \
-  dif-backend-cuda/tests/test_conformance_cuda.py -k "conv" --junitxml=/tmp/junit_c.xml >"$OUT/pytest_conv.log" 2>&1
-echo "pytest rc=$?"
-tail -2 "$OUT/pytest_conv.log"
-grep -E "^(FAILED|ERROR)" "$OUT/pytest_conv.log" | head -10
-python3 perf/junit_summary.py /tmp/junit_c.xml "$OUT/conv_tests.json" --label "cuDNN convolution GPU tests" >/dev/null 2>&1
+gpu_tests conv "cuDNN convolution GPU tests" 90 dif-backend-cuda/tests/test_fast_paths_cuda.py \
+  dif-backend-cuda/tests/test_conformance_cuda.py -k "conv"
 stamp "stage 2: the decoder alone, plans from modes B, A (default), then mode A alone"
 timeout 60 python3 perf/profile_vae.py --size 1024 --top 6 --variants pipeline --out "$OUT/profile_vae_ba.json" \
   2>&1 | tail -8

@@ -13,13 +13,8 @@
 #   set -o pipefail; bash perf/h200_call3_27.sh 2>&1 | tee $OUT/run.log
 source "$(dirname "$0")/h200_env.sh"
 stamp "stage 1: cuDNN convolution and attention GPU tests"
-timeout 100 python3 -m pytest -q -p no:cacheprovider dif-backend-cuda/tests/test_fast_paths_cuda.py \
-  dif-backend-cuda/tests/test_conformance_cuda.py -k "conv or sdpa or attention" --junitxml=/tmp/junit_c.xml \
-  >"$OUT/pytest_cudnn.log" 2>&1
-echo "pytest rc=$?"
-tail -2 "$OUT/pytest_cudnn.log"
-grep -E "^(FAILED|ERROR)" "$OUT/pytest_cudnn.log" | head -10
-python3 perf/junit_summary.py /tmp/junit_c.xml "$OUT/cudnn_tests.json" --label "cuDNN GPU tests" >/dev/null 2>&1
+gpu_tests cudnn "cuDNN GPU tests" 100 dif-backend-cuda/tests/test_fast_paths_cuda.py \
+  dif-backend-cuda/tests/test_conformance_cuda.py -k "conv or sdpa or attention"
 stamp "stage 2: the decoder alone"
 timeout 60 python3 perf/profile_vae.py --size 1024 --top 8 --variants pipeline --out "$OUT/profile_vae.json" \
   2>&1 | tail -10

@@ -10,13 +10,24 @@
 #     the snapshot and the wheels and a pass over a list of imported modules). With a writable
 #     PYTHONPYCACHEPREFIX the first process writes whatever it imports and later ones only read; the
 #     snapshot and the wheels are compiled into it up front, as pip does at install.
-# After it: $OUT exists, `stamp MESSAGE` prints the elapsed seconds, the working directory is the snapshot.
+# After it: $OUT exists, `stamp MESSAGE` prints the elapsed seconds, `gpu_tests NAME LABEL SECONDS PYTEST_ARGS...`
+# runs pytest into $OUT/pytest_NAME.log and $OUT/NAME_tests.json, the working directory is the snapshot.
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/h200_out}
 mkdir -p "$OUT"
 T0=$SECONDS
 stamp() { echo "== $((SECONDS - T0)) s: $*"; }
+gpu_tests() {  # NAME LABEL SECONDS PYTEST_ARGS...: the tests' log, rc, failures, and their JUnit summary as JSON
+  local name=$1 label=$2 limit=$3
+  shift 3
+  timeout "$limit" python3 -m pytest -q -p no:cacheprovider "$@" --junitxml="/tmp/junit_$name.xml" \
+    >"$OUT/pytest_$name.log" 2>&1
+  echo "pytest rc=$?"
+  tail -2 "$OUT/pytest_$name.log"
+  grep -E "^(FAILED|ERROR)" "$OUT/pytest_$name.log" | head -10
+  python3 perf/junit_summary.py "/tmp/junit_$name.xml" "$OUT/${name}_tests.json" --label "$label" >/dev/null 2>&1
+}
 [ -n "${DIF_H200_ENV:-}" ] && return 0  # a calling script of perf/ has set the machine up already
 export DIF_H200_ENV=1
 if [ -f device-overlay.tgz ]; then  # perf/device_overlay.sh: this copy of the working tree turned back into HEAD

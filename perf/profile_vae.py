@@ -22,6 +22,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from dif_device_bridge import cuda_event_times  # noqa: E402
 from pipeline_wall import VAE  # noqa: E402
 
 VARIANTS = ("as-built", "pipeline")
@@ -75,7 +76,6 @@ def use_conv_heuristic(modes: list[str]) -> None:
 
 
 def profile(backend: Any, size: int, variant: str, top: int) -> dict[str, Any]:
-    import cupy
 
     from dif.plan.planner import plan_program
     from dif.runtime import optimize_for
@@ -107,15 +107,7 @@ def profile(backend: Any, size: int, variant: str, top: int) -> dict[str, Any]:
         t0 = time.perf_counter()
         exe.run(inputs)
         run_s.append(time.perf_counter() - t0)
-    stream = backend.stream
-    start, end = cupy.cuda.Event(), cupy.cuda.Event()
-    replay = []
-    for _ in range(10):
-        start.record(stream)
-        exe.execute()
-        end.record(stream)
-        end.synchronize()
-        replay.append(cupy.cuda.get_elapsed_time(start, end))
+    replay = cuda_event_times(exe, 10, 0)
     by_shape = exe.profile(iters=3, by="shape")
     out = {
         "nodes": len(program.nodes),
