@@ -336,9 +336,8 @@ def pipeline_phase(args: argparse.Namespace) -> None:
 
 
 def decode_probe(pipe: Any, noise: np.ndarray, size: int) -> dict[str, Any]:
-    """Where the pipeline's decode stage goes, on its own prepared decoder: `pipe.decode` timed alone, and the
-    decoder's executable (graph captured or not, its replay time, the eager per-op split by shape). The decode
-    stage took 236 ms where `perf/profile_vae.py` replayed the decoder in 39 ms."""
+    """Where the pipeline's decode stage goes, on its own prepared decoder: `pipe.decode` timed alone, and on
+    CUDA the decoder's executable (graph captured or not, its replay time, the eager per-op split by shape)."""
     grid = size // pipe.pixels_per_token
     times = []
     for _ in range(4):
@@ -348,17 +347,13 @@ def decode_probe(pipe: Any, noise: np.ndarray, size: int) -> dict[str, Any]:
     out: dict[str, Any] = {"decode_s": [round(t, 4) for t in times]}
     entry = pipe._programs._entries.get(("vae", grid, grid))  # a diagnostic: the cache's own record
     exe = None if entry is None else entry.executable
-    if exe is None:
+    if getattr(exe, "backend", None) is None or not hasattr(exe, "describe"):  # the CUDA executable's only
         return out
-    if not hasattr(exe, "describe"):  # the CUDA executable's diagnostics only
-        return out
-    out["describe"] = exe.describe()
-    if hasattr(exe, "execute"):
-        from dif_device_bridge import cuda_event_times
+    from dif_device_bridge import cuda_event_times
 
-        out["replay_ms"] = [round(t, 3) for t in cuda_event_times(exe, 5, 0)]
-        by_shape = exe.profile(iters=2, by="shape")
-        out["profile_by_shape"] = {k: v for k, v in list(by_shape.items())[:20]}
+    out["describe"] = exe.describe()
+    out["replay_ms"] = [round(t, 3) for t in cuda_event_times(exe, 5, 0)]
+    out["profile_by_shape"] = dict(list(exe.profile(iters=2, by="shape").items())[:20])
     return out
 
 

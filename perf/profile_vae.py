@@ -59,8 +59,6 @@ def main() -> int:
 
 def use_conv_heuristic(modes: list[str]) -> None:
     """The convolutions' execution plans from cuDNN heuristic `modes` (then its fallback) instead of mode A."""
-    import cudnn
-
     from dif_backend_cuda import conv
 
     def finish(lib: Any, graph: Any, limit: int | None) -> None:
@@ -71,12 +69,10 @@ def use_conv_heuristic(modes: list[str]) -> None:
             graph.deselect_workspace_greater_than(limit)
         graph.check_support()
 
-    assert cudnn is not None
     conv.finish_graph = finish
 
 
 def profile(backend: Any, size: int, variant: str, top: int) -> dict[str, Any]:
-
     from dif.plan.planner import plan_program
     from dif.runtime import optimize_for
     from dif.testing.random_checkpoint import name_rng, random_weight
