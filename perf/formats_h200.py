@@ -345,8 +345,7 @@ def decode_probe(pipe: Any, noise: np.ndarray, size: int) -> dict[str, Any]:
         pipe.decode(noise, grid, grid)
         times.append(time.perf_counter() - t0)
     out: dict[str, Any] = {"decode_s": [round(t, 4) for t in times]}
-    entry = pipe._programs._entries.get(("vae", grid, grid))  # a diagnostic: the cache's own record
-    exe = None if entry is None else entry.executable
+    exe = pipe._programs.prepared().get("flux2_vae_decoder")
     if getattr(exe, "backend", None) is None or not hasattr(exe, "describe"):  # the CUDA executable's only
         return out
     from dif_device_bridge import cuda_event_times
