@@ -54,8 +54,32 @@ def _program(op: str) -> tuple[Any, int]:
         for o in outs[1:]:
             b.output(o)
         moved = 3 * TOKENS * 12288 * bf
+    elif op == "norm_modulate_quant":  # the W8A8 GEMM inputs: fp8 values and one f32 scale per row
+        src = b.input("x", (1, TOKENS, d), "bf16")
+        s, t = b.input("s", (1, 1, d), "bf16"), b.input("t", (1, 1, d), "bf16")
+        fp8 = {"kind": "layer", "eps": 1e-6, "dtype": "f8e4m3"}
+        outs = [b.emit_multi("norm_modulate_quant", src, s, t, **fp8) for _ in range(CHAIN)]
+        moved = TOKENS * d * (bf + 1)
+    elif op == "quantize_rows":  # the single blocks' output projection input: attention and MLP, 16384 wide
+        src = b.input("x", (1, TOKENS, 4 * d), "bf16")
+        outs = [b.emit_multi("quantize_rows", src, dtype="f8e4m3") for _ in range(CHAIN)]
+        moved = TOKENS * 4 * d * (bf + 1)
+    elif op == "glu_quant":
+        src = b.input("x", (1, TOKENS, 2 * 12288), "bf16")
+        outs = [b.emit_multi("glu_quant", src, act="silu", gated_half="first", dtype="f8e4m3") for _ in range(CHAIN)]
+        moved = TOKENS * 12288 * (2 * bf + 1)
+    elif op == "concat_glu_quant":  # the same projection input made by one kernel from attention and the MLP
+        attn, src = b.input("attn", (1, TOKENS, d), "bf16"), b.input("x", (1, TOKENS, 2 * 12288), "bf16")
+        glu_fp8 = {"act": "silu", "gated_half": "first", "dtype": "f8e4m3"}
+        outs = [b.emit_multi("concat_glu_quant", attn, src, **glu_fp8) for _ in range(CHAIN)]
+        moved = TOKENS * (d * bf + 12288 * 2 * bf + 4 * d)
     else:
         raise ValueError(op)
+    if op.endswith("_quant") or op == "quantize_rows":
+        for q, scale in outs:
+            b.output(q)
+            b.output(scale)
+        return b.build(), moved
     b.output(x)
     return b.build(), moved
 
@@ -113,6 +137,22 @@ def copy_ms(nbytes: int, reps: int = 25) -> float:
     return statistics.median(times)
 
 
+@contextmanager
+def rows_option(value: str) -> Any:
+    """The CUDA backend built with DIF_CUDA_ROWS=`value` (graph_ms makes a fresh backend per case)."""
+    import os
+
+    old = os.environ.get("DIF_CUDA_ROWS")
+    os.environ["DIF_CUDA_ROWS"] = value
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop("DIF_CUDA_ROWS")
+        else:
+            os.environ["DIF_CUDA_ROWS"] = old
+
+
 def variants() -> dict[str, list[tuple[str, Callable[[], Any]]]]:
     from dif_backend_cuda.lower import fused as lower_fused
 
@@ -133,15 +173,23 @@ def variants() -> dict[str, list[tuple[str, Callable[[], Any]]]]:
         ],
         "gated_residual": [("default", plain)],
         "glu": [("default", plain)],
+        "norm_modulate_quant": [("default", plain), ("rows staged", lambda: rows_option("staged"))],
+        "quantize_rows": [("default", plain), ("rows staged", lambda: rows_option("staged"))],
+        "glu_quant": [("default", plain), ("rows staged", lambda: rows_option("staged"))],
+        "concat_glu_quant": [("default", plain), ("rows staged", lambda: rows_option("staged"))],
     }
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default="probe_elementwise.json")
+    ap.add_argument("--ops", default="", help="comma-separated ops to probe (default: all)")
     args = ap.parse_args()
+    wanted = {o for o in args.ops.split(",") if o}
     result: dict[str, Any] = {"chain": CHAIN, "tokens": TOKENS, "cases": []}
     for op, options in variants().items():
+        if wanted and op not in wanted:
+            continue
         program, moved = _program(op)
         ref = copy_ms(moved)
         for label, make in options:

@@ -15,6 +15,7 @@ import pytest
 from dif.dtypes import DType
 from dif.ops.attention import sdpa_fp8
 from dif.ops.quant import (
+    concat_glu_quant,
     glu_quant,
     int4_linear,
     norm_modulate_quant,
@@ -94,18 +95,45 @@ def test_norm_modulate_quant_bf16_at_a_dit_row(q: str, kind: str, rows: str) -> 
     assert ("_vec_" in step.name) == (rows == "registers"), step.name
 
 
+@pytest.mark.parametrize("rows", ["staged", "registers"])
 @pytest.mark.parametrize("q", ["f8e4m3", "i8"])
 @pytest.mark.parametrize("act", ["silu", "gelu_tanh"])
-def test_glu_quant_bf16_at_a_feed_forward_row(q: str, act: str) -> None:
-    be = backend()
+def test_glu_quant_bf16_at_a_feed_forward_row(q: str, act: str, rows: str) -> None:
+    be = backend(rows)
     if q == "f8e4m3":
         needs_units(be, "fp8-e4m3")
     x = RNG.standard_normal((1, 300, 2 * 9216)).astype(BF16)
-    (gq, gs), _ = run_one(be, "glu_quant", [x], act=act, gated_half="first", dtype=q)
+    from dif.testing.conformance import run_one_node
+
+    (gq, gs), exe = run_one_node(be, "glu_quant", [x], act=act, gated_half="first", dtype=q)
     wq, ws = glu_quant(x, act=act, gated_half="first", dtype=q)
     np.testing.assert_allclose(gs, ws, rtol=1e-2)
     assert rel(gq.astype(np.float32) * gs, wq.astype(np.float32) * ws) < (2e-3 if q == "i8" else 2e-2)
     assert np.mean(gq.astype(np.float32) == wq.astype(np.float32)) > 0.99
+    (step,) = exe.steps
+    assert ("_vec_" in step.name) == (rows == "registers"), step.name
+
+
+@pytest.mark.parametrize("rows", ["staged", "registers"])
+@pytest.mark.parametrize("half", ["first", "second"])
+def test_concat_glu_quant_bf16_at_a_single_block_row(half: str, rows: str) -> None:
+    """klein 9B's single-block output projection input: 4,096 attention values beside a 12,288-wide GLU, one
+    scale over both (the attention half scaled up so its amax decides some rows, the GLU's others)."""
+    be = backend(rows)
+    needs_units(be, "fp8-e4m3")
+    attn = (RNG.standard_normal((1, 200, 4096)) * RNG.choice([0.5, 4.0], (1, 200, 1))).astype(BF16)
+    x = RNG.standard_normal((1, 200, 2 * 12288)).astype(BF16)
+    from dif.testing.conformance import run_one_node
+
+    attrs = {"act": "silu", "gated_half": half, "dtype": "f8e4m3"}
+    (gq, gs), exe = run_one_node(be, "concat_glu_quant", [attn, x], **attrs)
+    wq, ws = concat_glu_quant(attn, x, **attrs)
+    assert gq.shape == (1, 200, 4096 + 12288) and gs.shape == (1, 200, 1)
+    np.testing.assert_allclose(gs, ws, rtol=1e-2)
+    assert rel(gq.astype(np.float32) * gs, wq.astype(np.float32) * ws) < 2e-2
+    assert np.mean(gq.astype(np.float32) == wq.astype(np.float32)) > 0.99
+    (step,) = exe.steps
+    assert ("_vec_" in step.name) == (rows == "registers"), step.name
 
 
 @pytest.mark.parametrize("variant", ["default", "portable"])

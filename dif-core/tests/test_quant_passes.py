@@ -254,6 +254,43 @@ def test_wide_linears_on_another_input_share_one_quantize_rows() -> None:
     np.testing.assert_allclose(out[program.outputs[2]], cat @ weights["w3"].T.astype(np.float64), rtol=1e-4, atol=1e-5)
 
 
+def test_a_concat_of_attention_and_a_glu_becomes_one_concat_glu_quant() -> None:
+    """A parallel block's output projection over concat(attention, glu(mlp)): the concat and the GLU become one
+    `concat_glu_quant`; the fp8 result on the CPU is the unfused ops' (glu rounded, concat, quantize_rows, the
+    scaled product) value for value."""
+    from dif.ops.norm import glu
+    from dif.ops.quant import quantize_rows, quantize_weight_rows, scaled_linear
+
+    wide = ROWS_PASS_MIN_OUT
+    b = ProgramBuilder("parallel")
+    attn, mlp = b.input("attn", (ROWS, 16), "f32"), b.input("mlp", (ROWS, 96), "f32")
+    c = b.emit("concat", attn, b.emit("glu", mlp, act="silu", gated_half="first"), axis=-1)
+    b.output(flat(b, b.emit("linear", c, b.param("w", (wide, D), "f32")), wide))
+    program = b.build()
+    rewritten, decisions = optimize(program, target=ALL, passes=("quantize_fp8",))
+    assert rewritten.op_histogram() == {"concat_glu_quant": 1, "scaled_linear": 1, "reshape": 1}
+    assert [d.reason for d in decisions] == ["concat + glu + linear -> concat_glu_quant + scaled_linear (fp8-e4m3)"]
+    weights, inputs = weights_for(program), inputs_for(program)
+    out, _ = run_cpu(program, ("quantize_fp8",), weights, inputs)
+    joined = np.concatenate([inputs["attn"], glu(inputs["mlp"], act="silu", gated_half="first")], axis=-1)
+    xq, xs = quantize_rows(joined.astype(np.float32), dtype="f8e4m3")
+    wq, ws = quantize_weight_rows(weights["w"], "f8e4m3")
+    want = scaled_linear(xq, xs, wq, ws, out_dtype="f32")
+    np.testing.assert_allclose(out[program.outputs[0]], want, rtol=1e-5, atol=1e-6)
+
+
+def test_a_glu_read_elsewhere_keeps_its_concat_and_quantize_rows() -> None:
+    """The GLU's value is also a program output: it must be written unquantized, so the concat stays and gets a
+    `quantize_rows`."""
+    b = ProgramBuilder("parallel_out")
+    attn, mlp = b.input("attn", (ROWS, 16), "f32"), b.input("mlp", (ROWS, 96), "f32")
+    g = b.emit("glu", mlp, act="silu", gated_half="first")
+    c = b.emit("concat", attn, g, axis=-1)
+    b.output(flat(b, b.emit("linear", c, b.param("w", (ROWS_PASS_MIN_OUT, D), "f32")), ROWS_PASS_MIN_OUT), g)
+    rewritten, _ = optimize(b.build(), target=ALL, passes=("quantize_fp8",))
+    assert rewritten.op_histogram() == {"glu": 1, "concat": 1, "quantize_rows": 1, "scaled_linear": 1, "reshape": 1}
+
+
 def test_an_output_linear_and_a_matrix_vector_product_stay_in_the_run_dtype() -> None:
     """The linear whose result is the program's output, and one over a single row (a timestep projection),
     are not quantized; the reasons say why."""

@@ -205,34 +205,73 @@ __device__ __forceinline__ void norm_modulate_quant_vec_impl(const T* __restrict
     norm_modulate_quant_vec_impl<TN, QN>(x, sc, sh, q, s, meta, len, eps, is_rms);                         \
   }
 
-// ---- glu_quant: one block per row of y[rows, h] from x[rows, 2h], the row staged in dynamic shared memory --
+// ---- glu_quant / concat_glu_quant: one block per row of y[rows, p + h] = [prefix[rows, p], glu(x[rows, 2h])]
+// (p = 0 for glu_quant), the row staged in dynamic shared memory (p + h floats) ----------------------------------
 template <int ACT>
 __device__ __forceinline__ float quant_glu_act(float v) {  // 0 silu, 1 gelu (erf), 2 gelu tanh: as glu's
   return ACT == 0 ? v * sigmoid_f(v) : (ACT == 1 ? gelu_erf_f(v) : gelu_tanh_f(v));
 }
+template <int ACT, class T>
+__device__ __forceinline__ float quant_glu(float a, float b, int gate_first) {  // the value glu stores, as float
+  return round_to<T>(gate_first ? quant_glu_act<ACT>(a) * b : a * quant_glu_act<ACT>(b));
+}
 template <int ACT, class T, class Q>
-__device__ __forceinline__ void glu_quant_impl(const T* __restrict__ x, Q* __restrict__ q, float* __restrict__ s,
-                                               i64 h, int gate_first) {
+__device__ __forceinline__ void glu_quant_impl(const T* __restrict__ prefix, i64 p, const T* __restrict__ x,
+                                               Q* __restrict__ q, float* __restrict__ s, i64 h, int gate_first) {
   extern __shared__ float buf[];
-  const i64 row = blockIdx.x;
+  const i64 row = blockIdx.x, len = p + h;
   const T* xr = x + row * 2 * h;
   float amax = 0.0f;
-  for (i64 j = threadIdx.x; j < h; j += blockDim.x) {
-    const float a = to_f(xr[j]), b = to_f(xr[h + j]);
-    const float y = round_to<T>(gate_first ? quant_glu_act<ACT>(a) * b : a * quant_glu_act<ACT>(b));
+  for (i64 j = threadIdx.x; j < len; j += blockDim.x) {
+    const float y =
+        j < p ? to_f(prefix[row * p + j]) : quant_glu<ACT, T>(to_f(xr[j - p]), to_f(xr[h + j - p]), gate_first);
     buf[j] = y;  // each thread rereads only its own entries
     amax = fmaxf(amax, fabsf(y));
   }
   const float scale = row_scale(block_max(amax), qmax_of(q));
-  for (i64 j = threadIdx.x; j < h; j += blockDim.x) qstore(q + row * h, j, buf[j], scale);
+  for (i64 j = threadIdx.x; j < len; j += blockDim.x) qstore(q + row * len, j, buf[j], scale);
+  if (threadIdx.x == 0) s[row] = scale;
+}
+// The same with the row in registers (as the *_vec_* kernels above: p and h multiples of 8, 16-byte aligned).
+template <int ACT, class T, class Q>
+__device__ __forceinline__ void glu_quant_vec_impl(const T* __restrict__ prefix, i64 p, const T* __restrict__ x,
+                                                   Q* __restrict__ q, float* __restrict__ s, i64 h, int gate_first) {
+  const i64 row = blockIdx.x, len = p + h;
+  const int nch = (int)(len >> 3), pch = (int)(p >> 3);
+  const T* xr = x + row * 2 * h;
+  float v[ROW_CHUNKS][8];
+  float amax = 0.0f;
+  ROW_CHUNK_FOR(i, c, nch) {
+    if (c < pch) {
+      load8(prefix + row * p + 8 * c, v[i]);
+    } else {
+      float a[8], b[8];
+      load8(xr + 8 * (c - pch), a);
+      load8(xr + h + 8 * (c - pch), b);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) v[i][e] = quant_glu<ACT, T>(a[e], b[e], gate_first);
+    }
+#pragma unroll
+    for (int e = 0; e < 8; ++e) amax = fmaxf(amax, fabsf(v[i][e]));
+  }
+  const float scale = row_scale(block_max(amax), qmax_of(q));
+  ROW_CHUNK_FOR(i, c, nch) store8(q + row * len + 8 * c, v[i], scale);
   if (threadIdx.x == 0) s[row] = scale;
 }
 #define GLU_QUANT(ACTN, ACT, TN, QN)                                                                       \
-  KERNEL_ENTRY glu_quant_##ACTN##_##TN##_##QN(const TN* __restrict__ x, QN* __restrict__ q,                \
-                                              float* __restrict__ s, i64 h, int gate_first) {              \
-    glu_quant_impl<ACT, TN, QN>(x, q, s, h, gate_first);                                                   \
+  KERNEL_ENTRY glu_quant_##ACTN##_##TN##_##QN(const TN* __restrict__ prefix, i64 p, const TN* __restrict__ x, \
+                                              QN* __restrict__ q, float* __restrict__ s, i64 h, int gate_first) { \
+    glu_quant_impl<ACT, TN, QN>(prefix, p, x, q, s, h, gate_first);                                        \
+  }
+#define GLU_QUANT_VEC(ACTN, ACT, TN, QN)                                                                   \
+  KERNEL_ENTRY glu_quant_vec_##ACTN##_##TN##_##QN(const TN* __restrict__ prefix, i64 p,                    \
+                                                  const TN* __restrict__ x, QN* __restrict__ q,            \
+                                                  float* __restrict__ s, i64 h, int gate_first) {          \
+    glu_quant_vec_impl<ACT, TN, QN>(prefix, p, x, q, s, h, gate_first);                                    \
   }
 #define GLU_QUANT_ALL(TN, QN) GLU_QUANT(silu, 0, TN, QN) GLU_QUANT(gelu, 1, TN, QN) GLU_QUANT(gelu_tanh, 2, TN, QN)
+#define GLU_QUANT_VEC_ALL(TN, QN)                                                                          \
+  GLU_QUANT_VEC(silu, 0, TN, QN) GLU_QUANT_VEC(gelu, 1, TN, QN) GLU_QUANT_VEC(gelu_tanh, 2, TN, QN)
 
 // ---- the scaled epilogue: y[r, c] = acc[r, c] * xs[r] * ws[c] (+ bias[c]), rows of `out`; acc int32 or fp32 ------
 template <class A, class O>
@@ -551,6 +590,10 @@ GLU_QUANT_ALL(bf16, f8e4m3)
 GLU_QUANT_ALL(f32, i8)
 GLU_QUANT_ALL(f16, i8)
 GLU_QUANT_ALL(bf16, i8)
+GLU_QUANT_VEC_ALL(f16, f8e4m3)
+GLU_QUANT_VEC_ALL(bf16, f8e4m3)
+GLU_QUANT_VEC_ALL(f16, i8)
+GLU_QUANT_VEC_ALL(bf16, i8)
 SCALED_EPILOGUE(i32, int, f32)
 SCALED_EPILOGUE(i32, int, f16)
 SCALED_EPILOGUE(i32, int, bf16)

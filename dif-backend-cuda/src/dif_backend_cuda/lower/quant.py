@@ -1,11 +1,12 @@
 """CUDA lowerings of `dif.ops.quant`, the ops the format passes make, onto `kernels/quant.cu` and cuBLASLt
 (`gemm_quant`). The path each node takes is recorded in `LowerCtx.choices`.
 
-- norm_modulate_quant / glu_quant: one kernel normalizes and modulates (or gates), rounds to x's dtype, takes the
-  row's amax and writes the quantized row and its scale: the W8A8 GEMM's input is never re-read to be quantized.
-  With the backend's `rows="registers"` (DIF_CUDA_ROWS, the default), norm_modulate_quant and quantize_rows over
-  bf16 / f16 rows (a multiple of 8 long, 16-byte aligned) hold the row in registers (`*_vec_*`: 16-byte loads,
-  one read of the row, no shared memory); otherwise the kernels that stage it in shared memory run. Those are
+- norm_modulate_quant / glu_quant / concat_glu_quant: one kernel normalizes and modulates (or gates), rounds to
+  x's dtype, takes the row's amax (over the prefix and the gated half for concat_glu_quant) and writes the
+  quantized row and its scale: the W8A8 GEMM's input is never re-read to be quantized. With the backend's
+  `rows="registers"` (DIF_CUDA_ROWS, the default), these and quantize_rows over bf16 / f16 rows (a multiple of 8
+  long, 16-byte aligned) hold the row in registers (`*_vec_*`: 16-byte loads, one read of the row, no shared
+  memory); otherwise the kernels that stage it in shared memory run. Those are
   latency-bound: on an H100 (stop 27, same call) klein 9B's fp8 forward took 89.4 ms with them, 83.5 ms with the
   register-resident kernels (klein 4B 44.9 / 41.7 ms).
 - scaled_linear: fp8-e4m3 on cuBLASLt with the scales as outer-vector epilogue scales (one call, bf16 out);
@@ -15,7 +16,7 @@
   tensor-core GEMM (mma.sync) that unpacks each K slice of the weights into shared memory with the group scales
   applied; otherwise the portable tile GEMM whose weight loads unpack them. Either way the weights are
   dequantized inside the GEMM, never in a pass of their own.
-- quantize_rows: the op table's standalone form (a pass over the activations; the format passes never emit it).
+- quantize_rows: a pass over the activations, for a GEMM input no quantizing producer makes (an attention output).
 """
 
 from __future__ import annotations
@@ -117,17 +118,35 @@ def _norm_modulate_quant(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Ts, outs:
 
 @lowering("glu_quant")
 def _glu_quant(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Ts, outs: Ts) -> Steps:
-    (x,), (q, s) = ins, outs
+    return _glu_rows(ctx, node, attrs, None, ins[0], outs)
+
+
+@lowering("concat_glu_quant")
+def _concat_glu_quant(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Ts, outs: Ts) -> Steps:
+    return _glu_rows(ctx, node, attrs, ins[0], ins[1], outs)
+
+
+def _glu_rows(ctx: LowerCtx, node: Node, attrs: Attrs, prefix: Any | None, x: Any, outs: Ts) -> Steps:
+    """glu_quant (no prefix) and concat_glu_quant: one kernel family, the prefix's width 0 for the former."""
+    q, s = outs
     dt = need(node, x.dtype, FLOATS)
     qt = need(node, q.dtype, QUANT)
-    rows, h = _rows(q)
-    shared = 4 * h
+    rows, length = _rows(q)
+    p = 0 if prefix is None else prefix.shape[-1]
+    h = length - p
+    act = f"{attrs['act']}_{dt}_{qt}"
+    args = [ptr(prefix), i64(p), ptr(x), ptr(q), ptr(s), i64(h), np.int32(attrs["gated_half"] == "first")]
+    threads = 0
+    if x.dtype != DType.F32 and h % 8 == 0:  # p % 8 too: the row length's check below
+        addrs = [(x.ptr, 16), (q.ptr, 8)] + ([] if prefix is None else [(prefix.ptr, 16)])
+        threads = _row_vector_threads(ctx, length, addrs)
+    if threads:  # the row in registers, one read of the input
+        return [ctx.kernel("quant", f"glu_quant_vec_{act}", (rows,), (threads,), args)]
+    shared = 4 * length
     limit = max(DEFAULT_SHARED, int(ctx.backend.props.get("smem_optin", 0)))
     if shared > limit:
-        raise unsupported(node, f"a row of {h} needs {shared} B of shared memory (the device allows {limit})")
-    args = [ptr(x), ptr(q), ptr(s), i64(h), np.int32(attrs["gated_half"] == "first")]
-    name = f"glu_quant_{attrs['act']}_{dt}_{qt}"
-    return [ctx.kernel("quant", name, (rows,), (min(1024, row_threads(h)),), args, shared)]
+        raise unsupported(node, f"a row of {length} needs {shared} B of shared memory (the device allows {limit})")
+    return [ctx.kernel("quant", f"glu_quant_{act}", (rows,), (min(1024, row_threads(length)),), args, shared)]
 
 
 def _lt(ctx: LowerCtx, node: Node) -> Any | None:

@@ -15,8 +15,8 @@ Frontends never emit these. Their references are exact definitions of the quanti
 
 Weight-side quantization happens once, at load (`quantize_weight_rows`, `quantize_weight_groups`: the
 load-time transform `dif.weights.quantized` applies); activation scales are dynamic, per row, computed by the
-kernel that produces the GEMM input (`norm_modulate_quant`, `glu_quant`), never by a separate pass over the
-activations.
+kernel that produces the GEMM input (`norm_modulate_quant`, `glu_quant`, `concat_glu_quant`), or else by a pass of
+its own (`quantize_rows`).
 """
 
 from __future__ import annotations
@@ -223,6 +223,54 @@ def glu_quant(x: np.ndarray, *, act: str, gated_half: str, dtype: str) -> tuple[
 
     y = np.asarray(glu(x, act=act, gated_half=gated_half)).astype(x.dtype)
     return quantized_rows(y, dtype)
+
+
+# -- concat_glu_quant ---------------------------------------------------------------------------------------
+
+
+def _concat_glu_quant_infer(
+    prefix: TensorType, x: TensorType, *, act: str, gated_half: str, dtype: str
+) -> tuple[TensorType, TensorType]:
+    need_float(prefix)
+    glu_q, _ = _glu_quant_infer(x, act=act, gated_half=gated_half, dtype=dtype)
+    if prefix.dtype != x.dtype or prefix.shape[:-1] != x.shape[:-1]:
+        raise fail(f"prefix {prefix} must share x's dtype and leading shape, x is {x}")
+    shape = (*x.shape[:-1], prefix.shape[-1] + glu_q.shape[-1])
+    return TensorType(shape, DType(dtype)), TensorType((*shape[:-1], 1), DType.F32)
+
+
+def _concat_glu_quant_cases(rng: np.random.Generator, dtype: DType) -> list[Case]:
+    if dtype != DType.F32:  # as glu_quant
+        return []
+    prefix, x = randn(rng, (2, 3, 32), dtype, 2.0), randn(rng, (2, 3, 128), dtype)
+    return [Case(f"2x3x(32+64)-{act}", (prefix, x), {"act": act, "gated_half": "first", "dtype": "f8e4m3"})
+            for act in ("silu", "gelu_tanh")]  # fmt: skip
+
+
+@defop(
+    "concat_glu_quant",
+    operands=("prefix", "x"),
+    attrs=(
+        AttrSpec("act", "str", "silu", ("silu", "gelu", "gelu_tanh"), "as in glu"),
+        AttrSpec("gated_half", "str", "first", ("first", "second"), "as in glu"),
+        AttrSpec("dtype", "dtype", choices=QUANT_DTYPES, doc="storage dtype of the quantized values"),
+    ),
+    infer=_concat_glu_quant_infer,
+    cases=_concat_glu_quant_cases,
+    category="fused",
+    num_results=2,
+)
+def concat_glu_quant(
+    prefix: np.ndarray, x: np.ndarray, *, act: str, gated_half: str, dtype: str
+) -> tuple[np.ndarray, np.ndarray]:
+    """concat_glu_quant(prefix, x; act, gated_half, dtype) -> (q, row_scale) = quantize_rows(concat(prefix,
+    glu(x; act, gated_half), axis=-1); dtype), the GLU's value rounded to x's dtype first: a parallel DiT block's
+    output projection reads its attention output beside its MLP's gated activation (FLUX.2's single blocks), and
+    one kernel quantizes the two together, so the activation is never written unquantized (`dif.passes.quantize`)."""
+    from dif.ops.norm import glu
+
+    y = np.asarray(glu(x, act=act, gated_half=gated_half)).astype(x.dtype)
+    return quantized_rows(np.concatenate([np.asarray(prefix), y], axis=-1), dtype)
 
 
 # -- scaled_linear ------------------------------------------------------------------------------------------

@@ -6,12 +6,14 @@ format's quantized ops (`dif.ops.quant`). Not in the default pipeline: the forma
 - `quantize_fp8` / `quantize_int8` (W8A8): a `norm_modulate` or `glu` whose every user is a linear over a
   parameter weight becomes `norm_modulate_quant` / `glu_quant` (the producer emits the GEMM input quantized,
   one scale per row), and each of those linears `scaled_linear` over the weight quantized per output channel.
-  A linear whose input comes from anything else (a concat, an attention output, a gate) gets a `quantize_rows`
-  of its input when it has at least `ROWS_PASS_MIN_OUT` output features, shared by every such linear reading
-  the same input: that pass reads the input once (2 bytes per element in, 1 out), while the GEMM saves about
-  2 x N x (1/bf16 - 1/fp8 rate) per input element, some five times more at N = 4096 on Hopper. Narrower ones
-  stay as they are, with the reason recorded; so do a linear whose result is a program output (nothing after it
-  dilutes its rounding) and one of fewer than `MIN_ROWS` input rows.
+  A linear whose input comes from anything else (an attention output, a gate) gets a `quantize_rows` of its
+  input when it has at least `ROWS_PASS_MIN_OUT` output features, shared by every such linear reading the same
+  input: that pass reads the input once (2 bytes per element in, 1 out), while the GEMM saves about
+  2 x N x (1/bf16 - 1/fp8 rate) per input element, some five times more at N = 4096 on Hopper. When that input
+  is `concat(prefix, glu(...))` (a parallel block's output projection: attention beside the MLP), one
+  `concat_glu_quant` replaces the concat and the GLU instead, so the GLU's value is never written unquantized.
+  Narrower linears stay as they are, with the reason recorded; so do a linear whose result is a program output
+  (nothing after it dilutes its rounding) and one of fewer than `MIN_ROWS` input rows.
 - `quantize_int4` (weight-only): every linear over a parameter weight whose inputs divide into groups of 128
   (else 64) becomes `int4_linear`.
 - `quantize_fp8_attention`: every f16 / bf16 `sdpa` becomes `sdpa_fp8` (both products on fp8 matrix units), a
@@ -258,12 +260,42 @@ def quantize_w8a8(program: Program, ctx: PassContext, fmt: str) -> Program:
         if problem is not None or not wide:
             continue
         q, s = _quantized_pair(program, x, fmt)
-        first = wide[0]  # nodes are in topological order: the first reader comes after x and before the others
-        rw.replace[first.id] = [Node(first.id, "quantize_rows", (x,), (q, s), {"dtype": qdtype})]
+        joined = _concat_of_glu(program, ctx, x, wide)
+        if joined is not None:  # the concat and its GLU become the quantizing producer
+            concat, glu = joined
+            attrs = {"act": glu.attrs["act"], "gated_half": glu.attrs["gated_half"], "dtype": qdtype}
+            operands = (concat.operands[0], glu.operands[0])
+            rw.replace[glu.id] = []
+            rw.replace[concat.id] = [Node(concat.id, "concat_glu_quant", operands, (q, s), attrs)]
+            made = "concat + glu + linear -> concat_glu_quant + scaled_linear"
+        else:
+            first = wide[0]  # nodes are in topological order: the first reader comes after x and before the others
+            rw.replace[first.id] = [Node(first.id, "quantize_rows", (x,), (q, s), {"dtype": qdtype})]
+            made = f"{origin} -> quantize_rows + scaled_linear"
         for u in wide:
             rw.replace[u.id] = [*rw.replace.get(u.id, []), _scaled_linear(program, rw, u, q.name, s.name, fmt)]
-            ctx.applied(f"{origin} -> quantize_rows + scaled_linear ({fmt})", (u.id,), u.results[0].name)
+            ctx.applied(f"{made} ({fmt})", (u.id,), u.results[0].name)
     return _fuse_back(rw.apply(ctx.pass_name), split, ctx.pass_name)
+
+
+def _concat_of_glu(program: Program, ctx: PassContext, x: str, readers: list[Node]) -> tuple[Node, Node] | None:
+    """(concat, glu) when `x` = concat(prefix, glu(...)) along the last axis, read by `readers` alone, with the
+    GLU read by the concat alone (a parallel DiT block's output projection input): one `concat_glu_quant` then
+    makes the quantized input, and the GLU's value is never written unquantized. None otherwise."""
+    concat = program.producers.get(x)
+    if concat is None or concat.op != "concat" or len(concat.operands) != 2 or x in program.outputs:
+        return None
+    if int(concat.attrs["axis"]) % program.types[x].rank != program.types[x].rank - 1:
+        return None
+    glu = program.producers.get(concat.operands[1])
+    if glu is None or glu.op != "glu" or concat.operands[0] == concat.operands[1]:
+        return None
+    gated = glu.results[0].name
+    if gated in program.outputs or [u.id for u in program.users.get(gated, ())] != [concat.id]:
+        return None
+    if {u.id for u in program.users.get(x, ())} != {u.id for u in readers}:
+        return None
+    return (concat, glu) if ctx.supports("concat_glu_quant") else None
 
 
 def _quantized_pair(program: Program, y: str, fmt: str) -> tuple[Value, Value]:
