@@ -59,6 +59,18 @@ def _device_alloc(nbytes: int, what: str, program: str = "") -> Any:
         raise DeviceMemoryError(BACKEND, program, nbytes, what, free, str(exc)) from exc
 
 
+def _frozen(arr: np.ndarray) -> bool:
+    """Whether nothing can change `arr`'s values: it is read-only and owns its memory, or views an array that
+    is itself frozen (a read-only view of a writeable array can change through that array)."""
+    while not arr.flags.writeable:
+        if arr.flags.owndata:
+            return True
+        if not isinstance(arr.base, np.ndarray):
+            return False
+        arr = arr.base
+    return False
+
+
 @define
 class CudaExecutable:
     """A program prepared on a CUDA device. `run` is not reentrant (one arena, one stream)."""
@@ -77,6 +89,7 @@ class CudaExecutable:
     graph_error: str = ""
     timings: dict[str, float] = field(factory=dict)
     streamer: WeightStreamer | None = None  # owns the side stream and events the steps (and graph) use
+    staged: dict[str, np.ndarray] = field(factory=dict)  # the read-only inputs now in the pinned mirrors
 
     @classmethod
     def create(
@@ -268,9 +281,18 @@ class CudaExecutable:
         return self.replay(inputs)
 
     def stage_inputs(self, inputs: Mapping[str, np.ndarray]) -> None:
-        """Check `inputs` and copy them into the pinned host mirrors of the input slots."""
+        """Check `inputs` and copy them into the pinned host mirrors of the input slots. A frozen array
+        (`_frozen`) that was this input at the previous run too is not copied again: a denoiser passes the same
+        text features and RoPE tables every step (klein 9B at 1024^2: 17 MB a step, milliseconds of host
+        copying)."""
         for name, arr in check_inputs(self.program, inputs, BACKEND).items():
-            np.copyto(self.in_host[name], arr, casting="no")
+            frozen = _frozen(arr)
+            if not frozen or self.staged.get(name) is not arr:
+                np.copyto(self.in_host[name], arr, casting="no")
+            if frozen:
+                self.staged[name] = arr
+            else:
+                self.staged.pop(name, None)
 
     def replay(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """The untraced run: inputs up in one copy, the program (graph replay or eager), outputs down."""
@@ -303,6 +325,7 @@ class CudaExecutable:
         self.streamer = None
         self.tensors.clear()
         self.in_host.clear()
+        self.staged.clear()
         self.out_host.clear()
         self.memory.clear()  # cupy frees a Memory when its last reference goes
         cupy.get_default_pinned_memory_pool().free_all_blocks()

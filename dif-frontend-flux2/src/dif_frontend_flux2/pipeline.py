@@ -32,7 +32,7 @@ from dif.image_pipeline import ImageConditioning, ImageRequest, TextToImagePipel
 from dif.ir.program import Program
 from dif.kit.admission import admit_image
 from dif.kit.finite import require_finite, require_finite_probe
-from dif.kit.sampling import Predict, StepCallback
+from dif.kit.sampling import Predict, StepCallback, step_invariant
 from dif.kit.scheduler import FlowMatchConfig, load_scheduler_config
 from dif.kit.tiling import TileLayout, decode_tiled
 from dif.media import to_uint8
@@ -425,9 +425,10 @@ class Flux2Pipeline(TextToImagePipeline):
         cached = refs is not None and refs.kv is not None
         shapes = () if refs is None or cached else refs.shapes
         n_img = h * w
-        cos, sin = flux2_rope_tables(
+        tables = flux2_rope_tables(
             self.text_length, h, w, ref_shapes=shapes, axes_dims=cfg.axes_dims_rope, theta=cfg.rope_theta
         )
+        cos, sin = map(step_invariant, tables)
         tiled: dict[int, dict[str, np.ndarray]] = {}  # reference tokens repeated over a batch, once per run
 
         def predict(latents: np.ndarray, t: float, text: np.ndarray) -> np.ndarray:
@@ -445,7 +446,7 @@ class Flux2Pipeline(TextToImagePipeline):
             t_proj = flux2_timestep_proj([t] * batch, dtype=self.dtype, channels=cfg.timestep_guidance_channels)
             inputs = {
                 "latents": x,
-                "text_features": np.repeat(text, batch, axis=0) if text.shape[0] != batch else text,
+                "text_features": np.repeat(text, batch, axis=0) if text.shape[0] != batch else step_invariant(text),
                 "timestep_proj": t_proj,
                 "rope_cos": cos,
                 "rope_sin": sin,

@@ -29,7 +29,7 @@ from dif.image_pipeline import ImageRequest, TextToImagePipeline
 from dif.ir.program import Program
 from dif.kit.admission import admit_image
 from dif.kit.finite import require_finite, require_finite_probe
-from dif.kit.sampling import Predict, StepCallback
+from dif.kit.sampling import Predict, StepCallback, step_invariant
 from dif.noise import initial_latents
 from dif.program_cache import ProgramCache
 from dif.runtime import Runner
@@ -248,17 +248,21 @@ class Krea2Pipeline(TextToImagePipeline):
         (B, N, 64); the prompt's embeds and mask are repeated over the batch."""
         cfg = self.configs.transformer
         n_img = grid_h * grid_w
-        cos, sin = rope_tables(cfg, self.max_sequence_length, grid_h, grid_w)
-        masks: dict[tuple[int, int], np.ndarray] = {}  # per prompt and batch, made on its first step
+        cos, sin = map(step_invariant, rope_tables(cfg, self.max_sequence_length, grid_h, grid_w))
+        per_prompt: dict[tuple[int, int], dict[str, np.ndarray]] = {}  # per prompt and batch, made on its first step
 
         def predict(latents: np.ndarray, t: float, prompt: EncodedPrompt) -> np.ndarray:
             batch = latents.shape[0]
             run = self._denoiser_runner(n_img, batch)
-            mask = masks.setdefault((id(prompt), batch), np.repeat(attention_mask(prompt.mask, n_img), batch, 0))
+            key = (id(prompt), batch)
+            if key not in per_prompt:  # the same objects every step (`step_invariant`)
+                per_prompt[key] = {
+                    "text_embeds": step_invariant(np.repeat(prompt.embeds, batch, axis=0)),
+                    "attention_mask": step_invariant(np.repeat(attention_mask(prompt.mask, n_img), batch, 0)),
+                }
             t_proj = timestep_proj_from_timesteps([t] * batch, dtype=self.dtype, dim=cfg.timestep_embed_dim)
             inputs = {"latents": latents, "timestep_proj": t_proj, "rope_cos": cos, "rope_sin": sin}
-            embeds = np.repeat(prompt.embeds, batch, axis=0)
-            return next(iter(run({**inputs, "text_embeds": embeds, "attention_mask": mask}).values()))
+            return next(iter(run({**inputs, **per_prompt[key]}).values()))
 
         return predict
 

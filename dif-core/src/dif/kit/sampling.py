@@ -29,6 +29,14 @@ StepCallback = Callable[[int, int, np.ndarray], None]
 """(steps done, total steps, latents after that step): progress bars, previews."""
 
 
+def step_invariant(arr: np.ndarray) -> np.ndarray:
+    """`arr` made read-only, for a `Predict` to pass the same object as a model input at every step (text
+    features, RoPE tables, masks): a backend may then keep it staged instead of copying it again each step
+    (the CUDA executor does). `arr` must own its memory or view a read-only array, else it is still copied."""
+    arr.flags.writeable = False
+    return arr
+
+
 def sample(
     latents: np.ndarray,
     schedule: FlowMatchSchedule,

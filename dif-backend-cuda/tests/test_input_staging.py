@@ -1,0 +1,63 @@
+"""Input staging (`CudaExecutable.stage_inputs`): an input that is the same frozen array as at the previous run is
+not copied into the pinned mirrors again; anything that could have changed is. The rule runs anywhere; the runs
+need a GPU (marker `cuda`, skipped with the reason without one)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from dif.ir.builder import ProgramBuilder
+from dif_backend_cuda.executor import _frozen
+
+from .conftest import cuda_skip_reason
+
+
+def _read_only(arr: np.ndarray) -> np.ndarray:
+    arr.flags.writeable = False
+    return arr
+
+
+def test_frozen_means_nothing_can_change_the_values() -> None:
+    owner = _read_only(np.zeros(8, np.float32))
+    assert _frozen(owner)
+    assert _frozen(_read_only(owner[2:]))  # a view of a frozen array
+    assert not _frozen(np.zeros(8, np.float32))  # writeable
+    writeable = np.zeros(8, np.float32)
+    assert not _frozen(_read_only(writeable[2:]))  # a read-only view changes through its writeable base
+    assert not _frozen(_read_only(np.frombuffer(bytearray(32), np.float32)))  # a buffer someone else may write
+
+
+@pytest.mark.cuda
+def test_a_frozen_input_passed_again_is_not_restaged_and_a_changed_one_is() -> None:
+    reason = cuda_skip_reason()
+    if reason is not None:
+        pytest.skip(f"no usable GPU: {reason}")
+    from dif.plan.planner import plan_program
+    from dif_backend_cuda.device import CudaBackend
+
+    b = ProgramBuilder("staging")
+    x, c = b.input("x", (4, 64), "f32"), b.input("c", (4, 64), "f32")
+    b.output(b.emit("add", x, c))
+    program = b.build()
+    backend = CudaBackend()
+    exe = backend.prepare(program, plan_program(program, backend.profile(), backend.budget()), {})
+    rng = np.random.default_rng(0)
+    const = _read_only(rng.standard_normal((4, 64)).astype(np.float32))
+    for _ in range(2):  # the frozen constant staged once, the writeable input every time
+        x_in = rng.standard_normal((4, 64)).astype(np.float32)
+        (got,) = exe.run({"x": x_in, "c": const}).values()
+        np.testing.assert_allclose(got, x_in + const, rtol=1e-6)
+        assert exe.staged == {"c": const}
+    exe.in_host["c"][...] = np.nan  # were the constant copied again, this would not show
+    (got,) = exe.run({"x": x_in, "c": const}).values()
+    assert np.isnan(got).all()
+    other = _read_only(const.copy())  # equal values, another array: copied
+    (got,) = exe.run({"x": x_in, "c": other}).values()
+    np.testing.assert_allclose(got, x_in + const, rtol=1e-6)
+    writeable = const.copy()
+    exe.run({"x": x_in, "c": writeable})
+    writeable += 1.0  # changed in place between runs: copied again
+    (got,) = exe.run({"x": x_in, "c": writeable}).values()
+    np.testing.assert_allclose(got, x_in + const + 1.0, rtol=1e-6)
+    assert "c" not in exe.staged
