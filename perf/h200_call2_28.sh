@@ -3,15 +3,14 @@
 # with the single blocks' output projection input made by one kernel (concat_glu_quant: the attention output
 # beside the MLP's GLU, quantized together) instead of glu + quantize_rows, and glu_quant's rows in registers;
 # the pipeline's steps no longer restage the unchanged text features and RoPE tables (17 MB a step).
-# Results in $OUT (the stages run in the order 1, 5, 3, 2, 4: the cheap and the decisive first):
+# Results in $OUT:
 #   stage 1  the quantized ops' GPU tests (the new kernels against the references, the tiny FLUX.2 through the
 #            format passes against the CPU)
-#   stage 2  the quantizing row kernels alone at klein 9B's single-block shapes against a copy of their bytes
-#            (perf/probe_elementwise.py), staged kernels beside the register-resident ones
+#   stage 2  the PNG stage's halves on this machine's cores (perf/probe_png.py: 46 ms of the fp8 run in call 1)
 #   stage 3  klein 9B one forward at 1024^2, bf16 and fp8-e4m3 (perf/formats_h200.py); then prompt -> PNG at
 #            1024^2, 4 steps, bf16 and fp8-e4m3 with the gate (call 1: 0.604 and 0.454 s)
-#   stage 4  one traced fp8 forward, the time by opcode (perf/trace_by_op.py)
-#   stage 5  the PNG stage's halves on this machine's cores (perf/probe_png.py: 46 ms of the fp8 run in call 1)
+#   stage 4  the quantizing row kernels alone at klein 9B's single-block shapes against a copy of their bytes
+#            (perf/probe_elementwise.py), staged kernels beside the register-resident ones
 # Device call (repo root, carry [".whl"], timeout_s 600):
 #   set -o pipefail; bash perf/h200_call2_28.sh 2>&1 | tee $OUT/run.log
 source "$(dirname "$0")/h200_env.sh"
@@ -19,21 +18,16 @@ stamp "stage 1: quantized ops' GPU tests"
 gpu_tests quant "quantized ops' GPU tests" 120 dif-backend-cuda/tests/test_quant_cuda.py \
   dif-backend-cuda/tests/test_conformance_cuda.py dif-backend-cuda/tests/test_input_staging.py \
   -k "quant or scaled or int4 or sdpa or stag"
-stamp "stage 5: PNG encoding"
+stamp "stage 2: PNG encoding"
 timeout 60 python3 perf/probe_png.py --out "$OUT/probe_png.json" 2>&1 | tail -2
 stamp "stage 3: klein 9B one forward"
-timeout 150 python3 perf/formats_h200.py --phase step --models klein-9b --formats fp8-e4m3 --iters 10 2>&1 | tail -4
-timeout 170 python3 perf/formats_h200.py --phase pipeline --models klein-9b --formats fp8-e4m3 --runs 3 2>&1 | tail -4
+timeout 130 python3 perf/formats_h200.py --phase step --models klein-9b --formats fp8-e4m3 --iters 10 2>&1 | tail -4
+timeout 120 python3 perf/formats_h200.py --phase pipeline --models klein-9b --formats fp8-e4m3 --runs 3 2>&1 | tail -4
 python3 -c "
 import json; d = json.load(open('$OUT/pipeline_klein-9b.json'))['formats']
 for f, r in d.items(): print(f, r.get('stages_s'), r.get('forward_ms'))
 " 2>&1 | cut -c1-600
-stamp "stage 2: the quantizing row kernels alone"
-timeout 120 python3 perf/probe_elementwise.py \
-  --ops norm_modulate,norm_modulate_quant,quantize_rows,glu,glu_quant,concat_glu_quant \
+stamp "stage 4: the quantizing row kernels alone"
+timeout 80 python3 perf/probe_elementwise.py --ops norm_modulate_quant,quantize_rows,glu_quant,concat_glu_quant \
   --out "$OUT/probe_elementwise.json" 2>&1 | cut -c1-300
-stamp "stage 4: klein 9B fp8 traced"
-DIF_PASSES=default,quantize_fp8 timeout 120 python3 perf/trace_forward.py --model klein-9b --backend cuda --iters 3 \
-  --traced 2 --save /tmp/trace_fp8 --out "$OUT/trace_klein9b_fp8.json" 2>&1 | tail -3
-python3 perf/trace_by_op.py /tmp/trace_fp8/trace.jsonl --out "$OUT/by_op_klein9b_fp8.json" | head -16
 stamp "done"
