@@ -13,6 +13,7 @@
 #            (perf/probe_elementwise.py), staged kernels beside the register-resident ones
 # Device call (repo root, carry [".whl"], timeout_s 600):
 #   set -o pipefail; bash perf/h200_call2_28.sh 2>&1 | tee $OUT/run.log
+# (SKIP_PROBE=1 ends after stage 3, SKIP_PIPELINE=1 after the forward: for a session short of device time)
 source "$(dirname "$0")/h200_env.sh"
 stamp "stage 1: quantized ops' GPU tests"
 gpu_tests quant "quantized ops' GPU tests" 120 dif-backend-cuda/tests/test_quant_cuda.py \
@@ -22,11 +23,13 @@ stamp "stage 2: PNG encoding"
 timeout 60 python3 perf/probe_png.py --out "$OUT/probe_png.json" 2>&1 | tail -2
 stamp "stage 3: klein 9B one forward"
 timeout 130 python3 perf/formats_h200.py --phase step --models klein-9b --formats fp8-e4m3 --iters 10 2>&1 | tail -4
+[ -n "${SKIP_PIPELINE:-}" ] && { stamp "done (stages 3b-4 skipped: SKIP_PIPELINE)"; exit 0; }
 timeout 120 python3 perf/formats_h200.py --phase pipeline --models klein-9b --formats fp8-e4m3 --runs 3 2>&1 | tail -4
 python3 -c "
 import json; d = json.load(open('$OUT/pipeline_klein-9b.json'))['formats']
 for f, r in d.items(): print(f, r.get('stages_s'), r.get('forward_ms'))
 " 2>&1 | cut -c1-600
+[ -n "${SKIP_PROBE:-}" ] && { stamp "done (stage 4 skipped: SKIP_PROBE)"; exit 0; }
 stamp "stage 4: the quantizing row kernels alone"
 timeout 80 python3 perf/probe_elementwise.py --ops norm_modulate_quant,quantize_rows,glu_quant,concat_glu_quant \
   --out "$OUT/probe_elementwise.json" 2>&1 | cut -c1-300
