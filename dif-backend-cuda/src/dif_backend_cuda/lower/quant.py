@@ -60,15 +60,23 @@ def _rows(t: Any) -> tuple[int, int]:
 ROW_CHUNKS = 4  # kernels/quant.cu: chunks of 8 values a thread of the register-resident row kernels holds
 
 
-def _row_vector_threads(ctx: LowerCtx, length: int, addrs: list[tuple[int, int]], strides: tuple[int, ...] = ()) -> int:
+VEC_THREADS = {"quantize_rows": 1024, "norm_modulate_quant": 512, "glu_quant": 512}
+"""The most threads a block of each register-resident kernel may have: a block of 1024 threads gets at most 64
+registers a thread, which `quantize_rows_vec_*` fits (52 on sm_90, NVRTC 13) and the others do not reliably
+(norm_modulate_quant_vec_* 79, glu_quant_vec_* 58-64); at 512 they may use 128."""
+
+
+def _row_vector_threads(
+    ctx: LowerCtx, kernel: str, length: int, addrs: list[tuple[int, int]], strides: tuple[int, ...] = ()
+) -> int:
     """Threads per row of the register-resident kernels (`*_vec_*`, 16-byte loads), about two chunks of 8 each;
     0 where they do not run: the backend's `rows` option is not 'registers' (DIF_CUDA_ROWS), a row is not a
-    multiple of 8 or longer than 1024 threads' chunks, an operand address (with its alignment in bytes) or a row
-    stride (in elements of a half-precision operand) is not aligned."""
+    multiple of 8 or longer than `VEC_THREADS[kernel]` threads' chunks, an operand address (with its alignment
+    in bytes) or a row stride (in elements of a half-precision operand) is not aligned."""
     if ctx.backend.options.get("rows") != "registers":
         return 0
     chunks = length // 8
-    threads = min(1024, max(32, -(-chunks // 2 // 32) * 32))
+    threads = min(VEC_THREADS[kernel], max(32, -(-chunks // 2 // 32) * 32))
     if length % 8 or -(-chunks // threads) > ROW_CHUNKS:
         return 0
     if any(a % align for a, align in addrs) or any(s % 8 for s in strides):
@@ -83,7 +91,8 @@ def _quantize_rows(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Ts, outs: Ts) -
     qt = need(node, q.dtype, QUANT)
     rows, length = _rows(x)
     args = [ptr(x), ptr(q), ptr(s), i64(length)]
-    threads = _row_vector_threads(ctx, length, [(x.ptr, 16), (q.ptr, 8)]) if x.dtype != DType.F32 else 0
+    addrs = [(x.ptr, 16), (q.ptr, 8)]
+    threads = 0 if x.dtype == DType.F32 else _row_vector_threads(ctx, "quantize_rows", length, addrs)
     if threads:  # the row in registers, one read of it
         return [ctx.kernel("quant", f"quantize_rows_vec_{dt}_{qt}", (rows,), (threads,), args)]
     return [ctx.kernel("quant", f"quantize_rows_{dt}_{qt}", (rows,), (row_threads(length),), args)]
@@ -102,7 +111,7 @@ def _norm_modulate_quant(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Ts, outs:
     threads = 0
     if x.dtype != DType.F32 and ss[-1] == ts[-1] == 1:
         addrs = [(t.ptr, 16) for t in (x, sc, sh)] + [(q.ptr, 8)]
-        threads = _row_vector_threads(ctx, length, addrs, (*ss[:-1], *ts[:-1]))
+        threads = _row_vector_threads(ctx, "norm_modulate_quant", length, addrs, (*ss[:-1], *ts[:-1]))
     if threads:  # the row in registers: one read of it, no shared memory
         args = [ptr(x), ptr(sc), ptr(sh), ptr(q), ptr(s), meta, i64(length), eps, is_rms]
         return [ctx.kernel("quant", f"norm_modulate_quant_vec_{dt}_{qt}", (rows,), (threads,), args)]
@@ -139,7 +148,7 @@ def _glu_rows(ctx: LowerCtx, node: Node, attrs: Attrs, prefix: Any | None, x: An
     threads = 0
     if x.dtype != DType.F32 and h % 8 == 0:  # p % 8 too: the row length's check below
         addrs = [(x.ptr, 16), (q.ptr, 8)] + ([] if prefix is None else [(prefix.ptr, 16)])
-        threads = _row_vector_threads(ctx, length, addrs)
+        threads = _row_vector_threads(ctx, "glu_quant", length, addrs)
     if threads:  # the row in registers, one read of the input
         return [ctx.kernel("quant", f"glu_quant_vec_{act}", (rows,), (threads,), args)]
     shared = 4 * length
