@@ -63,7 +63,7 @@ ROW_CHUNKS = 4  # kernels/quant.cu: chunks of 8 values a thread of the register-
 VEC_THREADS = {"quantize_rows": 1024, "norm_modulate_quant": 512, "glu_quant": 512}
 """The most threads a block of each register-resident kernel may have: a block of 1024 threads gets at most 64
 registers a thread, which `quantize_rows_vec_*` fits (52 on sm_90, NVRTC 13) and the others do not reliably
-(norm_modulate_quant_vec_* 79, glu_quant_vec_* 58-64); at 512 they may use 128."""
+(norm_modulate_quant_vec_* 79, glu_quant_vec_* 55-64); at 512 they may use 128."""
 
 
 def _row_vector_threads(
