@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Stop 28's second GPU-machine call: klein 9B's fp8 forward (83.1 ms on an H100 in call 1; issue 17 asks 75)
+# Stop 28's second GPU-machine call, not run (six starts found no machine; the device time ran out): the next
+# session's first call. klein 9B's fp8 forward (83.1 ms on an H100 in call 1; issue 17 asks 75)
 # with the single blocks' output projection input made by one kernel (concat_glu_quant: the attention output
 # beside the MLP's GLU, quantized together) instead of glu + quantize_rows, and glu_quant's rows in registers;
 # the pipeline's steps no longer restage the unchanged text features and RoPE tables (17 MB a step).
