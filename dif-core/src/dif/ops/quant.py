@@ -202,14 +202,18 @@ def _glu_quant_cases(rng: np.random.Generator, dtype: DType) -> list[Case]:
             for act in ("silu", "gelu", "gelu_tanh") for half in ("first", "second")]  # fmt: skip
 
 
+GLU_QUANT_ATTRS = (
+    AttrSpec("act", "str", "silu", ("silu", "gelu", "gelu_tanh"), "as in glu"),
+    AttrSpec("gated_half", "str", "first", ("first", "second"), "as in glu"),
+    AttrSpec("dtype", "dtype", choices=QUANT_DTYPES, doc="storage dtype of the quantized values"),
+)
+"""The attributes of glu_quant and concat_glu_quant."""
+
+
 @defop(
     "glu_quant",
     operands=("x",),
-    attrs=(
-        AttrSpec("act", "str", "silu", ("silu", "gelu", "gelu_tanh"), "as in glu"),
-        AttrSpec("gated_half", "str", "first", ("first", "second"), "as in glu"),
-        AttrSpec("dtype", "dtype", choices=QUANT_DTYPES, doc="storage dtype of the quantized values"),
-    ),
+    attrs=GLU_QUANT_ATTRS,
     infer=_glu_quant_infer,
     cases=_glu_quant_cases,
     category="fused",
@@ -250,11 +254,7 @@ def _concat_glu_quant_cases(rng: np.random.Generator, dtype: DType) -> list[Case
 @defop(
     "concat_glu_quant",
     operands=("prefix", "x"),
-    attrs=(
-        AttrSpec("act", "str", "silu", ("silu", "gelu", "gelu_tanh"), "as in glu"),
-        AttrSpec("gated_half", "str", "first", ("first", "second"), "as in glu"),
-        AttrSpec("dtype", "dtype", choices=QUANT_DTYPES, doc="storage dtype of the quantized values"),
-    ),
+    attrs=GLU_QUANT_ATTRS,
     infer=_concat_glu_quant_infer,
     cases=_concat_glu_quant_cases,
     category="fused",
