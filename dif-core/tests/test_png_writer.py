@@ -73,6 +73,43 @@ def test_filters_pick_the_cheapest_per_row() -> None:
     assert (rows[1:, 0] == 2).all() and not rows[1:, 1:].any()  # up: every byte equals the one above
 
 
+def _filtered_by_the_spec(raw: np.ndarray, bpp: int) -> np.ndarray:
+    """filter_rows' result computed byte by byte from the PNG specification's definitions (section 9)."""
+    rows, width = raw.shape
+    out = np.zeros((rows, width + 1), np.uint8)
+    prior = [0] * width
+    for r in range(rows):
+        line = [int(v) for v in raw[r]]
+        candidates = []
+        for kind in range(5):
+            filtered = []
+            for i, x in enumerate(line):
+                a = line[i - bpp] if i >= bpp else 0
+                b, c = prior[i], prior[i - bpp] if i >= bpp else 0
+                p = a + b - c
+                pa, pb, pc = abs(p - a), abs(p - b), abs(p - c)
+                paeth = a if pa <= pb and pa <= pc else (b if pb <= pc else c)
+                predictor = (0, a, b, (a + b) // 2, paeth)[kind]
+                filtered.append((x - predictor) % 256)
+            candidates.append(filtered)
+        costs = [sum(min(v, 256 - v) for v in f) for f in candidates]
+        best = costs.index(min(costs))
+        out[r, 0], out[r, 1:] = best, candidates[best]
+        prior = line
+    return out
+
+
+@pytest.mark.parametrize("bpp", [1, 3, 4])
+def test_filters_are_the_specifications_byte_for_byte(bpp: int) -> None:
+    """Every filter, the paeth ties and the signed-magnitude cost (0x80 counting 128) against the definitions."""
+    rng = np.random.default_rng(bpp)
+    raw = rng.integers(0, 256, (6, 8 * bpp), dtype=np.uint8)
+    raw[2] = raw[1] + 128  # differences of exactly 0x80
+    raw[3] = raw[2] + rng.integers(0, 3, 8 * bpp, dtype=np.uint8)  # near-ties between the predictors
+    got = filter_rows(raw, np.zeros(raw.shape[1], np.uint8), bpp)
+    np.testing.assert_array_equal(got, _filtered_by_the_spec(raw, bpp))
+
+
 def test_text_chunks_latin1_and_utf8() -> None:
     text = [("parameters", "a fox, Steps: 4"), ("dif", '{"prompt": "snow ✓"}')]
     data = png_bytes(np.zeros((2, 2, 3), np.uint8), text)

@@ -57,14 +57,19 @@ def filter_rows(raw: np.ndarray, prev: np.ndarray, bpp: int) -> np.ndarray:
     up[0], up[1:] = prev, raw[:-1]
     left, up_left = np.zeros_like(raw), np.zeros_like(raw)
     left[:, bpp:], up_left[:, bpp:] = raw[:, :-bpp], up[:, :-bpp]
-    # paeth: whichever of left, up, up-left is nearest to left + up - up-left (ties in that order)
+    # paeth: whichever of left, up, up-left is nearest to p = left + up - up-left (ties in that order); the
+    # distances |p - left| = |up - up_left|, |p - up| = |left - up_left| and |p - up_left| = their signed sum
     a, b, c = left.astype(np.int16), up.astype(np.int16), up_left.astype(np.int16)
-    dist_a, dist_b, dist_c = np.abs(b - c), np.abs(a - c), np.abs(a + b - 2 * c)
+    dist_a, dist_b = b - c, a - c
+    dist_c = np.abs(dist_a + dist_b)
+    np.abs(dist_a, out=dist_a)
+    np.abs(dist_b, out=dist_b)
     paeth = np.where((dist_a <= dist_b) & (dist_a <= dist_c), left, np.where(dist_b <= dist_c, up, up_left))
     average = (left >> 1) + (up >> 1) + (left & up & 1)  # floor((left + up) / 2) without overflow
     candidates = np.stack([raw, raw - left, raw - up, raw - average, raw - paeth])
-    # bytes read as signed: the magnitude of v is min(v, 256 - v); the filter with the least sum wins
-    cost = np.minimum(candidates, 0 - candidates).sum(axis=2, dtype=np.int64)
+    # bytes read as signed: the magnitude of v is min(v, 256 - v), |int8(v)| read back unsigned (so -128 counts
+    # 128); the filter with the least sum wins
+    cost = np.abs(candidates.view(np.int8)).view(np.uint8).sum(axis=2, dtype=np.uint32)
     choice = cost.argmin(axis=0)
     out = np.empty((rows, width + 1), dtype=np.uint8)
     out[:, 0] = choice
