@@ -8,24 +8,20 @@ import numpy as np
 import pytest
 
 from dif.ir.builder import ProgramBuilder
+from dif.kit.sampling import step_invariant
 from dif_backend_cuda.executor import _frozen
 
 from .conftest import cuda_skip_reason
 
 
-def _read_only(arr: np.ndarray) -> np.ndarray:
-    arr.flags.writeable = False
-    return arr
-
-
 def test_frozen_means_nothing_can_change_the_values() -> None:
-    owner = _read_only(np.zeros(8, np.float32))
+    owner = step_invariant(np.zeros(8, np.float32))
     assert _frozen(owner)
-    assert _frozen(_read_only(owner[2:]))  # a view of a frozen array
+    assert _frozen(step_invariant(owner[2:]))  # a view of a frozen array
     assert not _frozen(np.zeros(8, np.float32))  # writeable
     writeable = np.zeros(8, np.float32)
-    assert not _frozen(_read_only(writeable[2:]))  # a read-only view changes through its writeable base
-    assert not _frozen(_read_only(np.frombuffer(bytearray(32), np.float32)))  # a buffer someone else may write
+    assert not _frozen(step_invariant(writeable[2:]))  # a read-only view changes through its writeable base
+    assert not _frozen(step_invariant(np.frombuffer(bytearray(32), np.float32)))  # a buffer someone else may write
 
 
 @pytest.mark.cuda
@@ -43,7 +39,7 @@ def test_a_frozen_input_passed_again_is_not_restaged_and_a_changed_one_is() -> N
     backend = CudaBackend()
     exe = backend.prepare(program, plan_program(program, backend.profile(), backend.budget()), {})
     rng = np.random.default_rng(0)
-    const = _read_only(rng.standard_normal((4, 64)).astype(np.float32))
+    const = step_invariant(rng.standard_normal((4, 64)).astype(np.float32))
     for _ in range(2):  # the frozen constant staged once, the writeable input every time
         x_in = rng.standard_normal((4, 64)).astype(np.float32)
         (got,) = exe.run({"x": x_in, "c": const}).values()
@@ -52,7 +48,7 @@ def test_a_frozen_input_passed_again_is_not_restaged_and_a_changed_one_is() -> N
     exe.in_host["c"][...] = np.nan  # were the constant copied again, this would not show
     (got,) = exe.run({"x": x_in, "c": const}).values()
     assert np.isnan(got).all()
-    other = _read_only(const.copy())  # equal values, another array: copied
+    other = step_invariant(const.copy())  # equal values, another array: copied
     (got,) = exe.run({"x": x_in, "c": other}).values()
     np.testing.assert_allclose(got, x_in + const, rtol=1e-6)
     writeable = const.copy()
