@@ -84,6 +84,16 @@ def _row_vector_threads(
     return threads
 
 
+def _staged_row_bytes(ctx: LowerCtx, node: Node, length: int) -> int:
+    """The dynamic shared memory of a kernel staging a row of `length` floats once; `unsupported` beyond what
+    the device allows a block."""
+    shared = 4 * length
+    limit = max(DEFAULT_SHARED, int(ctx.backend.props.get("smem_optin", 0)))
+    if shared > limit:
+        raise unsupported(node, f"a row of {length} needs {shared} B of shared memory (the device allows {limit})")
+    return shared
+
+
 @lowering("quantize_rows")
 def _quantize_rows(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Ts, outs: Ts) -> Steps:
     (x,), (q, s) = ins, outs
@@ -115,10 +125,7 @@ def _norm_modulate_quant(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Ts, outs:
     if threads:  # the row in registers: one read of it, no shared memory
         args = [ptr(x), ptr(sc), ptr(sh), ptr(q), ptr(s), meta, i64(length), eps, is_rms]
         return [ctx.kernel("quant", f"norm_modulate_quant_vec_{dt}_{qt}", (rows,), (threads,), args)]
-    shared = 4 * length  # the row, staged once
-    limit = max(DEFAULT_SHARED, int(ctx.backend.props.get("smem_optin", 0)))
-    if shared > limit:
-        raise unsupported(node, f"a row of {length} needs {shared} B of shared memory (the device allows {limit})")
+    shared = _staged_row_bytes(ctx, node, length)
     args = [ptr(x), ptr(sc), ptr(sh), ptr(q), ptr(s), meta, i64(length), i64(ss[-1]), i64(ts[-1]), eps, is_rms]
     block = min(1024, row_threads(length))
     name = f"norm_modulate_quant_{dt}_{qt}"
@@ -151,10 +158,7 @@ def _glu_rows(ctx: LowerCtx, node: Node, attrs: Attrs, prefix: Any | None, x: An
         threads = _row_vector_threads(ctx, "glu_quant", length, addrs)
     if threads:  # the row in registers, one read of the input
         return [ctx.kernel("quant", f"glu_quant_vec_{act}", (rows,), (threads,), args)]
-    shared = 4 * length
-    limit = max(DEFAULT_SHARED, int(ctx.backend.props.get("smem_optin", 0)))
-    if shared > limit:
-        raise unsupported(node, f"a row of {length} needs {shared} B of shared memory (the device allows {limit})")
+    shared = _staged_row_bytes(ctx, node, length)
     return [ctx.kernel("quant", f"glu_quant_{act}", (rows,), (min(1024, row_threads(length)),), args, shared)]
 
 
