@@ -150,6 +150,10 @@ def step_phase(args: argparse.Namespace) -> None:
                 res["ms"] = round(float(np.median(times)), 3)
                 res["times_ms"] = [round(t, 3) for t in times]
                 res["choices"] = choice_counts(exe)
+                if dev.kind == "cuda":  # eager, an event after every step: where the graph's time goes
+                    res["by_op"] = {k: round(v["ms"], 3) for k, v in exe.profile(iters=2).items()}
+                    by_shape = list(exe.profile(iters=2, by="shape").items())[:16]
+                    res["by_shape"] = {k: round(v["ms"], 3) for k, v in by_shape}
                 res["vs_diffusers_eager"] = compare(got, ref)
                 if base_out is None:
                     base_out = got

@@ -155,6 +155,7 @@ def rows_option(value: str) -> Any:
 
 def variants() -> dict[str, list[tuple[str, Callable[[], Any]]]]:
     from dif_backend_cuda.lower import fused as lower_fused
+    from dif_backend_cuda.lower import quant as lower_quant
 
     def plain() -> Any:
         return knob(lower_fused, "THREADS", lower_fused.THREADS)
@@ -173,7 +174,12 @@ def variants() -> dict[str, list[tuple[str, Callable[[], Any]]]]:
         ],
         "gated_residual": [("default", plain)],
         "glu": [("default", plain)],
-        "norm_modulate_quant": [("default", plain), ("rows staged", lambda: rows_option("staged"))],
+        "norm_modulate_quant": [
+            ("default", plain),
+            ("8 rows a block", lambda: knob(lower_quant, "NMQ_WARPS", 8)),
+            ("block per row (vec)", lambda: knob(lower_quant, "NMQ_WARP_CHUNKS", ())),
+            ("rows staged", lambda: rows_option("staged")),
+        ],
         "quantize_rows": [("default", plain), ("rows staged", lambda: rows_option("staged"))],
         "glu_quant": [("default", plain), ("rows staged", lambda: rows_option("staged"))],
         "concat_glu_quant": [("default", plain), ("rows staged", lambda: rows_option("staged"))],

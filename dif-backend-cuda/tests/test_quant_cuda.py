@@ -70,13 +70,13 @@ RNG = np.random.default_rng(11)
 @pytest.mark.parametrize("rows", ["staged", "registers"])
 @pytest.mark.parametrize("q", ["f8e4m3", "i8"])
 @pytest.mark.parametrize("kind", ["layer", "rms"])
-def test_norm_modulate_quant_bf16_at_a_dit_row(q: str, kind: str, rows: str) -> None:
-    """Either row kernel (DIF_CUDA_ROWS), at a 3,072-wide row (klein 4B) and a 4,104-wide one (no whole
-    chunk per thread), against the reference."""
+@pytest.mark.parametrize("width", [3072, 4104])
+def test_norm_modulate_quant_bf16_at_a_dit_row(q: str, kind: str, rows: str, width: int) -> None:
+    """Each row kernel (DIF_CUDA_ROWS) against the reference: staged in shared memory, a warp per row (3,072
+    wide, klein 4B's) and a block per row in registers (4,104: not 256 * N, no whole chunk per thread)."""
     be = backend(rows)
     if q == "f8e4m3":
         needs_units(be, "fp8-e4m3")
-    width = 3072 if kind == "layer" else 4104
     x = RNG.standard_normal((1, 600, width)).astype(BF16)
     s, t = (
         (RNG.standard_normal((1, 1, width)) * 0.3).astype(BF16),
@@ -92,7 +92,8 @@ def test_norm_modulate_quant_bf16_at_a_dit_row(q: str, kind: str, rows: str) -> 
     same = np.mean(gq.astype(np.float32) == wq.astype(np.float32))
     assert same > 0.99, f"only {same:.4f} of the quantized values equal the reference"
     (step,) = exe.steps
-    assert ("_vec_" in step.name) == (rows == "registers"), step.name
+    family = "staged" if rows == "staged" else ("warp12" if width == 3072 else "vec")
+    assert {"warp12": "_warp12_", "vec": "_vec_"}.get(family, "norm_modulate_quant_bf16") in step.name, step.name
 
 
 @pytest.mark.parametrize("rows", ["staged", "registers"])

@@ -193,6 +193,85 @@ __device__ __forceinline__ void norm_modulate_quant_vec_impl(const T* __restrict
   ROW_CHUNK_FOR(i, c, nch) store8(q + row * len + 8 * c, v[i], scale);
   if (threadIdx.x == 0) s[row] = scale;
 }
+// norm_modulate_quant with one warp per row (as norm_modulate_warp<N> in fused.cu): rows of len = 256 * N
+// half-precision values, N 16-byte chunks per lane, lane-interleaved so every warp load covers 512 contiguous
+// bytes. Every statistic, the amax included, is a warp reduction: no shared memory and no block barrier, so a
+// block holds 8 independent rows (the block-per-row kernel above waits on three block reductions a row, and at
+// 79 registers a thread few of its blocks fit an SM). The modulated row is kept in storage precision, which
+// is exact: the unfused pair rounds it there. x, scale, shift 16-byte aligned and contiguous in the row, q 8-.
+template <class T, class Q, int N>
+__device__ __forceinline__ void norm_modulate_quant_warp_impl(const T* __restrict__ x, const T* __restrict__ sc,
+                                                              const T* __restrict__ sh, Q* __restrict__ q,
+                                                              float* __restrict__ s, const i64* __restrict__ meta,
+                                                              i64 rows, float eps, int is_rms) {
+  static_assert(sizeof(T) == 2, "a chunk is 8 half-precision values");
+  constexpr i64 len = 256 * N;
+  const int lane = threadIdx.x & 31;
+  const i64 row = (i64)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+  if (row >= rows) return;  // whole warps leave together: the shuffles below stay warp-uniform
+  const C16<T>* xr = reinterpret_cast<const C16<T>*>(x + row * len);
+  C16<T> a[N];
+#pragma unroll
+  for (int k = 0; k < N; ++k) a[k] = xr[k * 32 + lane];
+  float acc = 0.0f;
+#pragma unroll
+  for (int k = 0; k < N; ++k)
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+      const float f = to_f(a[k].v[e]);
+      acc += is_rms ? f * f : f;
+    }
+  float mu = 0.0f, var;
+  if (is_rms) {
+    var = warp_sum(acc) / (float)len;
+  } else {
+    mu = warp_sum(acc) / (float)len;
+    float d2 = 0.0f;
+#pragma unroll
+    for (int k = 0; k < N; ++k)
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        const float d = to_f(a[k].v[e]) - mu;
+        d2 += d * d;
+      }
+    var = warp_sum(d2) / (float)len;
+  }
+  const float denom = sqrtf(var + eps);
+  i64 so, to;
+  quant_lead_offsets(row, meta, so, to);
+  const C16<T>* sr = reinterpret_cast<const C16<T>*>(sc + so);
+  const C16<T>* tr = reinterpret_cast<const C16<T>*>(sh + to);
+  float amax = 0.0f;
+#pragma unroll
+  for (int k = 0; k < N; ++k) {
+    const C16<T> ks = sr[k * 32 + lane], kt = tr[k * 32 + lane];
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+      const float n = round_to<T>((to_f(a[k].v[e]) - mu) / denom);  // the norm's value as the unfused pair stores it
+      a[k].v[e] = from_f<T>(n * (1.0f + to_f(ks.v[e])) + to_f(kt.v[e]));
+      amax = fmaxf(amax, fabsf(to_f(a[k].v[e])));
+    }
+  }
+  const float scale = row_scale(warp_max(amax), qmax_of(q));
+#pragma unroll
+  for (int k = 0; k < N; ++k) {
+    float v[8];
+#pragma unroll
+    for (int e = 0; e < 8; ++e) v[e] = to_f(a[k].v[e]);
+    store8(q + row * len + 8 * (k * 32 + lane), v, scale);
+  }
+  if (lane == 0) s[row] = scale;
+}
+#define NORM_MODULATE_QUANT_WARP(TN, QN, N)                                                                \
+  KERNEL_ENTRY norm_modulate_quant_warp##N##_##TN##_##QN(const TN* __restrict__ x, const TN* __restrict__ sc, \
+                                                         const TN* __restrict__ sh, QN* __restrict__ q,    \
+                                                         float* __restrict__ s, const i64* __restrict__ meta, \
+                                                         i64 rows, float eps, int is_rms) {                \
+    norm_modulate_quant_warp_impl<TN, QN, N>(x, sc, sh, q, s, meta, rows, eps, is_rms);                    \
+  }
+#define NORM_MODULATE_QUANT_WARPS(TN, QN)                                                                  \
+  NORM_MODULATE_QUANT_WARP(TN, QN, 4) NORM_MODULATE_QUANT_WARP(TN, QN, 8) NORM_MODULATE_QUANT_WARP(TN, QN, 12) \
+  NORM_MODULATE_QUANT_WARP(TN, QN, 16) NORM_MODULATE_QUANT_WARP(TN, QN, 20) NORM_MODULATE_QUANT_WARP(TN, QN, 24)
 #define ROW_QUANT_VEC(TN, QN)                                                                              \
   KERNEL_ENTRY quantize_rows_vec_##TN##_##QN(const TN* __restrict__ x, QN* __restrict__ q,                 \
                                              float* __restrict__ s, i64 len) {                             \
@@ -580,6 +659,10 @@ NORM_MODULATE_QUANT(bf16, f8e4m3)
 NORM_MODULATE_QUANT(f32, i8)
 NORM_MODULATE_QUANT(f16, i8)
 NORM_MODULATE_QUANT(bf16, i8)
+NORM_MODULATE_QUANT_WARPS(f16, f8e4m3)
+NORM_MODULATE_QUANT_WARPS(bf16, f8e4m3)
+NORM_MODULATE_QUANT_WARPS(f16, i8)
+NORM_MODULATE_QUANT_WARPS(bf16, i8)
 ROW_QUANT_VEC(f16, f8e4m3)
 ROW_QUANT_VEC(bf16, f8e4m3)
 ROW_QUANT_VEC(f16, i8)

@@ -66,6 +66,13 @@ registers a thread, which `quantize_rows_vec_*` fits (52 on sm_90, NVRTC 13) and
 (norm_modulate_quant_vec_* 79, glu_quant_vec_* 55-64); at 512 they may use 128."""
 
 
+NMQ_WARP_CHUNKS = (4, 8, 12, 16, 20, 24)
+"""Rows of 256 * N half-precision values (N here) take `norm_modulate_quant_warp<N>`: a warp per row, every
+reduction a shuffle. It holds the row in registers in storage precision, 157 registers a thread at N = 16 (sm_90,
+NVRTC 13), so blocks of `NMQ_WARPS` warps: 12 warps fit an SM where blocks of 8 would fit only 8."""
+NMQ_WARPS = 4
+
+
 def _row_vector_threads(
     ctx: LowerCtx, kernel: str, length: int, addrs: list[tuple[int, int]], strides: tuple[int, ...] = ()
 ) -> int:
@@ -122,6 +129,10 @@ def _norm_modulate_quant(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Ts, outs:
     if x.dtype != DType.F32 and ss[-1] == ts[-1] == 1:
         addrs = [(t.ptr, 16) for t in (x, sc, sh)] + [(q.ptr, 8)]
         threads = _row_vector_threads(ctx, "norm_modulate_quant", length, addrs, (*ss[:-1], *ts[:-1]))
+    if threads and length // 256 in NMQ_WARP_CHUNKS and length % 256 == 0:  # a warp per row, no barrier
+        args = [ptr(x), ptr(sc), ptr(sh), ptr(q), ptr(s), meta, i64(rows), eps, is_rms]
+        name = f"norm_modulate_quant_warp{length // 256}_{dt}_{qt}"
+        return [ctx.kernel("quant", name, (-(-rows // NMQ_WARPS),), (32 * NMQ_WARPS,), args)]
     if threads:  # the row in registers: one read of it, no shared memory
         args = [ptr(x), ptr(sc), ptr(sh), ptr(q), ptr(s), meta, i64(length), eps, is_rms]
         return [ctx.kernel("quant", f"norm_modulate_quant_vec_{dt}_{qt}", (rows,), (threads,), args)]
