@@ -73,6 +73,10 @@ def _program(op: str) -> tuple[Any, int]:
         glu_fp8 = {"act": "silu", "gated_half": "first", "dtype": "f8e4m3"}
         outs = [b.emit_multi("concat_glu_quant", attn, src, **glu_fp8) for _ in range(CHAIN)]
         moved = TOKENS * (d * bf + 12288 * 2 * bf + 4 * d)
+    elif op == "act_mul_quant":  # Krea 2's down projection input: silu(gate) * up, 16384 wide
+        g, u = b.input("g", (1, TOKENS, 16384), "bf16"), b.input("u", (1, TOKENS, 16384), "bf16")
+        outs = [b.emit_multi("act_mul_quant", g, u, act="silu", dtype="f8e4m3") for _ in range(CHAIN)]
+        moved = TOKENS * 16384 * (2 * bf + 1)
     else:
         raise ValueError(op)
     if op.endswith("_quant") or op == "quantize_rows":
@@ -183,6 +187,7 @@ def variants() -> dict[str, list[tuple[str, Callable[[], Any]]]]:
         "quantize_rows": [("default", plain), ("rows staged", lambda: rows_option("staged"))],
         "glu_quant": [("default", plain), ("rows staged", lambda: rows_option("staged"))],
         "concat_glu_quant": [("default", plain), ("rows staged", lambda: rows_option("staged"))],
+        "act_mul_quant": [("default", plain), ("rows staged", lambda: rows_option("staged"))],
     }
 
 

@@ -15,6 +15,7 @@ import pytest
 from dif.dtypes import DType
 from dif.ops.attention import sdpa_fp8
 from dif.ops.quant import (
+    act_mul_quant,
     concat_glu_quant,
     glu_quant,
     int4_linear,
@@ -132,6 +133,28 @@ def test_concat_glu_quant_bf16_at_a_single_block_row(half: str, rows: str) -> No
     assert gq.shape == (1, 200, 4096 + 12288) and gs.shape == (1, 200, 1)
     np.testing.assert_allclose(gs, ws, rtol=1e-2)
     assert rel(gq.astype(np.float32) * gs, wq.astype(np.float32) * ws) < 2e-2
+    assert np.mean(gq.astype(np.float32) == wq.astype(np.float32)) > 0.99
+    (step,) = exe.steps
+    assert ("_vec_" in step.name) == (rows == "registers"), step.name
+
+
+@pytest.mark.parametrize("rows", ["staged", "registers"])
+@pytest.mark.parametrize(("act", "width", "q"), [("silu", 16384, "f8e4m3"), ("sigmoid", 6144, "f8e4m3"),
+                                                 ("silu", 6144, "i8")])  # fmt: skip
+def test_act_mul_quant_bf16_at_a_krea2_row(act: str, width: int, q: str, rows: str) -> None:
+    """Krea 2's SwiGLU (silu(gate) * up, 16,384 wide) and attention gate (sigmoid, 6,144) against the reference,
+    in each row kernel."""
+    be = backend(rows)
+    if q == "f8e4m3":
+        needs_units(be, "fp8-e4m3")
+    g = (RNG.standard_normal((1, 300, width)) * 2).astype(BF16)
+    u = RNG.standard_normal((1, 300, width)).astype(BF16)
+    from dif.testing.conformance import run_one_node
+
+    (gq, gs), exe = run_one_node(be, "act_mul_quant", [g, u], act=act, dtype=q)
+    wq, ws = act_mul_quant(g, u, act=act, dtype=q)
+    np.testing.assert_allclose(gs, ws, rtol=1e-2)
+    assert rel(gq.astype(np.float32) * gs, wq.astype(np.float32) * ws) < (2e-3 if q == "i8" else 2e-2)
     assert np.mean(gq.astype(np.float32) == wq.astype(np.float32)) > 0.99
     (step,) = exe.steps
     assert ("_vec_" in step.name) == (rows == "registers"), step.name

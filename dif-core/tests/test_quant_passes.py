@@ -291,6 +291,50 @@ def test_a_glu_read_elsewhere_keeps_its_concat_and_quantize_rows() -> None:
     assert rewritten.op_histogram() == {"glu": 1, "concat": 1, "quantize_rows": 1, "scaled_linear": 1, "reshape": 1}
 
 
+@pytest.mark.parametrize(("act", "gate_first"), [("silu", True), ("sigmoid", False)])
+def test_a_gate_times_a_value_becomes_one_act_mul_quant(act: str, gate_first: bool) -> None:
+    """Krea 2's SwiGLU, silu(gate) * up, and its attention gate, attention * sigmoid(gate) (the other operand
+    order): the activation and the mul become one `act_mul_quant`; the fp8 result on the CPU is the unfused ops'
+    (the activation rounded, the product rounded, quantize_rows, the scaled product) value for value."""
+    from dif.ops.quant import quantize_rows, quantize_weight_rows, scaled_linear
+    from dif.ops.registry import get_op
+
+    wide = ROWS_PASS_MIN_OUT
+    b = ProgramBuilder("gated")
+    g, u = b.input("g", (ROWS, D), "f32"), b.input("u", (ROWS, D), "f32")
+    gated = b.emit(act, g)
+    y = b.emit("mul", gated, u) if gate_first else b.emit("mul", u, gated)
+    b.output(flat(b, b.emit("linear", y, b.param("w", (wide, D), "f32")), wide))
+    program = b.build()
+    rewritten, decisions = optimize(program, target=ALL, passes=("quantize_fp8",))
+    assert rewritten.op_histogram() == {"act_mul_quant": 1, "scaled_linear": 1, "reshape": 1}
+    assert [d.reason for d in decisions] == [f"{act} + mul + linear -> act_mul_quant + scaled_linear (fp8-e4m3)"]
+    weights, inputs = weights_for(program), inputs_for(program)
+    out, _ = run_cpu(program, ("quantize_fp8",), weights, inputs)
+    product = np.asarray(get_op(act).reference(inputs["g"])).astype(np.float32) * inputs["u"]
+    xq, xs = quantize_rows(product.astype(np.float32), dtype="f8e4m3")
+    wq, ws = quantize_weight_rows(weights["w"], "f8e4m3")
+    want = scaled_linear(xq, xs, wq, ws, out_dtype="f32")
+    np.testing.assert_allclose(out[program.outputs[0]], want, rtol=1e-5, atol=1e-6)
+
+
+def test_a_gate_read_elsewhere_keeps_its_mul_and_quantize_rows() -> None:
+    """The activation's value is also a program output, and a mul by a broadcast gate has operands of two types:
+    neither becomes act_mul_quant; each linear's input gets a `quantize_rows`."""
+    wide = ROWS_PASS_MIN_OUT
+    b = ProgramBuilder("gated_out")
+    g, u = b.input("g", (ROWS, D), "f32"), b.input("u", (ROWS, D), "f32")
+    gated = b.emit("silu", g)
+    y = b.emit("mul", gated, u)
+    row_gate = b.emit("sigmoid", b.input("r", (1, D), "f32"))
+    z = b.emit("mul", u, row_gate)
+    w = b.param("w", (wide, D), "f32")
+    b.output(flat(b, b.emit("linear", y, w), wide), flat(b, b.emit("linear", z, w), wide), gated)
+    rewritten, _ = optimize(b.build(), target=ALL, passes=("quantize_fp8",))
+    assert rewritten.op_histogram() == {"silu": 1, "sigmoid": 1, "mul": 2, "quantize_rows": 2, "scaled_linear": 2,
+                                        "reshape": 2}  # fmt: skip
+
+
 def test_an_output_linear_and_a_matrix_vector_product_stay_in_the_run_dtype() -> None:
     """The linear whose result is the program's output, and one over a single row (a timestep projection),
     are not quantized; the reasons say why."""

@@ -287,8 +287,8 @@ __device__ __forceinline__ void norm_modulate_quant_warp_impl(const T* __restric
 // ---- glu_quant / concat_glu_quant: one block per row of y[rows, p + h] = [prefix[rows, p], glu(x[rows, 2h])]
 // (p = 0 for glu_quant), the row staged in dynamic shared memory (p + h floats) ----------------------------------
 template <int ACT>
-__device__ __forceinline__ float quant_glu_act(float v) {  // 0 silu, 1 gelu (erf), 2 gelu tanh: as glu's
-  return ACT == 0 ? v * sigmoid_f(v) : (ACT == 1 ? gelu_erf_f(v) : gelu_tanh_f(v));
+__device__ __forceinline__ float quant_glu_act(float v) {  // 0 silu, 1 gelu (erf), 2 gelu tanh: as glu's; 3 sigmoid
+  return ACT == 0 ? v * sigmoid_f(v) : (ACT == 1 ? gelu_erf_f(v) : (ACT == 2 ? gelu_tanh_f(v) : sigmoid_f(v)));
 }
 template <int ACT, class T>
 __device__ __forceinline__ float quant_glu(float a, float b, int gate_first) {  // the value glu stores, as float
@@ -348,6 +348,61 @@ __device__ __forceinline__ void glu_quant_vec_impl(const T* __restrict__ prefix,
                                                   float* __restrict__ s, i64 h, int gate_first) {          \
     glu_quant_vec_impl<ACT, TN, QN>(prefix, p, x, q, s, h, gate_first);                                    \
   }
+// ---- act_mul_quant: y[rows, len] = rnd(rnd(act(g)) * u), quantized per row; the activation and the product
+// rounded to the storage type where the unfused act and mul store them. One block per row, the row staged in
+// dynamic shared memory (len floats), or (the _vec_ kernels, as glu_quant's) held in registers.
+template <int ACT, class T>
+__device__ __forceinline__ float quant_act_mul(float g, float u) {
+  return round_to<T>(round_to<T>(quant_glu_act<ACT>(g)) * u);
+}
+template <int ACT, class T, class Q>
+__device__ __forceinline__ void act_mul_quant_impl(const T* __restrict__ g, const T* __restrict__ u,
+                                                   Q* __restrict__ q, float* __restrict__ s, i64 len) {
+  extern __shared__ float buf[];
+  const i64 row = blockIdx.x;
+  float amax = 0.0f;
+  for (i64 j = threadIdx.x; j < len; j += blockDim.x) {
+    const float y = quant_act_mul<ACT, T>(to_f(g[row * len + j]), to_f(u[row * len + j]));
+    buf[j] = y;  // each thread rereads only its own entries
+    amax = fmaxf(amax, fabsf(y));
+  }
+  const float scale = row_scale(block_max(amax), qmax_of(q));
+  for (i64 j = threadIdx.x; j < len; j += blockDim.x) qstore(q + row * len, j, buf[j], scale);
+  if (threadIdx.x == 0) s[row] = scale;
+}
+template <int ACT, class T, class Q>
+__device__ __forceinline__ void act_mul_quant_vec_impl(const T* __restrict__ g, const T* __restrict__ u,
+                                                       Q* __restrict__ q, float* __restrict__ s, i64 len) {
+  const i64 row = blockIdx.x;
+  const int nch = (int)(len >> 3);
+  float v[ROW_CHUNKS][8];
+  float amax = 0.0f;
+  ROW_CHUNK_FOR(i, c, nch) {
+    float a[8];
+    load8(g + row * len + 8 * c, a);
+    load8(u + row * len + 8 * c, v[i]);
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+      v[i][e] = quant_act_mul<ACT, T>(a[e], v[i][e]);
+      amax = fmaxf(amax, fabsf(v[i][e]));
+    }
+  }
+  const float scale = row_scale(block_max(amax), qmax_of(q));
+  ROW_CHUNK_FOR(i, c, nch) store8(q + row * len + 8 * c, v[i], scale);
+  if (threadIdx.x == 0) s[row] = scale;
+}
+#define ACT_MUL_QUANT(ACTN, ACT, TN, QN)                                                                   \
+  KERNEL_ENTRY act_mul_quant_##ACTN##_##TN##_##QN(const TN* __restrict__ g, const TN* __restrict__ u,      \
+                                                  QN* __restrict__ q, float* __restrict__ s, i64 len) {    \
+    act_mul_quant_impl<ACT, TN, QN>(g, u, q, s, len);                                                      \
+  }
+#define ACT_MUL_QUANT_VEC(ACTN, ACT, TN, QN)                                                               \
+  KERNEL_ENTRY act_mul_quant_vec_##ACTN##_##TN##_##QN(const TN* __restrict__ g, const TN* __restrict__ u,  \
+                                                      QN* __restrict__ q, float* __restrict__ s, i64 len) { \
+    act_mul_quant_vec_impl<ACT, TN, QN>(g, u, q, s, len);                                                  \
+  }
+#define ACT_MUL_QUANT_ALL(TN, QN) ACT_MUL_QUANT(silu, 0, TN, QN) ACT_MUL_QUANT(sigmoid, 3, TN, QN)
+#define ACT_MUL_QUANT_VEC_ALL(TN, QN) ACT_MUL_QUANT_VEC(silu, 0, TN, QN) ACT_MUL_QUANT_VEC(sigmoid, 3, TN, QN)
 #define GLU_QUANT_ALL(TN, QN) GLU_QUANT(silu, 0, TN, QN) GLU_QUANT(gelu, 1, TN, QN) GLU_QUANT(gelu_tanh, 2, TN, QN)
 #define GLU_QUANT_VEC_ALL(TN, QN)                                                                          \
   GLU_QUANT_VEC(silu, 0, TN, QN) GLU_QUANT_VEC(gelu, 1, TN, QN) GLU_QUANT_VEC(gelu_tanh, 2, TN, QN)
@@ -677,6 +732,16 @@ GLU_QUANT_VEC_ALL(f16, f8e4m3)
 GLU_QUANT_VEC_ALL(bf16, f8e4m3)
 GLU_QUANT_VEC_ALL(f16, i8)
 GLU_QUANT_VEC_ALL(bf16, i8)
+ACT_MUL_QUANT_ALL(f32, f8e4m3)
+ACT_MUL_QUANT_ALL(f16, f8e4m3)
+ACT_MUL_QUANT_ALL(bf16, f8e4m3)
+ACT_MUL_QUANT_ALL(f32, i8)
+ACT_MUL_QUANT_ALL(f16, i8)
+ACT_MUL_QUANT_ALL(bf16, i8)
+ACT_MUL_QUANT_VEC_ALL(f16, f8e4m3)
+ACT_MUL_QUANT_VEC_ALL(bf16, f8e4m3)
+ACT_MUL_QUANT_VEC_ALL(f16, i8)
+ACT_MUL_QUANT_VEC_ALL(bf16, i8)
 SCALED_EPILOGUE(i32, int, f32)
 SCALED_EPILOGUE(i32, int, f16)
 SCALED_EPILOGUE(i32, int, bf16)

@@ -1,14 +1,14 @@
 """CUDA lowerings of `dif.ops.quant`, the ops the format passes make, onto `kernels/quant.cu` and cuBLASLt
 (`gemm_quant`). The path each node takes is recorded in `LowerCtx.choices`.
 
-- norm_modulate_quant / glu_quant / concat_glu_quant: one kernel normalizes and modulates (or gates), rounds to
-  x's dtype, takes the row's amax (over the prefix and the gated half for concat_glu_quant) and writes the
-  quantized row and its scale: the W8A8 GEMM's input is never re-read to be quantized. With the backend's
-  `rows="registers"` (DIF_CUDA_ROWS, the default), these and quantize_rows over bf16 / f16 rows (a multiple of 8
-  long, 16-byte aligned) hold the row in registers (`*_vec_*`: 16-byte loads, one read of the row, no shared
-  memory); otherwise the kernels that stage it in shared memory run. Those are
-  latency-bound: on an H100 (stop 27, same call) klein 9B's fp8 forward took 89.4 ms with them, 83.5 ms with the
-  register-resident kernels (klein 4B 44.9 / 41.7 ms).
+- norm_modulate_quant / glu_quant / concat_glu_quant / act_mul_quant: one kernel normalizes and modulates (or
+  gates), rounds to x's dtype, takes the row's amax (over the prefix and the gated half for concat_glu_quant)
+  and writes the quantized row and its scale: the W8A8 GEMM's input is never re-read to be quantized. With the
+  backend's `rows="registers"` (DIF_CUDA_ROWS, the default), these and quantize_rows over bf16 / f16 rows (a
+  multiple of 8 long, 16-byte aligned) hold the row in registers (`*_vec_*`: 16-byte loads, one read of the row,
+  no shared memory; norm_modulate_quant a warp per row where the row is 256 * N long); otherwise the kernels that
+  stage it in shared memory run. Those are latency-bound: on an H100 (stop 27, same call) klein 9B's fp8 forward
+  took 89.4 ms with them, 83.5 ms with the register-resident kernels (klein 4B 44.9 / 41.7 ms).
 - scaled_linear: fp8-e4m3 on cuBLASLt with the scales as outer-vector epilogue scales (one call, bf16 out);
   int8 (and fp8 where this cuBLASLt has no outer-vector scales) as raw-product GEMMs in blocks of rows plus the
   scaled epilogue kernel; the portable tile GEMM when cuBLASLt is absent or refuses (the reasons recorded).
@@ -60,10 +60,10 @@ def _rows(t: Any) -> tuple[int, int]:
 ROW_CHUNKS = 4  # kernels/quant.cu: chunks of 8 values a thread of the register-resident row kernels holds
 
 
-VEC_THREADS = {"quantize_rows": 1024, "norm_modulate_quant": 512, "glu_quant": 512}
+VEC_THREADS = {"quantize_rows": 1024, "norm_modulate_quant": 512, "glu_quant": 512, "act_mul_quant": 512}
 """The most threads a block of each register-resident kernel may have: a block of 1024 threads gets at most 64
 registers a thread, which `quantize_rows_vec_*` fits (52 on sm_90, NVRTC 13) and the others do not reliably
-(norm_modulate_quant_vec_* 79, glu_quant_vec_* 55-64); at 512 they may use 128."""
+(norm_modulate_quant_vec_* 79, glu_quant_vec_* 55-64, act_mul_quant_vec_* 56-59); at 512 they may use 128."""
 
 
 NMQ_WARP_CHUNKS = (4, 8, 12, 16, 20, 24)
@@ -171,6 +171,23 @@ def _glu_rows(ctx: LowerCtx, node: Node, attrs: Attrs, prefix: Any | None, x: An
         return [ctx.kernel("quant", f"glu_quant_vec_{act}", (rows,), (threads,), args)]
     shared = _staged_row_bytes(ctx, node, length)
     return [ctx.kernel("quant", f"glu_quant_{act}", (rows,), (min(1024, row_threads(length)),), args, shared)]
+
+
+@lowering("act_mul_quant")
+def _act_mul_quant(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Ts, outs: Ts) -> Steps:
+    (g, u), (q, s) = ins, outs
+    dt = need(node, g.dtype, FLOATS)
+    qt = need(node, q.dtype, QUANT)
+    rows, length = _rows(g)
+    name = f"{attrs['act']}_{dt}_{qt}"
+    args = [ptr(g), ptr(u), ptr(q), ptr(s), i64(length)]
+    threads = 0
+    if g.dtype != DType.F32:
+        threads = _row_vector_threads(ctx, "act_mul_quant", length, [(g.ptr, 16), (u.ptr, 16), (q.ptr, 8)])
+    if threads:  # the row in registers, one read of each operand
+        return [ctx.kernel("quant", f"act_mul_quant_vec_{name}", (rows,), (threads,), args)]
+    shared = _staged_row_bytes(ctx, node, length)
+    return [ctx.kernel("quant", f"act_mul_quant_{name}", (rows,), (min(1024, row_threads(length)),), args, shared)]
 
 
 def _lt(ctx: LowerCtx, node: Node) -> Any | None:

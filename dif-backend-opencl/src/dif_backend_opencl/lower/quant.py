@@ -4,9 +4,9 @@ pick no fp8 / int8 format for it (`dif.passes.quantize`); those ops run when a p
 the backend (a conformance case, a program quantized for another target).
 
 - quantize_rows: one work-group per row: the row's amax, its scale, the saturated quantized row.
-- glu_quant / norm_modulate_quant / concat_glu_quant: the unfused kernels (glu, norm_modulate, concat) into
-  scratch of x's dtype, so the value is rounded exactly as the unfused ops store it, then quantize_rows over the
-  scratch.
+- glu_quant / norm_modulate_quant / concat_glu_quant / act_mul_quant: the unfused kernels (glu, norm_modulate,
+  concat, the activation and mul) into scratch of x's dtype, so the value is rounded exactly as the unfused ops
+  store it, then quantize_rows over the scratch.
 - scaled_linear: the fp32 GEMM with the row and output-channel scales in its epilogue, before the bias. Products
   of i8 / fp8 operands are exact in fp32; i8 sums stay exact while below 2^24, fp8 sums round about as the
   matrix units' accumulators do (`dif.testing.tolerances.FP8_ACCUMULATION`).
@@ -20,7 +20,8 @@ import numpy as np
 
 from dif.ir.program import Node
 from dif.ops.quant import QMAX
-from dif_backend_opencl.lower.base import Attrs, LowerCtx, Ref, Refs, Steps, lowers
+from dif_backend_opencl.lower.base import Attrs, LowerCtx, Ref, Refs, Steps, lowers, strided_args
+from dif_backend_opencl.lower.elementwise import EW, bstrides, unary
 from dif_backend_opencl.lower.fused import lower_norm_modulate
 from dif_backend_opencl.lower.layout import lower_concat
 from dif_backend_opencl.lower.linalg import linear
@@ -57,6 +58,17 @@ def lower_concat_glu_quant(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Refs, o
     joined = ctx.scratch(q.type.shape, x.dtype)
     steps = lower_glu(ctx, node, attrs, [x], [gated]) + lower_concat(ctx, node, {"axis": -1}, [prefix, gated], [joined])
     return steps + quantize_rows(ctx, q, s, joined)
+
+
+@lowers("act_mul_quant")
+def lower_act_mul_quant(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Refs, outs: Refs) -> Steps:
+    (g, u), (q, s) = ins, outs
+    shape = g.type.shape
+    gated, y = ctx.scratch(shape, g.dtype), ctx.scratch(shape, g.dtype)
+    n = y.numel
+    extra = strided_args(shape, bstrides(gated, shape), bstrides(u, shape))
+    mul = ctx.launch_1d(EW, "bin_mul", n, *y.full(), *gated.full(), *u.full(), np.int64(n), *extra)
+    return unary(ctx, attrs["act"], gated, g) + mul + quantize_rows(ctx, q, s, y)
 
 
 @lowers("norm_modulate_quant")

@@ -15,8 +15,8 @@ Frontends never emit these. Their references are exact definitions of the quanti
 
 Weight-side quantization happens once, at load (`quantize_weight_rows`, `quantize_weight_groups`: the
 load-time transform `dif.weights.quantized` applies); activation scales are dynamic, per row, computed by the
-kernel that produces the GEMM input (`norm_modulate_quant`, `glu_quant`, `concat_glu_quant`), or else by a pass of
-its own (`quantize_rows`).
+kernel that produces the GEMM input (`norm_modulate_quant`, `glu_quant`, `concat_glu_quant`, `act_mul_quant`), or
+else by a pass of its own (`quantize_rows`).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from dif.ir.types import TensorType
 from dif.ops._rules import fail, fp, need_float, randn
 from dif.ops.fused import norm_modulate
 from dif.ops.norm import modulate_infer
-from dif.ops.registry import AttrSpec, Case, defop
+from dif.ops.registry import AttrSpec, Case, defop, get_op
 
 QUANT_DTYPES = ("f8e4m3", "i8")
 """Storage dtypes of W8A8 values: fp8 e4m3 (Hopper / Ada matrix units) and int8."""
@@ -401,3 +401,46 @@ def int4_linear(
     if bias is not None:
         y = y + fp(bias)
     return y
+
+
+# -- act_mul_quant ------------------------------------------------------------------------------------------
+
+
+ACT_MUL_ACTS = ("silu", "sigmoid")
+"""The activations act_mul_quant applies to its gate: those the unfused `silu` / `sigmoid` ops compute."""
+
+
+def _act_mul_quant_infer(g: TensorType, u: TensorType, *, act: str, dtype: str) -> tuple[TensorType, TensorType]:
+    need_float(g)
+    if g != u:
+        raise fail(f"the gate g {g} and the value u {u} must share one type")
+    return TensorType(g.shape, DType(dtype)), TensorType((*g.shape[:-1], 1), DType.F32)
+
+
+def _act_mul_quant_cases(rng: np.random.Generator, dtype: DType) -> list[Case]:
+    if dtype != DType.F32:  # as glu_quant
+        return []
+    g, u = randn(rng, (2, 3, 128), dtype, 2.0), randn(rng, (2, 3, 128), dtype)
+    return [Case(f"2x3x128-{act}", (g, u), {"act": act, "dtype": "f8e4m3"}) for act in ACT_MUL_ACTS]
+
+
+@defop(
+    "act_mul_quant",
+    operands=("g", "u"),
+    attrs=(
+        AttrSpec("act", "str", "silu", ACT_MUL_ACTS, "applied to g"),
+        AttrSpec("dtype", "dtype", choices=QUANT_DTYPES, doc="storage dtype of the quantized values"),
+    ),
+    infer=_act_mul_quant_infer,
+    cases=_act_mul_quant_cases,
+    category="fused",
+    num_results=2,
+)
+def act_mul_quant(g: np.ndarray, u: np.ndarray, *, act: str, dtype: str) -> tuple[np.ndarray, np.ndarray]:
+    """act_mul_quant(g, u; act, dtype) -> (q, row_scale) = quantize_rows(mul(act(g), u); dtype), the activation
+    and the product each rounded to g's dtype, as the unfused act and mul store them: a gate computed apart from
+    its value (Krea 2's SwiGLU, silu(gate) * up, and its attention gate, attention * sigmoid(gate)) emits the next
+    W8A8 GEMM's input in one pass (`dif.passes.quantize`), neither product written unquantized."""
+    gated = np.asarray(get_op(act).reference(g)).astype(g.dtype)
+    y = (fp(gated) * fp(u)).astype(g.dtype)
+    return quantized_rows(y, dtype)

@@ -11,7 +11,9 @@ format's quantized ops (`dif.ops.quant`). Not in the default pipeline: the forma
   input: that pass reads the input once (2 bytes per element in, 1 out), while the GEMM saves about
   2 x N x (1/bf16 - 1/fp8 rate) per input element, some five times more at N = 4096 on Hopper. When that input
   is `concat(prefix, glu(...))` (a parallel block's output projection: attention beside the MLP), one
-  `concat_glu_quant` replaces the concat and the GLU instead, so the GLU's value is never written unquantized.
+  `concat_glu_quant` replaces the concat and the GLU instead, so the GLU's value is never written unquantized;
+  when it is `mul(act(g), u)`, act a silu or sigmoid read by the mul alone (Krea 2's SwiGLU from two GEMMs, its
+  attention output times a sigmoid gate), `act_mul_quant(g, u)` replaces the mul and the activation.
   Narrower linears stay as they are, with the reason recorded; so do a linear whose result is a program output
   (nothing after it dilutes its rounding) and one of fewer than `MIN_ROWS` input rows.
 - `quantize_int4` (weight-only): every linear over a parameter weight whose inputs divide into groups of 128
@@ -41,6 +43,7 @@ from attrs import evolve
 from dif.dtypes import DType
 from dif.ir.program import Node, Program, Value
 from dif.ir.types import TensorType
+from dif.ops.quant import ACT_MUL_ACTS
 from dif.passes.context import PassContext
 from dif.passes.rewrite import Fusion, apply_fusions
 from dif.plan.plan import Decision
@@ -261,6 +264,7 @@ def quantize_w8a8(program: Program, ctx: PassContext, fmt: str) -> Program:
             continue
         q, s = _quantized_pair(program, x, fmt)
         joined = _concat_of_glu(program, ctx, x, wide)
+        gated = None if joined is not None else _act_of_mul(program, ctx, x, wide)
         if joined is not None:  # the concat and its GLU become the quantizing producer
             concat, glu = joined
             attrs = {"act": glu.attrs["act"], "gated_half": glu.attrs["gated_half"], "dtype": qdtype}
@@ -268,6 +272,12 @@ def quantize_w8a8(program: Program, ctx: PassContext, fmt: str) -> Program:
             rw.replace[glu.id] = []
             rw.replace[concat.id] = [Node(concat.id, "concat_glu_quant", operands, (q, s), attrs)]
             made = "concat + glu + linear -> concat_glu_quant + scaled_linear"
+        elif gated is not None:  # the mul and its gate's activation become the quantizing producer
+            mul, act, u = gated
+            operands = (act.operands[0], u)
+            rw.replace[act.id] = []
+            rw.replace[mul.id] = [Node(mul.id, "act_mul_quant", operands, (q, s), {"act": act.op, "dtype": qdtype})]
+            made = f"{act.op} + mul + linear -> act_mul_quant + scaled_linear"
         else:
             first = wide[0]  # nodes are in topological order: the first reader comes after x and before the others
             rw.replace[first.id] = [Node(first.id, "quantize_rows", (x,), (q, s), {"dtype": qdtype})]
@@ -296,6 +306,28 @@ def _concat_of_glu(program: Program, ctx: PassContext, x: str, readers: list[Nod
     if {u.id for u in program.users.get(x, ())} != {u.id for u in readers}:
         return None
     return (concat, glu) if ctx.supports("concat_glu_quant") else None
+
+
+def _act_of_mul(program: Program, ctx: PassContext, x: str, readers: list[Node]) -> tuple[Node, Node, str] | None:
+    """(mul, act, u) when `x` = mul(act(g), u) in either operand order, act one of `ACT_MUL_ACTS`, read by the
+    mul alone, g and u of one type and `x` read by `readers` alone (a SwiGLU or an attention gate computed apart
+    from its value): one `act_mul_quant(g, u)` then makes the quantized input, the product never written
+    unquantized. None otherwise."""
+    mul = program.producers.get(x)
+    if mul is None or mul.op != "mul" or x in program.outputs or mul.operands[0] == mul.operands[1]:
+        return None
+    if {u.id for u in program.users.get(x, ())} != {u.id for u in readers}:
+        return None
+    for side in (0, 1):
+        act = program.producers.get(mul.operands[side])
+        if act is None or act.op not in ACT_MUL_ACTS:
+            continue
+        a, u = act.results[0].name, mul.operands[1 - side]
+        if a in program.outputs or [n.id for n in program.users.get(a, ())] != [mul.id]:
+            continue
+        if program.types[act.operands[0]] == program.types[u] == program.types[x]:
+            return (mul, act, u) if ctx.supports("act_mul_quant") else None
+    return None
 
 
 def _quantized_pair(program: Program, y: str, fmt: str) -> tuple[Value, Value]:
