@@ -537,6 +537,9 @@ def test_sdpa_fp8_quantizes_around_cudnn_or_runs_in_the_run_dtype_saying_why(
     ("norm_modulate_quant", "f32", 4096, "norm_modulate_quant_f32_f8e4m3", None),
     ("quantize_rows", "bf16", 16384, "quantize_rows_vec_bf16_f8e4m3", 1024),
     ("quantize_rows", "bf16", 40960, "quantize_rows_bf16_f8e4m3", None),  # more chunks than 1024 threads hold
+    ("rms_norm_modulate_quant", "bf16", 6144, "rms_norm_modulate_quant_vec_bf16_f32_f8e4m3", 384),
+    ("rms_norm_modulate_quant", "bf16", 4096, "rms_norm_modulate_quant_vec_bf16_f32_f8e4m3", 256),  # no warp
+    ("rms_norm_modulate_quant", "bf16", -6144, "rms_norm_modulate_quant_bf16_f32_f8e4m3", None),
     ("act_mul_quant", "bf16", 16384, "act_mul_quant_vec_silu_bf16_f8e4m3", 512),
     ("act_mul_quant", "bf16", 6144, "act_mul_quant_vec_silu_bf16_f8e4m3", 384),
     ("act_mul_quant", "bf16", -6144, "act_mul_quant_silu_bf16_f8e4m3", None),
@@ -555,6 +558,10 @@ def test_row_quantization_keeps_rows_in_registers_where_asked_and_it_can(
     if op == "norm_modulate_quant":
         sc, sh = b.input("sc", (1, 1, length), dtype), b.input("sh", (1, 1, length), dtype)
         outs = b.emit_multi(op, x, sc, sh, kind="layer", eps=1e-6, dtype="f8e4m3")
+    elif op == "rms_norm_modulate_quant":
+        sc, sh = b.input("sc", (1, 1, length), dtype), b.input("sh", (1, 1, length), dtype)
+        w = b.input("w", (length,), "f32")
+        outs = b.emit_multi(op, x, w, sc, sh, eps=1e-5, offset=1.0, dtype="f8e4m3")
     elif op == "act_mul_quant":
         outs = b.emit_multi(op, x, b.input("u", (1, 600, length), dtype), act="silu", dtype="f8e4m3")
     else:

@@ -23,6 +23,7 @@ from dif.ops.quant import (
     quantize_rows,
     quantize_weight_groups,
     quantize_weight_rows,
+    rms_norm_modulate_quant,
     scaled_linear,
 )
 
@@ -95,6 +96,30 @@ def test_norm_modulate_quant_bf16_at_a_dit_row(q: str, kind: str, rows: str, wid
     (step,) = exe.steps
     family = "staged" if rows == "staged" else ("warp12" if width == 3072 else "vec")
     assert {"warp12": "_warp12_", "vec": "_vec_"}.get(family, "norm_modulate_quant_bf16") in step.name, step.name
+
+
+@pytest.mark.parametrize("rows", ["staged", "registers"])
+@pytest.mark.parametrize(("weight", "q"), [("f32", "f8e4m3"), ("bf16", "f8e4m3"), ("f32", "i8")])
+def test_rms_norm_modulate_quant_bf16_at_a_krea2_row(weight: str, q: str, rows: str) -> None:
+    """Krea 2's adaptive norm (6,144 wide, its weight pinned to f32 or in bf16, offset 1) against the reference,
+    in each row kernel."""
+    be = backend(rows)
+    if q == "f8e4m3":
+        needs_units(be, "fp8-e4m3")
+    width = 6144
+    x = RNG.standard_normal((1, 400, width)).astype(BF16)
+    w = (RNG.standard_normal(width) * 0.2).astype(np.float32 if weight == "f32" else BF16)
+    s, t = ((RNG.standard_normal((1, 1, width)) * 0.3).astype(BF16) for _ in range(2))
+    from dif.testing.conformance import run_one_node
+
+    attrs = {"eps": 1e-5, "offset": 1.0, "dtype": q}
+    (gq, gs), exe = run_one_node(be, "rms_norm_modulate_quant", [x, w, s, t], **attrs)
+    wq, ws = rms_norm_modulate_quant(x, w, s, t, **attrs)
+    np.testing.assert_allclose(gs, ws, rtol=1e-2)
+    assert rel(gq.astype(np.float32) * gs, wq.astype(np.float32) * ws) < (2e-3 if q == "i8" else 2e-2)
+    assert np.mean(gq.astype(np.float32) == wq.astype(np.float32)) > 0.99
+    (step,) = exe.steps
+    assert step.name.endswith(f"bf16_{weight}_{q}") and ("_vec_" in step.name) == (rows == "registers"), step.name
 
 
 @pytest.mark.parametrize("rows", ["staged", "registers"])

@@ -335,6 +335,60 @@ def test_a_gate_read_elsewhere_keeps_its_mul_and_quantize_rows() -> None:
                                         "reshape": 2}  # fmt: skip
 
 
+@pytest.mark.parametrize("weight_dtype", ["f32", "bf16"])
+def test_a_modulated_weighted_rms_norm_becomes_one_rms_norm_modulate_quant(weight_dtype: str) -> None:
+    """Krea 2's adaptive norm, modulate(rms_norm(x, w; offset 1), scale, shift) with its weight in f32 (a module
+    pinned to fp32) or in x's dtype: the norm and the modulation become one `rms_norm_modulate_quant`, every
+    linear reading it a `scaled_linear`; on the CPU the result is the unfused ops' (the norm and the modulation
+    each rounded to bf16, quantize_rows, the scaled product) value for value."""
+    from dif.ops.norm import modulate, rms_norm
+    from dif.ops.quant import quantize_rows, quantize_weight_rows, scaled_linear
+
+    wide = ROWS_PASS_MIN_OUT
+    b = ProgramBuilder("adaptive")
+    x = b.input("x", (ROWS, D), "bf16")
+    s, t = b.input("s", (1, D), "bf16"), b.input("t", (1, D), "bf16")
+    n = b.emit("rms_norm", x, b.param("nw", (D,), weight_dtype), eps=1e-5, offset=1.0, round_before_weight=False)
+    y = b.emit("modulate", n, s, t)
+    b.output(*(flat(b, b.emit("linear", y, b.param(w, (wide, D), "bf16")), wide) for w in ("wa", "wb")))
+    program = b.build()
+    rewritten, decisions = optimize(program, target=ALL, passes=("quantize_fp8",))
+    assert rewritten.op_histogram() == {"rms_norm_modulate_quant": 1, "scaled_linear": 2, "reshape": 2}
+    reason = "rms_norm + modulate + linear -> rms_norm_modulate_quant + scaled_linear (fp8-e4m3)"
+    assert [d.reason for d in decisions] == [reason, reason]
+    weights, inputs = weights_for(program), inputs_for(program)
+    out, _ = run_cpu(program, ("quantize_fp8",), weights, inputs)
+    bf16 = ml_dtypes.bfloat16
+    normed = np.asarray(rms_norm(inputs["x"], weights["nw"], eps=1e-5, offset=1.0, round_before_weight=False))
+    modulated = np.asarray(modulate(normed.astype(bf16), inputs["s"], inputs["t"])).astype(bf16)
+    xq, xs = quantize_rows(modulated, dtype="f8e4m3")
+    for name, w in zip(program.outputs, ("wa", "wb"), strict=True):
+        wq, ws = quantize_weight_rows(weights[w], "f8e4m3")
+        want = scaled_linear(xq, xs, wq, ws, out_dtype="bf16").astype(bf16).astype(np.float32)
+        np.testing.assert_array_equal(np.asarray(out[name], np.float32), want)
+
+
+def test_a_norm_read_elsewhere_or_rounded_before_its_weight_stays_unfused() -> None:
+    """The norm's value is also a program output, or the norm rounds before its weight (Qwen3's order, which
+    the kernel does not compute): the modulation gets a `quantize_rows` and the norm stays."""
+    wide = ROWS_PASS_MIN_OUT
+    b = ProgramBuilder("adaptive_out")
+    s, t = b.input("s", (1, D), "f32"), b.input("t", (1, D), "f32")
+    w = b.param("w", (wide, D), "f32")
+    outs = []
+    for k, rounded in enumerate((False, True)):
+        nw = b.param(f"nw{k}", (D,), "f32")
+        n = b.emit("rms_norm", b.input(f"x{k}", (ROWS, D), "f32"), nw, eps=1e-5, offset=1.0,
+                   round_before_weight=rounded)  # fmt: skip
+        outs.append(flat(b, b.emit("linear", b.emit("modulate", n, s, t), w), wide))
+        if not rounded:
+            outs.append(n)
+    b.output(*outs)
+    rewritten, _ = optimize(b.build(), target=ALL, passes=("quantize_fp8",))
+    assert rewritten.op_histogram() == {"rms_norm": 2, "modulate": 2, "quantize_rows": 2, "scaled_linear": 2,
+                                        "reshape": 2}  # fmt: skip
+
+
 def test_an_output_linear_and_a_matrix_vector_product_stay_in_the_run_dtype() -> None:
     """The linear whose result is the program's output, and one over a single row (a timestep projection),
     are not quantized; the reasons say why."""

@@ -49,11 +49,14 @@ __device__ __forceinline__ void quant_lead_offsets(i64 row, const i64* __restric
   }
 }
 
-template <class T, class Q>
+// rms_norm_modulate_quant runs these kernels with the norm's weight w (and its offset): the normalized value
+// times (w + offset) before it is rounded, as rms_norm stores it; norm_modulate_quant passes no weight.
+template <class T, class W, class Q>
 __device__ __forceinline__ void norm_modulate_quant_impl(const T* __restrict__ x, const T* __restrict__ sc,
                                                          const T* __restrict__ sh, Q* __restrict__ q,
                                                          float* __restrict__ s, const i64* __restrict__ meta,
-                                                         i64 len, i64 s_last, i64 t_last, float eps, int is_rms) {
+                                                         i64 len, i64 s_last, i64 t_last, float eps, int is_rms,
+                                                         const W* __restrict__ w, float w_offset) {
   extern __shared__ float buf[];
   const i64 row = blockIdx.x;
   const T* xr = x + row * len;
@@ -80,7 +83,8 @@ __device__ __forceinline__ void norm_modulate_quant_impl(const T* __restrict__ x
   const float denom = sqrtf(var + eps);
   float amax = 0.0f;
   for (i64 j = threadIdx.x; j < len; j += blockDim.x) {
-    const float n = round_to<T>((buf[j] - mu) / denom);  // the norm's value as the unfused pair stores it
+    const float d = (buf[j] - mu) / denom;
+    const float n = round_to<T>(w ? d * (to_f(w[j]) + w_offset) : d);  // the norm's value as the unfused pair stores it
     const float y = round_to<T>(n * (1.0f + to_f(sc[so + j * s_last])) + to_f(sh[to + j * t_last]));
     buf[j] = y;  // each thread rereads only its own entries: no barrier needed before the next loop
     amax = fmaxf(amax, fabsf(y));
@@ -94,7 +98,14 @@ __device__ __forceinline__ void norm_modulate_quant_impl(const T* __restrict__ x
                                                const TN* __restrict__ sh, QN* __restrict__ q,              \
                                                float* __restrict__ s, const i64* __restrict__ meta, i64 len, \
                                                i64 s_last, i64 t_last, float eps, int is_rms) {             \
-    norm_modulate_quant_impl<TN, QN>(x, sc, sh, q, s, meta, len, s_last, t_last, eps, is_rms);             \
+    norm_modulate_quant_impl<TN, TN, QN>(x, sc, sh, q, s, meta, len, s_last, t_last, eps, is_rms, nullptr, 0.0f); \
+  }
+#define RMS_NORM_MODULATE_QUANT(TN, WN, QN)                                                                \
+  KERNEL_ENTRY rms_norm_modulate_quant_##TN##_##WN##_##QN(                                                 \
+      const TN* __restrict__ x, const WN* __restrict__ w, const TN* __restrict__ sc, const TN* __restrict__ sh, \
+      QN* __restrict__ q, float* __restrict__ s, const i64* __restrict__ meta, i64 len, i64 s_last, i64 t_last, \
+      float eps, float w_offset) {                                                                          \
+    norm_modulate_quant_impl<TN, WN, QN>(x, sc, sh, q, s, meta, len, s_last, t_last, eps, 1, w, w_offset);  \
   }
 
 // ---- the same two ops with each row in registers: 16-byte loads of 8 half-precision values, one read of the row,
@@ -114,6 +125,10 @@ __device__ __forceinline__ void load8(const T* __restrict__ p, float* v) {
     v[2 * e] = to_f(lo);
     v[2 * e + 1] = to_f(hi);
   }
+}
+__device__ __forceinline__ void load8(const float* __restrict__ p, float* v) {  // 8 floats, 32-byte aligned
+  const float4 lo = reinterpret_cast<const float4*>(p)[0], hi = reinterpret_cast<const float4*>(p)[1];
+  v[0] = lo.x, v[1] = lo.y, v[2] = lo.z, v[3] = lo.w, v[4] = hi.x, v[5] = hi.y, v[6] = hi.z, v[7] = hi.w;
 }
 __device__ __forceinline__ unsigned char qbits(const f8e4m3*, float v, float scale) {
   return from_f<f8e4m3>(fminf(fmaxf(v / scale, -448.0f), 448.0f)).x;
@@ -148,11 +163,12 @@ __device__ __forceinline__ void quantize_rows_vec_impl(const T* __restrict__ x, 
   if (threadIdx.x == 0) s[row] = scale;
 }
 
-template <class T, class Q>
+template <class T, class W, class Q>
 __device__ __forceinline__ void norm_modulate_quant_vec_impl(const T* __restrict__ x, const T* __restrict__ sc,
                                                              const T* __restrict__ sh, Q* __restrict__ q,
                                                              float* __restrict__ s, const i64* __restrict__ meta,
-                                                             i64 len, float eps, int is_rms) {
+                                                             i64 len, float eps, int is_rms,
+                                                             const W* __restrict__ w, float w_offset) {
   const i64 row = blockIdx.x;
   const int nch = (int)(len >> 3);
   i64 so, to;
@@ -179,12 +195,14 @@ __device__ __forceinline__ void norm_modulate_quant_vec_impl(const T* __restrict
   const float denom = sqrtf(var + eps);
   float amax = 0.0f;
   ROW_CHUNK_FOR(i, c, nch) {
-    float a[8], b[8];
+    float a[8], b[8], g[8];
     load8(sc + so + 8 * c, a);
     load8(sh + to + 8 * c, b);
+    if (w) load8(w + 8 * c, g);
 #pragma unroll
     for (int e = 0; e < 8; ++e) {
-      const float n = round_to<T>((v[i][e] - mu) / denom);  // the norm's value as the unfused pair stores it
+      const float d = (v[i][e] - mu) / denom;
+      const float n = round_to<T>(w ? d * (g[e] + w_offset) : d);  // the norm's value as the unfused pair stores it
       v[i][e] = round_to<T>(n * (1.0f + a[e]) + b[e]);
       amax = fmaxf(amax, fabsf(v[i][e]));
     }
@@ -271,7 +289,7 @@ __device__ __forceinline__ void norm_modulate_quant_warp_impl(const T* __restric
   }
 #define NORM_MODULATE_QUANT_WARPS(TN, QN)                                                                  \
   NORM_MODULATE_QUANT_WARP(TN, QN, 4) NORM_MODULATE_QUANT_WARP(TN, QN, 8) NORM_MODULATE_QUANT_WARP(TN, QN, 12) \
-  NORM_MODULATE_QUANT_WARP(TN, QN, 16) NORM_MODULATE_QUANT_WARP(TN, QN, 20) NORM_MODULATE_QUANT_WARP(TN, QN, 24)
+  NORM_MODULATE_QUANT_WARP(TN, QN, 16)
 #define ROW_QUANT_VEC(TN, QN)                                                                              \
   KERNEL_ENTRY quantize_rows_vec_##TN##_##QN(const TN* __restrict__ x, QN* __restrict__ q,                 \
                                              float* __restrict__ s, i64 len) {                             \
@@ -281,7 +299,14 @@ __device__ __forceinline__ void norm_modulate_quant_warp_impl(const T* __restric
                                                    const TN* __restrict__ sh, QN* __restrict__ q,          \
                                                    float* __restrict__ s, const i64* __restrict__ meta,    \
                                                    i64 len, float eps, int is_rms) {                       \
-    norm_modulate_quant_vec_impl<TN, QN>(x, sc, sh, q, s, meta, len, eps, is_rms);                         \
+    norm_modulate_quant_vec_impl<TN, TN, QN>(x, sc, sh, q, s, meta, len, eps, is_rms, nullptr, 0.0f);      \
+  }
+#define RMS_NORM_MODULATE_QUANT_VEC(TN, WN, QN)                                                            \
+  KERNEL_ENTRY rms_norm_modulate_quant_vec_##TN##_##WN##_##QN(                                             \
+      const TN* __restrict__ x, const WN* __restrict__ w, const TN* __restrict__ sc, const TN* __restrict__ sh, \
+      QN* __restrict__ q, float* __restrict__ s, const i64* __restrict__ meta, i64 len, float eps,          \
+      float w_offset) {                                                                                     \
+    norm_modulate_quant_vec_impl<TN, WN, QN>(x, sc, sh, q, s, meta, len, eps, 1, w, w_offset);             \
   }
 
 // ---- glu_quant / concat_glu_quant: one block per row of y[rows, p + h] = [prefix[rows, p], glu(x[rows, 2h])]
@@ -714,6 +739,16 @@ NORM_MODULATE_QUANT(bf16, f8e4m3)
 NORM_MODULATE_QUANT(f32, i8)
 NORM_MODULATE_QUANT(f16, i8)
 NORM_MODULATE_QUANT(bf16, i8)
+RMS_NORM_MODULATE_QUANT(f32, f32, f8e4m3)
+RMS_NORM_MODULATE_QUANT(f16, f16, f8e4m3)
+RMS_NORM_MODULATE_QUANT(f16, f32, f8e4m3)
+RMS_NORM_MODULATE_QUANT(bf16, bf16, f8e4m3)
+RMS_NORM_MODULATE_QUANT(bf16, f32, f8e4m3)
+RMS_NORM_MODULATE_QUANT(f32, f32, i8)
+RMS_NORM_MODULATE_QUANT(f16, f16, i8)
+RMS_NORM_MODULATE_QUANT(f16, f32, i8)
+RMS_NORM_MODULATE_QUANT(bf16, bf16, i8)
+RMS_NORM_MODULATE_QUANT(bf16, f32, i8)
 NORM_MODULATE_QUANT_WARPS(f16, f8e4m3)
 NORM_MODULATE_QUANT_WARPS(bf16, f8e4m3)
 NORM_MODULATE_QUANT_WARPS(f16, i8)
@@ -722,6 +757,14 @@ ROW_QUANT_VEC(f16, f8e4m3)
 ROW_QUANT_VEC(bf16, f8e4m3)
 ROW_QUANT_VEC(f16, i8)
 ROW_QUANT_VEC(bf16, i8)
+RMS_NORM_MODULATE_QUANT_VEC(f16, f16, f8e4m3)
+RMS_NORM_MODULATE_QUANT_VEC(f16, f32, f8e4m3)
+RMS_NORM_MODULATE_QUANT_VEC(bf16, bf16, f8e4m3)
+RMS_NORM_MODULATE_QUANT_VEC(bf16, f32, f8e4m3)
+RMS_NORM_MODULATE_QUANT_VEC(f16, f16, i8)
+RMS_NORM_MODULATE_QUANT_VEC(f16, f32, i8)
+RMS_NORM_MODULATE_QUANT_VEC(bf16, bf16, i8)
+RMS_NORM_MODULATE_QUANT_VEC(bf16, f32, i8)
 GLU_QUANT_ALL(f32, f8e4m3)
 GLU_QUANT_ALL(f16, f8e4m3)
 GLU_QUANT_ALL(bf16, f8e4m3)

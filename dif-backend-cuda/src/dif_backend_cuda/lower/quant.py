@@ -66,10 +66,11 @@ registers a thread, which `quantize_rows_vec_*` fits (52 on sm_90, NVRTC 13) and
 (norm_modulate_quant_vec_* 79, glu_quant_vec_* 55-64, act_mul_quant_vec_* 56-59); at 512 they may use 128."""
 
 
-NMQ_WARP_CHUNKS = (4, 8, 12, 16, 20, 24)
+NMQ_WARP_CHUNKS = (4, 8, 12, 16)
 """Rows of 256 * N half-precision values (N here) take `norm_modulate_quant_warp<N>`: a warp per row, every
 reduction a shuffle. It holds the row in registers in storage precision, 157 registers a thread at N = 16 (sm_90,
-NVRTC 13), so blocks of `NMQ_WARPS` warps: 12 warps fit an SM where blocks of 8 would fit only 8."""
+NVRTC 13), so blocks of `NMQ_WARPS` warps: 12 warps fit an SM where blocks of 8 would fit only 8. Longer rows
+(N = 24 would take 221 registers, 9 warps an SM) take the block-per-row kernel."""
 NMQ_WARPS = 4
 
 
@@ -117,6 +118,21 @@ def _quantize_rows(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Ts, outs: Ts) -
 
 @lowering("norm_modulate_quant")
 def _norm_modulate_quant(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Ts, outs: Ts) -> Steps:
+    return _modulated_rows(ctx, node, attrs["kind"] == "rms", ins, outs, f32(attrs["eps"]))
+
+
+@lowering("rms_norm_modulate_quant")
+def _rms_norm_modulate_quant(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Ts, outs: Ts) -> Steps:
+    (x, w, sc, sh) = ins
+    return _modulated_rows(ctx, node, True, [x, sc, sh], outs, f32(attrs["eps"]), (w, f32(attrs["offset"])))
+
+
+def _modulated_rows(
+    ctx: LowerCtx, node: Node, is_rms: bool, ins: Ts, outs: Ts, eps: Any, weight: tuple[Any, Any] | None = None
+) -> Steps:
+    """norm_modulate_quant and (with `weight`: the norm's weight and its offset) rms_norm_modulate_quant: one
+    kernel family, the norm's value multiplied by the weight before it is rounded. The warp-per-row kernel runs
+    the former alone."""
     (x, sc, sh), (q, s) = ins, outs
     dt = need(node, x.dtype, FLOATS)
     qt = need(node, q.dtype, QUANT)
@@ -124,23 +140,28 @@ def _norm_modulate_quant(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Ts, outs:
     lead = list(x.shape[:-1])
     ss, ts = broadcast_strides(sc.shape, x.shape), broadcast_strides(sh.shape, x.shape)
     meta = ctx.meta([len(lead), *lead, *ss[:-1], *ts[:-1]])
-    eps, is_rms = f32(attrs["eps"]), np.int32(attrs["kind"] == "rms")
+    if weight is None:
+        family, head, tail = "norm_modulate_quant", [ptr(x)], [eps, np.int32(is_rms)]
+    else:
+        w, offset = weight
+        family, head, tail = "rms_norm_modulate_quant", [ptr(x), ptr(w)], [eps, offset]
+    types = f"{dt}_{qt}" if weight is None else f"{dt}_{need(node, weight[0].dtype, FLOATS)}_{qt}"
     threads = 0
     if x.dtype != DType.F32 and ss[-1] == ts[-1] == 1:
-        addrs = [(t.ptr, 16) for t in (x, sc, sh)] + [(q.ptr, 8)]
+        addrs = [(t.ptr, 16) for t in (x, sc, sh)] + [(q.ptr, 8)] + ([] if weight is None else [(weight[0].ptr, 16)])
         threads = _row_vector_threads(ctx, "norm_modulate_quant", length, addrs, (*ss[:-1], *ts[:-1]))
-    if threads and length // 256 in NMQ_WARP_CHUNKS and length % 256 == 0:  # a warp per row, no barrier
-        args = [ptr(x), ptr(sc), ptr(sh), ptr(q), ptr(s), meta, i64(rows), eps, is_rms]
-        name = f"norm_modulate_quant_warp{length // 256}_{dt}_{qt}"
+    warp = weight is None and length % 256 == 0 and length // 256 in NMQ_WARP_CHUNKS
+    if threads and warp:  # a warp per row, no barrier
+        args = [ptr(x), ptr(sc), ptr(sh), ptr(q), ptr(s), meta, i64(rows), *tail]
+        name = f"{family}_warp{length // 256}_{types}"
         return [ctx.kernel("quant", name, (-(-rows // NMQ_WARPS),), (32 * NMQ_WARPS,), args)]
     if threads:  # the row in registers: one read of it, no shared memory
-        args = [ptr(x), ptr(sc), ptr(sh), ptr(q), ptr(s), meta, i64(length), eps, is_rms]
-        return [ctx.kernel("quant", f"norm_modulate_quant_vec_{dt}_{qt}", (rows,), (threads,), args)]
+        args = [*head, ptr(sc), ptr(sh), ptr(q), ptr(s), meta, i64(length), *tail]
+        return [ctx.kernel("quant", f"{family}_vec_{types}", (rows,), (threads,), args)]
     shared = _staged_row_bytes(ctx, node, length)
-    args = [ptr(x), ptr(sc), ptr(sh), ptr(q), ptr(s), meta, i64(length), i64(ss[-1]), i64(ts[-1]), eps, is_rms]
+    args = [*head, ptr(sc), ptr(sh), ptr(q), ptr(s), meta, i64(length), i64(ss[-1]), i64(ts[-1]), *tail]
     block = min(1024, row_threads(length))
-    name = f"norm_modulate_quant_{dt}_{qt}"
-    return [ctx.kernel("quant", name, (rows,), (block,), args, shared)]
+    return [ctx.kernel("quant", f"{family}_{types}", (rows,), (block,), args, shared)]
 
 
 @lowering("glu_quant")

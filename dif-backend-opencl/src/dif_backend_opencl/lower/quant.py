@@ -4,9 +4,9 @@ pick no fp8 / int8 format for it (`dif.passes.quantize`); those ops run when a p
 the backend (a conformance case, a program quantized for another target).
 
 - quantize_rows: one work-group per row: the row's amax, its scale, the saturated quantized row.
-- glu_quant / norm_modulate_quant / concat_glu_quant / act_mul_quant: the unfused kernels (glu, norm_modulate,
-  concat, the activation and mul) into scratch of x's dtype, so the value is rounded exactly as the unfused ops
-  store it, then quantize_rows over the scratch.
+- glu_quant / norm_modulate_quant / rms_norm_modulate_quant / concat_glu_quant / act_mul_quant: the unfused
+  kernels (glu, norm_modulate, rms_norm and modulate, concat, the activation and mul) into scratch of x's dtype,
+  so the value is rounded exactly as the unfused ops store it, then quantize_rows over the scratch.
 - scaled_linear: the fp32 GEMM with the row and output-channel scales in its epilogue, before the bias. Products
   of i8 / fp8 operands are exact in fp32; i8 sums stay exact while below 2^24, fp8 sums round about as the
   matrix units' accumulators do (`dif.testing.tolerances.FP8_ACCUMULATION`).
@@ -25,7 +25,7 @@ from dif_backend_opencl.lower.elementwise import EW, bstrides, unary
 from dif_backend_opencl.lower.fused import lower_norm_modulate
 from dif_backend_opencl.lower.layout import lower_concat
 from dif_backend_opencl.lower.linalg import linear
-from dif_backend_opencl.lower.norm import lower_glu
+from dif_backend_opencl.lower.norm import lower_glu, lower_modulate, lower_rms_norm
 
 QUANT = "quant"
 
@@ -76,6 +76,16 @@ def lower_norm_modulate_quant(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Refs
     (q, s) = outs
     modulated = ctx.scratch(q.type.shape, ins[0].dtype)
     return lower_norm_modulate(ctx, node, attrs, ins, [modulated]) + quantize_rows(ctx, q, s, modulated)
+
+
+@lowers("rms_norm_modulate_quant")
+def lower_rms_norm_modulate_quant(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Refs, outs: Refs) -> Steps:
+    (x, w, sc, sh), (q, s) = ins, outs
+    normed, modulated = ctx.scratch(x.type.shape, x.dtype), ctx.scratch(q.type.shape, x.dtype)
+    norm = {"eps": attrs["eps"], "offset": attrs["offset"], "round_before_weight": False}
+    steps = lower_rms_norm(ctx, node, norm, [x, w], [normed])
+    steps += lower_modulate(ctx, node, {}, [normed, sc, sh], [modulated])
+    return steps + quantize_rows(ctx, q, s, modulated)
 
 
 @lowers("scaled_linear")

@@ -15,8 +15,8 @@ Frontends never emit these. Their references are exact definitions of the quanti
 
 Weight-side quantization happens once, at load (`quantize_weight_rows`, `quantize_weight_groups`: the
 load-time transform `dif.weights.quantized` applies); activation scales are dynamic, per row, computed by the
-kernel that produces the GEMM input (`norm_modulate_quant`, `glu_quant`, `concat_glu_quant`, `act_mul_quant`), or
-else by a pass of its own (`quantize_rows`).
+kernel that produces the GEMM input (`norm_modulate_quant`, `rms_norm_modulate_quant`, `glu_quant`,
+`concat_glu_quant`, `act_mul_quant`), or else by a pass of its own (`quantize_rows`).
 """
 
 from __future__ import annotations
@@ -181,6 +181,53 @@ def norm_modulate_quant(
     row (made by the format passes, `dif.passes.quantize`)."""
     y = np.asarray(norm_modulate(x, scale, shift, kind=kind, eps=eps)).astype(x.dtype)
     return quantized_rows(y, dtype)
+
+
+# -- rms_norm_modulate_quant -------------------------------------------------------------------------------
+
+
+def _rms_norm_modulate_quant_infer(
+    x: TensorType, w: TensorType, scale: TensorType, shift: TensorType, *, eps: float, offset: float, dtype: str
+) -> tuple[TensorType, TensorType]:
+    y = modulate_infer(x, scale, shift)
+    if w.rank != 1 or w.shape[0] != x.shape[-1] or w.dtype not in (x.dtype, DType.F32):
+        raise fail(f"the norm weight must be ({x.shape[-1]},) of x's dtype {x.dtype.value} or f32, got {w}")
+    return TensorType(y.shape, DType(dtype)), TensorType((*y.shape[:-1], 1), DType.F32)
+
+
+def _rms_norm_modulate_quant_cases(rng: np.random.Generator, dtype: DType) -> list[Case]:
+    if dtype != DType.F32:  # as norm_modulate_quant
+        return []
+    x, w = randn(rng, (2, 5, 64), dtype), randn(rng, (64,), dtype, 0.3)
+    s, t = randn(rng, (2, 1, 64), dtype, 0.3), randn(rng, (2, 1, 64), dtype, 0.3)
+    return [Case(f"2x5x64-offset{offset:g}", (x, w, s, t), {"eps": 1e-5, "offset": offset, "dtype": "f8e4m3"})
+            for offset in (0.0, 1.0)]  # fmt: skip
+
+
+@defop(
+    "rms_norm_modulate_quant",
+    operands=("x", "w", "scale", "shift"),
+    attrs=(
+        AttrSpec("eps", "float", doc="as in rms_norm"),
+        AttrSpec("offset", "float", 0.0, doc="as in rms_norm: added to w before scaling"),
+        AttrSpec("dtype", "dtype", choices=QUANT_DTYPES, doc="storage dtype of the quantized values"),
+    ),
+    infer=_rms_norm_modulate_quant_infer,
+    cases=_rms_norm_modulate_quant_cases,
+    category="fused",
+    num_results=2,
+)
+def rms_norm_modulate_quant(
+    x: np.ndarray, w: np.ndarray, scale: np.ndarray, shift: np.ndarray, *, eps: float, offset: float, dtype: str
+) -> tuple[np.ndarray, np.ndarray]:
+    """rms_norm_modulate_quant(x, w, scale, shift; eps, offset, dtype) -> (q, row_scale) = quantize_rows(
+    modulate(rms_norm(x, w; eps, offset), scale, shift); dtype), the norm's and the modulation's values each
+    rounded to x's dtype, as the unfused ops store them: an adaptive norm whose RMS norm has a weight (Krea 2's
+    blocks) emits the W8A8 GEMM's input in one pass (`dif.passes.quantize`)."""
+    from dif.ops.norm import modulate, rms_norm
+
+    n = np.asarray(rms_norm(x, w, eps=eps, offset=offset, round_before_weight=False)).astype(x.dtype)
+    return quantized_rows(np.asarray(modulate(n, scale, shift)).astype(x.dtype), dtype)
 
 
 # -- glu_quant ----------------------------------------------------------------------------------------------

@@ -13,7 +13,9 @@ format's quantized ops (`dif.ops.quant`). Not in the default pipeline: the forma
   is `concat(prefix, glu(...))` (a parallel block's output projection: attention beside the MLP), one
   `concat_glu_quant` replaces the concat and the GLU instead, so the GLU's value is never written unquantized;
   when it is `mul(act(g), u)`, act a silu or sigmoid read by the mul alone (Krea 2's SwiGLU from two GEMMs, its
-  attention output times a sigmoid gate), `act_mul_quant(g, u)` replaces the mul and the activation.
+  attention output times a sigmoid gate), `act_mul_quant(g, u)` replaces the mul and the activation; when it is
+  `modulate(rms_norm(x, w), scale, shift)` (Krea 2's adaptive norms, whose RMS norm has a weight),
+  `rms_norm_modulate_quant` replaces the two.
   Narrower linears stay as they are, with the reason recorded; so do a linear whose result is a program output
   (nothing after it dilutes its rounding) and one of fewer than `MIN_ROWS` input rows.
 - `quantize_int4` (weight-only): every linear over a parameter weight whose inputs divide into groups of 128
@@ -265,6 +267,7 @@ def quantize_w8a8(program: Program, ctx: PassContext, fmt: str) -> Program:
         q, s = _quantized_pair(program, x, fmt)
         joined = _concat_of_glu(program, ctx, x, wide)
         gated = None if joined is not None else _act_of_mul(program, ctx, x, wide)
+        normed = None if joined is not None or gated is not None else _rms_norm_of_modulate(program, ctx, x, wide)
         if joined is not None:  # the concat and its GLU become the quantizing producer
             concat, glu = joined
             attrs = {"act": glu.attrs["act"], "gated_half": glu.attrs["gated_half"], "dtype": qdtype}
@@ -278,6 +281,13 @@ def quantize_w8a8(program: Program, ctx: PassContext, fmt: str) -> Program:
             rw.replace[act.id] = []
             rw.replace[mul.id] = [Node(mul.id, "act_mul_quant", operands, (q, s), {"act": act.op, "dtype": qdtype})]
             made = f"{act.op} + mul + linear -> act_mul_quant + scaled_linear"
+        elif normed is not None:  # the modulation and its weighted RMS norm become the quantizing producer
+            modulate, norm = normed
+            operands = (*norm.operands, *modulate.operands[1:])
+            attrs = {"eps": norm.attrs["eps"], "offset": norm.attrs["offset"], "dtype": qdtype}
+            rw.replace[norm.id] = []
+            rw.replace[modulate.id] = [Node(modulate.id, "rms_norm_modulate_quant", operands, (q, s), attrs)]
+            made = "rms_norm + modulate + linear -> rms_norm_modulate_quant + scaled_linear"
         else:
             first = wide[0]  # nodes are in topological order: the first reader comes after x and before the others
             rw.replace[first.id] = [Node(first.id, "quantize_rows", (x,), (q, s), {"dtype": qdtype})]
@@ -328,6 +338,27 @@ def _act_of_mul(program: Program, ctx: PassContext, x: str, readers: list[Node])
         if program.types[act.operands[0]] == program.types[u] == program.types[x]:
             return (mul, act, u) if ctx.supports("act_mul_quant") else None
     return None
+
+
+def _rms_norm_of_modulate(program: Program, ctx: PassContext, x: str, readers: list[Node]) -> tuple[Node, Node] | None:
+    """(modulate, rms_norm) when `x` = modulate(rms_norm(x0, w), scale, shift), the norm weighted, in
+    torch.nn.RMSNorm's order (`round_before_weight` off) and read by the modulate alone, and `x` read by `readers`
+    alone (Krea 2's adaptive norms): one `rms_norm_modulate_quant` then makes the quantized input. None
+    otherwise."""
+    modulate = program.producers.get(x)
+    if modulate is None or modulate.op != "modulate" or x in program.outputs:
+        return None
+    if {u.id for u in program.users.get(x, ())} != {u.id for u in readers}:
+        return None
+    norm = program.producers.get(modulate.operands[0])
+    if norm is None or norm.op != "rms_norm" or len(norm.operands) != 2 or norm.attrs["round_before_weight"]:
+        return None
+    n = norm.results[0].name
+    if n in program.outputs or [u.id for u in program.users.get(n, ())] != [modulate.id]:
+        return None
+    if program.types[n] != program.types[x]:  # a modulation that broadcasts the norm up
+        return None
+    return (modulate, norm) if ctx.supports("rms_norm_modulate_quant") else None
 
 
 def _quantized_pair(program: Program, y: str, fmt: str) -> tuple[Value, Value]:
