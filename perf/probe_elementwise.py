@@ -73,6 +73,12 @@ def _program(op: str) -> tuple[Any, int]:
         glu_fp8 = {"act": "silu", "gated_half": "first", "dtype": "f8e4m3"}
         outs = [b.emit_multi("concat_glu_quant", attn, src, **glu_fp8) for _ in range(CHAIN)]
         moved = TOKENS * (d * bf + 12288 * 2 * bf + 4 * d)
+    elif op == "rms_norm_modulate_quant":  # Krea 2's adaptive norm: 6144 wide, its weight in f32
+        src, w = b.input("x", (1, TOKENS, 6144), "bf16"), b.input("w", (6144,), "f32")
+        s, t = b.input("s", (1, 1, 6144), "bf16"), b.input("t", (1, 1, 6144), "bf16")
+        rmq = {"eps": 1e-5, "offset": 1.0, "dtype": "f8e4m3"}
+        outs = [b.emit_multi("rms_norm_modulate_quant", src, w, s, t, **rmq) for _ in range(CHAIN)]
+        moved = TOKENS * 6144 * (bf + 1)
     elif op == "act_mul_quant":  # Krea 2's down projection input: silu(gate) * up, 16384 wide
         g, u = b.input("g", (1, TOKENS, 16384), "bf16"), b.input("u", (1, TOKENS, 16384), "bf16")
         outs = [b.emit_multi("act_mul_quant", g, u, act="silu", dtype="f8e4m3") for _ in range(CHAIN)]
@@ -188,6 +194,7 @@ def variants() -> dict[str, list[tuple[str, Callable[[], Any]]]]:
         "glu_quant": [("default", plain), ("rows staged", lambda: rows_option("staged"))],
         "concat_glu_quant": [("default", plain), ("rows staged", lambda: rows_option("staged"))],
         "act_mul_quant": [("default", plain), ("rows staged", lambda: rows_option("staged"))],
+        "rms_norm_modulate_quant": [("default", plain), ("rows staged", lambda: rows_option("staged"))],
     }
 
 
