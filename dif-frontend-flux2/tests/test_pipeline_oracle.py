@@ -158,6 +158,13 @@ def test_sampling_loop_matches_diffusers(
     assert rel_l2_fn(image, ref_image) <= TOL
     ref_pixels = (ref_image * 255).round().astype(np.uint8)
     assert np.abs(result.pixels.astype(int) - ref_pixels.astype(int)).max() <= 1
+    # a second image at this size reuses the first one's RoPE tables (made once, frozen) and gets its latents
+    again = ours.generate(
+        GenerationRequest(PROMPT, steps=steps, guidance=guidance, width=WIDTH, height=HEIGHT, init_noise=noise)
+    )
+    np.testing.assert_array_equal(again.latents, result.latents)
+    (tables,) = ours._rope.values()
+    assert not any(t.flags.writeable for t in tables)
 
 
 def test_checkpoint_max_sequence_length_is_the_call_argument(torch, randomize, model_configs, rel_l2_fn, tmp_path):  # type: ignore[no-untyped-def]

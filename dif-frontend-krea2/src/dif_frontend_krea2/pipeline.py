@@ -141,6 +141,8 @@ class Krea2Pipeline(TextToImagePipeline):
     vram_budget: int | None = None  # device bytes the whole pipeline may hold (`ProgramCache`)
     _programs: ProgramCache = field(init=False)
     _tokenizer: TextTokenizer | None = field(init=False, default=None)
+    # the denoiser's RoPE tables by token grid, frozen: made once, staged to the device once (`step_invariant`)
+    _rope: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = field(init=False, factory=dict)
 
     def __attrs_post_init__(self) -> None:
         self._programs = ProgramCache(self.backend, vram_budget=self.vram_budget)
@@ -248,7 +250,10 @@ class Krea2Pipeline(TextToImagePipeline):
         (B, N, 64); the prompt's embeds and mask are repeated over the batch."""
         cfg = self.configs.transformer
         n_img = grid_h * grid_w
-        cos, sin = map(step_invariant, rope_tables(cfg, self.max_sequence_length, grid_h, grid_w))
+        if (grid_h, grid_w) not in self._rope:
+            tables = rope_tables(cfg, self.max_sequence_length, grid_h, grid_w)
+            self._rope[grid_h, grid_w] = tuple(map(step_invariant, tables))  # type: ignore[assignment]
+        cos, sin = self._rope[grid_h, grid_w]
         per_prompt: dict[tuple[int, int], dict[str, np.ndarray]] = {}  # per prompt and batch, made on its first step
 
         def predict(latents: np.ndarray, t: float, prompt: EncodedPrompt) -> np.ndarray:
