@@ -93,7 +93,9 @@ def test_split_with_blas_is_close(ranks: int = 2) -> None:
     program, weights, feeds = case(heads=2)  # the embedded config itself
     want = single_device(program, weights, feeds)
     got, _ = run_ranks(ulysses(program, ranks, {"latents": 1, "text_features": 1}), weights, feeds)
-    np.testing.assert_allclose(got[program.outputs[0]], want, rtol=0, atol=1e-5)
+    # the ranks' GEMMs see other row blocks than the whole one, and OpenBLAS picks its kernel by shape and CPU:
+    # measured 1.5e-5 at most on an AMD EPYC host (OpenBLAS 0.3.31), under 1e-5 on others
+    np.testing.assert_allclose(got[program.outputs[0]], want, rtol=0, atol=5e-5)
 
 
 def test_rank_programs_exchange_around_every_attention() -> None:
