@@ -5,6 +5,9 @@ answered, every image decodes, both replicas serve, and a replica's image equals
 from __future__ import annotations
 
 import io
+import os
+import subprocess
+import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -44,11 +47,14 @@ def test_two_replicas_share_the_queue(tmp_path: Path) -> None:
         assert bad.status_code == 400 and "40" in bad.json()["error"]["message"]  # the replica's error, as in-process
         from PIL import Image
 
-        import dif
-
-        direct = dif.load(backend="cpu")("a fox", seed=3, steps=1, width=32, height=32).run.pixels
+        # the same request run directly, on one BLAS thread as Ray's workers run (OMP_NUM_THREADS=1), as
+        # test_batch.py does: on another thread count a BLAS sums in another order (one value moves by 1)
+        code = ("import sys, numpy as np, dif; np.save(sys.argv[1], dif.load(backend='cpu')('a fox', seed=3, "
+                "steps=1, width=32, height=32).run.pixels)")  # fmt: skip
+        env = {**os.environ, "OMP_NUM_THREADS": "1"}
+        subprocess.run([sys.executable, "-c", code, str(tmp_path / "direct.npy")], env=env, check=True, timeout=240)
         got = httpx.get(answers[3].json()["data"][0]["url"]).content
-        assert np.array_equal(np.asarray(Image.open(io.BytesIO(got)).convert("RGB")), direct)
+        assert np.array_equal(np.asarray(Image.open(io.BytesIO(got)).convert("RGB")), np.load(tmp_path / "direct.npy"))
         srv.stop()
     finally:
         worker.stop()
