@@ -290,6 +290,10 @@ __device__ __forceinline__ void norm_modulate_quant_warp_impl(const T* __restric
 #define NORM_MODULATE_QUANT_WARPS(TN, QN)                                                                  \
   NORM_MODULATE_QUANT_WARP(TN, QN, 4) NORM_MODULATE_QUANT_WARP(TN, QN, 8) NORM_MODULATE_QUANT_WARP(TN, QN, 12) \
   NORM_MODULATE_QUANT_WARP(TN, QN, 16)
+// rms_norm_modulate_quant over half-precision rows: its weight in the rows' dtype or in f32, either quantized type
+#define RMS_NORM_MODULATE_QUANT_HALVES(M)                                                                  \
+  M(f16, f16, f8e4m3) M(f16, f32, f8e4m3) M(bf16, bf16, f8e4m3) M(bf16, f32, f8e4m3)                       \
+  M(f16, f16, i8) M(f16, f32, i8) M(bf16, bf16, i8) M(bf16, f32, i8)
 #define ROW_QUANT_VEC(TN, QN)                                                                              \
   KERNEL_ENTRY quantize_rows_vec_##TN##_##QN(const TN* __restrict__ x, QN* __restrict__ q,                 \
                                              float* __restrict__ s, i64 len) {                             \
@@ -740,15 +744,8 @@ NORM_MODULATE_QUANT(f32, i8)
 NORM_MODULATE_QUANT(f16, i8)
 NORM_MODULATE_QUANT(bf16, i8)
 RMS_NORM_MODULATE_QUANT(f32, f32, f8e4m3)
-RMS_NORM_MODULATE_QUANT(f16, f16, f8e4m3)
-RMS_NORM_MODULATE_QUANT(f16, f32, f8e4m3)
-RMS_NORM_MODULATE_QUANT(bf16, bf16, f8e4m3)
-RMS_NORM_MODULATE_QUANT(bf16, f32, f8e4m3)
 RMS_NORM_MODULATE_QUANT(f32, f32, i8)
-RMS_NORM_MODULATE_QUANT(f16, f16, i8)
-RMS_NORM_MODULATE_QUANT(f16, f32, i8)
-RMS_NORM_MODULATE_QUANT(bf16, bf16, i8)
-RMS_NORM_MODULATE_QUANT(bf16, f32, i8)
+RMS_NORM_MODULATE_QUANT_HALVES(RMS_NORM_MODULATE_QUANT)
 NORM_MODULATE_QUANT_WARPS(f16, f8e4m3)
 NORM_MODULATE_QUANT_WARPS(bf16, f8e4m3)
 NORM_MODULATE_QUANT_WARPS(f16, i8)
@@ -757,14 +754,7 @@ ROW_QUANT_VEC(f16, f8e4m3)
 ROW_QUANT_VEC(bf16, f8e4m3)
 ROW_QUANT_VEC(f16, i8)
 ROW_QUANT_VEC(bf16, i8)
-RMS_NORM_MODULATE_QUANT_VEC(f16, f16, f8e4m3)
-RMS_NORM_MODULATE_QUANT_VEC(f16, f32, f8e4m3)
-RMS_NORM_MODULATE_QUANT_VEC(bf16, bf16, f8e4m3)
-RMS_NORM_MODULATE_QUANT_VEC(bf16, f32, f8e4m3)
-RMS_NORM_MODULATE_QUANT_VEC(f16, f16, i8)
-RMS_NORM_MODULATE_QUANT_VEC(f16, f32, i8)
-RMS_NORM_MODULATE_QUANT_VEC(bf16, bf16, i8)
-RMS_NORM_MODULATE_QUANT_VEC(bf16, f32, i8)
+RMS_NORM_MODULATE_QUANT_HALVES(RMS_NORM_MODULATE_QUANT_VEC)
 GLU_QUANT_ALL(f32, f8e4m3)
 GLU_QUANT_ALL(f16, f8e4m3)
 GLU_QUANT_ALL(bf16, f8e4m3)
