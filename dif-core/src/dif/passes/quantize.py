@@ -298,22 +298,31 @@ def quantize_w8a8(program: Program, ctx: PassContext, fmt: str) -> Program:
     return _fuse_back(rw.apply(ctx.pass_name), split, ctx.pass_name)
 
 
+def _sole_producer(program: Program, x: str, readers: list[Node], op: str) -> Node | None:
+    """`x`'s producer when it is an `op`, `x` is no program output and `readers` alone read it: the producer a
+    quantizing op may replace."""
+    node = program.producers.get(x)
+    if node is None or node.op != op or x in program.outputs:
+        return None
+    return node if {u.id for u in program.users.get(x, ())} == {u.id for u in readers} else None
+
+
+def _read_by_alone(program: Program, value: str, node: Node) -> bool:
+    """`value` is no program output and `node` alone reads it: fused into `node`, it need not be written."""
+    return value not in program.outputs and [u.id for u in program.users.get(value, ())] == [node.id]
+
+
 def _concat_of_glu(program: Program, ctx: PassContext, x: str, readers: list[Node]) -> tuple[Node, Node] | None:
     """(concat, glu) when `x` = concat(prefix, glu(...)) along the last axis, read by `readers` alone, with the
     GLU read by the concat alone (a parallel DiT block's output projection input): one `concat_glu_quant` then
     makes the quantized input, and the GLU's value is never written unquantized. None otherwise."""
-    concat = program.producers.get(x)
-    if concat is None or concat.op != "concat" or len(concat.operands) != 2 or x in program.outputs:
+    concat = _sole_producer(program, x, readers, "concat")
+    if concat is None or len(concat.operands) != 2 or concat.operands[0] == concat.operands[1]:
         return None
     if int(concat.attrs["axis"]) % program.types[x].rank != program.types[x].rank - 1:
         return None
     glu = program.producers.get(concat.operands[1])
-    if glu is None or glu.op != "glu" or concat.operands[0] == concat.operands[1]:
-        return None
-    gated = glu.results[0].name
-    if gated in program.outputs or [u.id for u in program.users.get(gated, ())] != [concat.id]:
-        return None
-    if {u.id for u in program.users.get(x, ())} != {u.id for u in readers}:
+    if glu is None or glu.op != "glu" or not _read_by_alone(program, glu.results[0].name, concat):
         return None
     return (concat, glu) if ctx.supports("concat_glu_quant") else None
 
@@ -323,17 +332,12 @@ def _act_of_mul(program: Program, ctx: PassContext, x: str, readers: list[Node])
     mul alone, g and u of one type and `x` read by `readers` alone (a SwiGLU or an attention gate computed apart
     from its value): one `act_mul_quant(g, u)` then makes the quantized input, the product never written
     unquantized. None otherwise."""
-    mul = program.producers.get(x)
-    if mul is None or mul.op != "mul" or x in program.outputs or mul.operands[0] == mul.operands[1]:
-        return None
-    if {u.id for u in program.users.get(x, ())} != {u.id for u in readers}:
+    mul = _sole_producer(program, x, readers, "mul")
+    if mul is None or mul.operands[0] == mul.operands[1]:
         return None
     for side in (0, 1):
-        act = program.producers.get(mul.operands[side])
-        if act is None or act.op not in ACT_MUL_ACTS:
-            continue
-        a, u = act.results[0].name, mul.operands[1 - side]
-        if a in program.outputs or [n.id for n in program.users.get(a, ())] != [mul.id]:
+        act, u = program.producers.get(mul.operands[side]), mul.operands[1 - side]
+        if act is None or act.op not in ACT_MUL_ACTS or not _read_by_alone(program, act.results[0].name, mul):
             continue
         if program.types[act.operands[0]] == program.types[u] == program.types[x]:
             return (mul, act, u) if ctx.supports("act_mul_quant") else None
@@ -345,18 +349,12 @@ def _rms_norm_of_modulate(program: Program, ctx: PassContext, x: str, readers: l
     torch.nn.RMSNorm's order (`round_before_weight` off) and read by the modulate alone, and `x` read by `readers`
     alone (Krea 2's adaptive norms): one `rms_norm_modulate_quant` then makes the quantized input. None
     otherwise."""
-    modulate = program.producers.get(x)
-    if modulate is None or modulate.op != "modulate" or x in program.outputs:
-        return None
-    if {u.id for u in program.users.get(x, ())} != {u.id for u in readers}:
-        return None
-    norm = program.producers.get(modulate.operands[0])
+    modulate = _sole_producer(program, x, readers, "modulate")
+    norm = None if modulate is None else program.producers.get(modulate.operands[0])
     if norm is None or norm.op != "rms_norm" or len(norm.operands) != 2 or norm.attrs["round_before_weight"]:
         return None
     n = norm.results[0].name
-    if n in program.outputs or [u.id for u in program.users.get(n, ())] != [modulate.id]:
-        return None
-    if program.types[n] != program.types[x]:  # a modulation that broadcasts the norm up
+    if not _read_by_alone(program, n, modulate) or program.types[n] != program.types[x]:  # not broadcast up
         return None
     return (modulate, norm) if ctx.supports("rms_norm_modulate_quant") else None
 
