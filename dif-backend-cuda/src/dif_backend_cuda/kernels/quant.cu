@@ -126,7 +126,7 @@ __device__ __forceinline__ void load8(const T* __restrict__ p, float* v) {
     v[2 * e + 1] = to_f(hi);
   }
 }
-__device__ __forceinline__ void load8(const float* __restrict__ p, float* v) {  // 8 floats, 32-byte aligned
+__device__ __forceinline__ void load8(const float* __restrict__ p, float* v) {  // 8 floats, 16-byte aligned
   const float4 lo = reinterpret_cast<const float4*>(p)[0], hi = reinterpret_cast<const float4*>(p)[1];
   v[0] = lo.x, v[1] = lo.y, v[2] = lo.z, v[3] = lo.w, v[4] = hi.x, v[5] = hi.y, v[6] = hi.z, v[7] = hi.w;
 }
@@ -214,8 +214,8 @@ __device__ __forceinline__ void norm_modulate_quant_vec_impl(const T* __restrict
 // norm_modulate_quant with one warp per row (as norm_modulate_warp<N> in fused.cu): rows of len = 256 * N
 // half-precision values, N 16-byte chunks per lane, lane-interleaved so every warp load covers 512 contiguous
 // bytes. Every statistic, the amax included, is a warp reduction: no shared memory and no block barrier, so a
-// block holds 8 independent rows (the block-per-row kernel above waits on three block reductions a row, and at
-// 79 registers a thread few of its blocks fit an SM). The modulated row is kept in storage precision, which
+// block holds independent rows, one a warp (the block-per-row kernel above waits on three block reductions a
+// row, and at 79 registers a thread few of its blocks fit an SM). The modulated row is kept in storage precision, which
 // is exact: the unfused pair rounds it there. x, scale, shift 16-byte aligned and contiguous in the row, q 8-.
 template <class T, class Q, int N>
 __device__ __forceinline__ void norm_modulate_quant_warp_impl(const T* __restrict__ x, const T* __restrict__ sc,
