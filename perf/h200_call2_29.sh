@@ -18,7 +18,7 @@
 source "$(dirname "$0")/h200_env.sh"
 stamp "stage 1: GPU tests"
 gpu_tests quant "new row kernels' GPU tests" 80 dif-backend-cuda/tests/test_quant_cuda.py \
-  dif-backend-cuda/tests/test_input_staging.py -k "norm_modulate or act_mul or stag or tiny_flux2"
+  dif-backend-cuda/tests/test_input_staging.py -k "norm_modulate or act_mul or glu or fused_projection or stag or tiny_flux2"
 step() {  # MODEL: one forward, bf16 and fp8, with the by-op times printed
   stamp "$1 one forward"
   timeout 150 python3 perf/formats_h200.py --phase step --models "$1" --formats fp8-e4m3 --iters 10 2>&1 | tail -4

@@ -283,6 +283,32 @@ def test_tiny_flux2_denoiser_through_a_format_pass_matches_the_cpu(pass_name: st
     assert rel(got, want) < 2e-2
 
 
+def test_concat_glu_quant_reads_a_fused_projection_in_place() -> None:
+    """concat(attention part, glu(MLP part)) of one fused projection in fp8: planned on the GPU, the split's parts
+    are pitched views (no copy) that `concat_glu_quant` reads by their row pitch; the result is the CPU's."""
+    be = backend()
+    needs_units(be, "fp8-e4m3")
+    from dif.ir.builder import ProgramBuilder
+    from dif.runtime import prepare
+
+    a, f, d, out = 128, 384, 256, 1024
+    b = ProgramBuilder("parallel_fp8")
+    proj = b.emit("linear", b.input("x", (2, 16, d), "bf16"), b.param("w_in", (a + 2 * f, d), "bf16"))
+    attn, mlp = b.emit_multi("split", proj, axis=-1, sizes=(a, 2 * f))
+    cat = b.emit("concat", attn, b.emit("glu", mlp, act="silu", gated_half="first"), axis=-1)
+    b.output(b.emit("reshape", b.emit("linear", cat, b.param("w_out", (out, a + f), "bf16")), shape=(32, out)))
+    program = b.build()
+    weights = {p.name: (RNG.standard_normal(p.type.shape) / 16).astype(BF16) for p in program.params}
+    inputs = {"x": RNG.standard_normal((2, 16, d)).astype(BF16)}
+    cpu, _ = prepare(program, weights, "cpu", passes=("quantize_fp8",))
+    gpu, _ = prepare(program, weights, be, passes=("quantize_fp8",))
+    names = [getattr(step, "name", step.kind) for step in gpu.steps]
+    assert "glu_quant_vec_silu_bf16_f8e4m3" in names and not any("copy" in n for n in names), names
+    want = next(iter(cpu.run(inputs).values()))
+    got = next(iter(gpu.run(inputs).values()))
+    assert rel(got, want) < 2e-2
+
+
 @pytest.mark.parametrize("dtype", ["bf16", "f16"])
 @pytest.mark.parametrize("heads, tokens", [((8, 8), 256), ((8, 2), 300)])
 def test_sdpa_fp8_matches_the_reference(dtype: str, heads: tuple[int, int], tokens: int) -> None:

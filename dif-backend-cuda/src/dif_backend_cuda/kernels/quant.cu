@@ -314,7 +314,8 @@ __device__ __forceinline__ void norm_modulate_quant_warp_impl(const T* __restric
   }
 
 // ---- glu_quant / concat_glu_quant: one block per row of y[rows, p + h] = [prefix[rows, p], glu(x[rows, 2h])]
-// (p = 0 for glu_quant), the row staged in dynamic shared memory (p + h floats) ----------------------------------
+// (p = 0 for glu_quant), the row staged in dynamic shared memory (p + h floats). The prefix's and x's rows are
+// pp and xp elements apart (pitched views: x a part of a fused projection's output, which then is not copied).
 template <int ACT>
 __device__ __forceinline__ float quant_glu_act(float v) {  // 0 silu, 1 gelu (erf), 2 gelu tanh: as glu's; 3 sigmoid
   return ACT == 0 ? v * sigmoid_f(v) : (ACT == 1 ? gelu_erf_f(v) : (ACT == 2 ? gelu_tanh_f(v) : sigmoid_f(v)));
@@ -325,14 +326,15 @@ __device__ __forceinline__ float quant_glu(float a, float b, int gate_first) {  
 }
 template <int ACT, class T, class Q>
 __device__ __forceinline__ void glu_quant_impl(const T* __restrict__ prefix, i64 p, const T* __restrict__ x,
-                                               Q* __restrict__ q, float* __restrict__ s, i64 h, int gate_first) {
+                                               Q* __restrict__ q, float* __restrict__ s, i64 h, int gate_first,
+                                               i64 pp, i64 xp) {
   extern __shared__ float buf[];
   const i64 row = blockIdx.x, len = p + h;
-  const T* xr = x + row * 2 * h;
+  const T* xr = x + row * xp;
   float amax = 0.0f;
   for (i64 j = threadIdx.x; j < len; j += blockDim.x) {
     const float y =
-        j < p ? to_f(prefix[row * p + j]) : quant_glu<ACT, T>(to_f(xr[j - p]), to_f(xr[h + j - p]), gate_first);
+        j < p ? to_f(prefix[row * pp + j]) : quant_glu<ACT, T>(to_f(xr[j - p]), to_f(xr[h + j - p]), gate_first);
     buf[j] = y;  // each thread rereads only its own entries
     amax = fmaxf(amax, fabsf(y));
   }
@@ -343,15 +345,16 @@ __device__ __forceinline__ void glu_quant_impl(const T* __restrict__ prefix, i64
 // The same with the row in registers (as the *_vec_* kernels above: p and h multiples of 8, 16-byte aligned).
 template <int ACT, class T, class Q>
 __device__ __forceinline__ void glu_quant_vec_impl(const T* __restrict__ prefix, i64 p, const T* __restrict__ x,
-                                                   Q* __restrict__ q, float* __restrict__ s, i64 h, int gate_first) {
+                                                   Q* __restrict__ q, float* __restrict__ s, i64 h, int gate_first,
+                                                   i64 pp, i64 xp) {
   const i64 row = blockIdx.x, len = p + h;
   const int nch = (int)(len >> 3), pch = (int)(p >> 3);
-  const T* xr = x + row * 2 * h;
+  const T* xr = x + row * xp;
   float v[ROW_CHUNKS][8];
   float amax = 0.0f;
   ROW_CHUNK_FOR(i, c, nch) {
     if (c < pch) {
-      load8(prefix + row * p + 8 * c, v[i]);
+      load8(prefix + row * pp + 8 * c, v[i]);
     } else {
       float a[8], b[8];
       load8(xr + 8 * (c - pch), a);
@@ -368,14 +371,16 @@ __device__ __forceinline__ void glu_quant_vec_impl(const T* __restrict__ prefix,
 }
 #define GLU_QUANT(ACTN, ACT, TN, QN)                                                                       \
   KERNEL_ENTRY glu_quant_##ACTN##_##TN##_##QN(const TN* __restrict__ prefix, i64 p, const TN* __restrict__ x, \
-                                              QN* __restrict__ q, float* __restrict__ s, i64 h, int gate_first) { \
-    glu_quant_impl<ACT, TN, QN>(prefix, p, x, q, s, h, gate_first);                                        \
+                                              QN* __restrict__ q, float* __restrict__ s, i64 h, int gate_first, \
+                                              i64 pp, i64 xp) {                                            \
+    glu_quant_impl<ACT, TN, QN>(prefix, p, x, q, s, h, gate_first, pp, xp);                                \
   }
 #define GLU_QUANT_VEC(ACTN, ACT, TN, QN)                                                                   \
   KERNEL_ENTRY glu_quant_vec_##ACTN##_##TN##_##QN(const TN* __restrict__ prefix, i64 p,                    \
                                                   const TN* __restrict__ x, QN* __restrict__ q,            \
-                                                  float* __restrict__ s, i64 h, int gate_first) {          \
-    glu_quant_vec_impl<ACT, TN, QN>(prefix, p, x, q, s, h, gate_first);                                    \
+                                                  float* __restrict__ s, i64 h, int gate_first, i64 pp,    \
+                                                  i64 xp) {                                                \
+    glu_quant_vec_impl<ACT, TN, QN>(prefix, p, x, q, s, h, gate_first, pp, xp);                            \
   }
 // ---- act_mul_quant: y[rows, len] = rnd(rnd(act(g)) * u), quantized per row; the activation and the product
 // rounded to the storage type where the unfused act and mul store them. One block per row, the row staged in

@@ -212,6 +212,8 @@ lowering = LOWERINGS.register
 PITCHED_ROWS = {
     "linear": 1,
     "glu": 1,
+    "glu_quant": 1,
+    "concat_glu_quant": 1,
     "glu_backward": 1,
     "sdpa": 2,
     "sdpa_fp8": 2,

@@ -41,6 +41,7 @@ from dif_backend_cuda.lower.base import (
     lowering,
     need,
     ptr,
+    row_stride,
     row_threads,
     unsupported,
 )
@@ -182,12 +183,17 @@ def _glu_rows(ctx: LowerCtx, node: Node, attrs: Attrs, prefix: Any | None, x: An
     rows, length = _rows(q)
     p = 0 if prefix is None else prefix.shape[-1]
     h = length - p
+    # x (and the prefix) may be pitched views (PITCHED_ROWS): a part of a fused projection's output, not copied
+    pitches = (0 if prefix is None else row_stride(node, prefix, 1), row_stride(node, x, 1))
+    if row_stride(node, q, 1) != length or row_stride(node, s, 1) != 1:
+        raise unsupported(node, "its quantized rows and their scales must be contiguous")
     act = f"{attrs['act']}_{dt}_{qt}"
     args = [ptr(prefix), i64(p), ptr(x), ptr(q), ptr(s), i64(h), np.int32(attrs["gated_half"] == "first")]
+    args += [i64(pitch) for pitch in pitches]
     threads = 0
     if x.dtype != DType.F32 and h % 8 == 0:  # p % 8 too: the row length's check below
         addrs = [(x.ptr, 16), (q.ptr, 8)] + ([] if prefix is None else [(prefix.ptr, 16)])
-        threads = _row_vector_threads(ctx, "glu_quant", length, addrs)
+        threads = _row_vector_threads(ctx, "glu_quant", length, addrs, pitches)
     if threads:  # the row in registers, one read of the input
         return [ctx.kernel("quant", f"glu_quant_vec_{act}", (rows,), (threads,), args)]
     shared = _staged_row_bytes(ctx, node, length)
