@@ -28,3 +28,20 @@ def single_block(
     cat = b.emit("concat", o, b.emit("glu", mlp, act="silu", gated_half="first"), axis=-1)
     b.output(b.emit("linear", cat, b.param("w_out", (d, d + f), dtype)))
     return b.build()
+
+
+PARALLEL = {"a": 128, "f": 384, "d": 256, "out": 1024}
+"""parallel_projection_input's widths: attention part, MLP hidden, model width, output projection width."""
+
+
+def parallel_projection_input() -> Program:
+    """A parallel block's output projection over concat(attention part, glu(MLP part)) of one fused projection
+    (FLUX.2's single blocks in miniature), its output projection wide enough for the W8A8 passes (1,024 outputs,
+    not a program output): quantized, the concat and GLU become one `concat_glu_quant` reading the split's parts."""
+    a, f, d, out = PARALLEL["a"], PARALLEL["f"], PARALLEL["d"], PARALLEL["out"]
+    b = ProgramBuilder("parallel_fp8")
+    proj = b.emit("linear", b.input("x", (2, 16, d), "bf16"), b.param("w_in", (a + 2 * f, d), "bf16"))
+    attn, mlp = b.emit_multi("split", proj, axis=-1, sizes=(a, 2 * f))
+    cat = b.emit("concat", attn, b.emit("glu", mlp, act="silu", gated_half="first"), axis=-1)
+    b.output(b.emit("reshape", b.emit("linear", cat, b.param("w_out", (out, a + f), "bf16")), shape=(32, out)))
+    return b.build()

@@ -234,24 +234,19 @@ def test_a_fused_projection_feeds_concat_glu_quant_through_pitched_views(sigs: d
     """A parallel block's fp8 output projection input, concat(attention part, glu(MLP part)) of one fused
     projection: the split's parts stay pitched views of the projection (no copy: klein 9B's split took 3.8 ms of
     its fp8 forward, 159 us a block, copying the MLP part out) and `concat_glu_quant` gets their row pitches."""
-    from dif.ir.builder import ProgramBuilder
     from dif.passes import DEFAULT_PASSES, optimize
     from dif.plan.planner import plan_program
     from dif.plan.views import CONCAT_CAPABILITY, SPLIT_CAPABILITY, view_capability
     from dif.target import RuntimeBudget, TargetProfile
     from dif_backend_cuda.lower import LOWERINGS, PITCHED_ROWS, arena_tensor
 
-    a, f, d, out = 128, 384, 256, 1024
-    b = ProgramBuilder("parallel_fp8")
-    proj = b.emit("linear", b.input("x", (2, 16, d), "bf16"), b.param("w_in", (a + 2 * f, d), "bf16"))
-    attn, mlp = b.emit_multi("split", proj, axis=-1, sizes=(a, 2 * f))
-    cat = b.emit("concat", attn, b.emit("glu", mlp, act="silu", gated_half="first"), axis=-1)
-    b.output(b.emit("reshape", b.emit("linear", cat, b.param("w_out", (out, a + f), "bf16")), shape=(32, out)))
+    from .programs import PARALLEL, parallel_projection_input
+
     caps = ("alias:reshape", SPLIT_CAPABILITY, CONCAT_CAPABILITY, "format:fp8-e4m3", *LOWERINGS.op_capabilities())
     caps += tuple(view_capability(op, axes) for op, axes in PITCHED_ROWS.items())
     target = TargetProfile(backend="cuda", device="fake", memory_bytes=1 << 34, capabilities=caps,
                            dtypes=("f32", "bf16", "f16", "f8e4m3", "i8", "u8"))  # fmt: skip
-    program, _ = optimize(b.build(), target=target, passes=(*DEFAULT_PASSES, "quantize_fp8"))
+    program, _ = optimize(parallel_projection_input(), target=target, passes=(*DEFAULT_PASSES, "quantize_fp8"))
     assert program.op_histogram()["concat_glu_quant"] == 1
     plan = plan_program(program, target, RuntimeBudget(free_memory_bytes=1 << 34))
     base = 1 << 32
@@ -271,7 +266,8 @@ def test_a_fused_projection_feeds_concat_glu_quant_through_pitched_views(sigs: d
             (step,) = steps
             _check_args(step)
             assert step.name == "glu_quant_vec_silu_bf16_f8e4m3"
-            assert [int(v) for v in step.args[-2:]] == [a + 2 * f, a + 2 * f]  # both parts rows of the projection
+            row = PARALLEL["a"] + 2 * PARALLEL["f"]  # both parts are rows of the projection
+            assert [int(v) for v in step.args[-2:]] == [row, row]
 
 
 def _lower_one(sigs: dict[str, dict[str, list[str]]], op: str, shapes: list[tuple[int, ...]], dtype: str,

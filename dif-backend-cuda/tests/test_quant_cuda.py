@@ -288,18 +288,13 @@ def test_concat_glu_quant_reads_a_fused_projection_in_place() -> None:
     are pitched views (no copy) that `concat_glu_quant` reads by their row pitch; the result is the CPU's."""
     be = backend()
     needs_units(be, "fp8-e4m3")
-    from dif.ir.builder import ProgramBuilder
     from dif.runtime import prepare
 
-    a, f, d, out = 128, 384, 256, 1024
-    b = ProgramBuilder("parallel_fp8")
-    proj = b.emit("linear", b.input("x", (2, 16, d), "bf16"), b.param("w_in", (a + 2 * f, d), "bf16"))
-    attn, mlp = b.emit_multi("split", proj, axis=-1, sizes=(a, 2 * f))
-    cat = b.emit("concat", attn, b.emit("glu", mlp, act="silu", gated_half="first"), axis=-1)
-    b.output(b.emit("reshape", b.emit("linear", cat, b.param("w_out", (out, a + f), "bf16")), shape=(32, out)))
-    program = b.build()
+    from .programs import parallel_projection_input
+
+    program = parallel_projection_input()
     weights = {p.name: (RNG.standard_normal(p.type.shape) / 16).astype(BF16) for p in program.params}
-    inputs = {"x": RNG.standard_normal((2, 16, d)).astype(BF16)}
+    inputs = {v.name: RNG.standard_normal(v.type.shape).astype(BF16) for v in program.inputs}
     cpu, _ = prepare(program, weights, "cpu", passes=("quantize_fp8",))
     gpu, _ = prepare(program, weights, be, passes=("quantize_fp8",))
     names = [getattr(step, "name", step.kind) for step in gpu.steps]
