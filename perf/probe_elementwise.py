@@ -170,6 +170,9 @@ def variants() -> dict[str, list[tuple[str, Callable[[], Any]]]]:
     def plain() -> Any:
         return knob(lower_fused, "THREADS", lower_fused.THREADS)
 
+    def wide(kernel: str) -> Any:  # the register-resident kernel's blocks up to 1024 threads
+        return knob(lower_quant, "VEC_THREADS", {**lower_quant.VEC_THREADS, kernel: 1024})
+
     return {
         "norm_modulate": [
             ("default", plain),
@@ -191,9 +194,21 @@ def variants() -> dict[str, list[tuple[str, Callable[[], Any]]]]:
             ("rows staged", lambda: rows_option("staged")),
         ],
         "quantize_rows": [("default", plain), ("rows staged", lambda: rows_option("staged"))],
-        "glu_quant": [("default", plain), ("rows staged", lambda: rows_option("staged"))],
-        "concat_glu_quant": [("default", plain), ("rows staged", lambda: rows_option("staged"))],
-        "act_mul_quant": [("default", plain), ("rows staged", lambda: rows_option("staged"))],
+        "glu_quant": [
+            ("default", plain),
+            ("1024 threads", lambda: wide("glu_quant")),
+            ("rows staged", lambda: rows_option("staged")),
+        ],
+        "concat_glu_quant": [
+            ("default", plain),
+            ("1024 threads", lambda: wide("glu_quant")),
+            ("rows staged", lambda: rows_option("staged")),
+        ],
+        "act_mul_quant": [
+            ("default", plain),
+            ("1024 threads", lambda: wide("act_mul_quant")),
+            ("rows staged", lambda: rows_option("staged")),
+        ],
         "rms_norm_modulate_quant": [("default", plain), ("rows staged", lambda: rows_option("staged"))],
     }
 

@@ -25,6 +25,7 @@ from dif.ops.quant import (
     quantize_weight_rows,
     rms_norm_modulate_quant,
     scaled_linear,
+    scaled_linear_gated_residual,
 )
 
 from .conftest import cuda_skip_reason
@@ -202,6 +203,31 @@ def test_scaled_linear_bf16_out(variant: str, q: str, fmt: str) -> None:
     assert rel(got, want) < 8e-3, choices
     if variant == "default" and "nvmath" in be.profile().libraries:
         assert any(c.startswith("cublaslt") for c in choices.values()), choices
+
+
+@pytest.mark.parametrize("variant", ["default", "portable"])
+@pytest.mark.parametrize("gate_rows, bias", [(1, True), (1, False), (2, False)])
+def test_scaled_linear_gated_residual_at_a_dit_row(variant: str, gate_rows: int, bias: bool) -> None:
+    """x + gate * the fp8 GEMM: with one gate for every row, the gate in the GEMM's output-channel scales (and
+    bias) and x as its C, one cuBLASLt call after `gate_channels`; a gate per batch row, or the portable GEMM,
+    the GEMM and then the gated residual in place. Each against the reference, whose product is unrounded."""
+    be = backend(variant)
+    needs_units(be, "fp8-e4m3")
+    rows, k, out = 320, 1024, 1536
+    x = RNG.standard_normal((2, rows, k)).astype(np.float32)
+    w = (RNG.standard_normal((out, k)) / 32).astype(np.float32)
+    r = RNG.standard_normal((2, rows, out)).astype(BF16)
+    gate = (RNG.standard_normal((gate_rows, 1, out)) * 0.5).astype(BF16)
+    xq, xs = quantize_rows(x, dtype="f8e4m3")
+    wq, ws = quantize_weight_rows(w, "f8e4m3")
+    extra = [(RNG.standard_normal(out) * 0.1).astype(BF16)] if bias else []
+    (got,), choices = run_one(be, "scaled_linear_gated_residual", [r, gate, xq, xs, wq, ws, *extra])
+    want = scaled_linear_gated_residual(r, gate, xq, xs, wq, ws, *extra)
+    assert got.dtype == BF16
+    assert rel(got, want) < 8e-3, choices
+    (choice,) = choices.values()
+    fused = variant == "default" and gate_rows == 1 and "nvmath" in be.profile().libraries
+    assert ("the residual as C" in choice) == fused, choice
 
 
 def test_int8_in_several_row_blocks() -> None:

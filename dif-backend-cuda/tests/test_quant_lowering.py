@@ -37,6 +37,7 @@ class FakeLt:
         self.descs: list[dict[str, Any]] = []
         self.layouts: list[tuple[int, int, int, int]] = []
         self.calls: list[tuple[int, ...]] = []
+        self.c_beta: list[tuple[int, float]] = []  # each call's C and beta
         self.refuse = refuse
 
     def matmul_desc_create(self, compute: int, scale: int) -> int:
@@ -76,6 +77,7 @@ class FakeLt:
 
     def matmul(self, handle, desc, alpha, a, adesc, b, bdesc, beta, c, cdesc, d, ddesc, algo, ws, wsb, stream):  # type: ignore[no-untyped-def]
         self.calls.append((desc, a, b, d))
+        self.c_beta.append((c, ctypes.c_float.from_address(beta).value))
 
 
 class FakeContext:
@@ -95,12 +97,20 @@ class LtBackend(_FakeBackend):
         return self._lt
 
 
-def lower_scaled(backend: Any, q: str, rows: int, k: int, out: int, bias: bool) -> tuple[list[Any], LowerCtx, dict]:
+def lower_scaled(
+    backend: Any, q: str, rows: int, k: int, out: int, bias: bool, gate: tuple[int, ...] | None = None
+) -> tuple[list[Any], LowerCtx, dict]:
+    """One scaled_linear over [rows, k] -> [rows, out], bf16 out; with `gate` (its shape) the
+    scaled_linear_gated_residual over a residual x [rows, out]."""
     b = ProgramBuilder("sl")
     xq, xs = b.input("xq", (rows, k), q), b.input("xs", (rows, 1), "f32")
     wq, ws = b.param("wq", (out, k), q), b.param("ws", (out,), "f32")
     bv = b.param("b", (out,), "bf16") if bias else None
-    b.output(b.emit("scaled_linear", xq, xs, wq, ws, bv, out_dtype="bf16"))
+    if gate is None:
+        b.output(b.emit("scaled_linear", xq, xs, wq, ws, bv, out_dtype="bf16"))
+    else:
+        x, g = b.input("x", (rows, out), "bf16"), b.input("gate", gate, "bf16")
+        b.output(b.emit("scaled_linear_gated_residual", x, g, xq, xs, wq, ws, bv))
     program = b.build()
     base, tensors = 1 << 32, {}
     for name, t in program.types.items():
@@ -167,3 +177,39 @@ def test_a_refusing_cublaslt_falls_back_to_the_tile_gemm(sigs: Any) -> None:
     (step,) = steps
     assert step.name == "scaled_gemm_i8_bf16" and "nvrtc scaled tile GEMM" in ctx.choices[0]
     _check_args(step)
+
+
+def test_a_gated_residual_is_the_fp8_gemm_with_the_gate_in_its_scales_and_the_residual_as_c(sigs: Any) -> None:
+    lib = FakeLt()
+    backend = LtBackend(sigs, lib)
+    steps, ctx, t = lower_scaled(backend, "f8e4m3", 300, 256, 512, bias=True, gate=(1, 512))
+    gate, step = steps
+    assert "the residual as C" in ctx.choices[0]
+    assert isinstance(gate, Launch) and gate.name == "gate_channels_bf16"
+    _check_args(gate)
+    scratch = backend._dif_int8_scratch.ptr
+    assert [int(a) for a in gate.args[:5]] == [t["ws"].ptr, t["gate"].ptr, t["b"].ptr, scratch, scratch + 2048]
+    desc = lib.descs[-1]
+    assert desc["A_SCALE_POINTER"] == scratch and desc["BIAS_POINTER"] == scratch + 2048  # what the kernel wrote
+    assert desc["B_SCALE_POINTER"] == t["xs"].ptr
+    step(types.SimpleNamespace(ptr=0))
+    assert lib.calls[-1][3] == t["y"].ptr and lib.c_beta[-1] == (t["x"].ptr, 1.0)
+
+
+@pytest.mark.parametrize(("q", "gate", "why"), [("f8e4m3", (300, 1), "a gate of shape (300, 1)"),
+                                                ("i8", (512,), "i8 operands")])  # fmt: skip
+def test_a_gated_residual_the_epilogue_cannot_take_runs_in_place_after_the_gemm(
+    sigs: Any, q: str, gate: tuple[int, ...], why: str
+) -> None:
+    lib = FakeLt()
+    steps, ctx, t = lower_scaled(LtBackend(sigs, lib), q, 300, 256, 512, bias=False, gate=gate)
+    assert why in ctx.choices[0] and "then the gated residual in place" in ctx.choices[0]
+    *gemm, residual = steps
+    assert not any(getattr(s, "name", "").startswith("gate_channels") for s in gemm)
+    assert residual.name.startswith("gated_residual") and residual.name.endswith("_bf16")
+    _check_args(residual)
+    assert t["y"].ptr in [int(a) for a in residual.args if isinstance(a, np.uint64)]
+    for s in gemm:
+        if not isinstance(s, Launch):
+            s(types.SimpleNamespace(ptr=0))
+    assert lib.calls and [(c, beta) for c, beta in lib.c_beta] == [(call[3], 0.0) for call in lib.calls]  # C is D

@@ -368,6 +368,44 @@ def test_a_modulated_weighted_rms_norm_becomes_one_rms_norm_modulate_quant(weigh
         np.testing.assert_array_equal(np.asarray(out[name], np.float32), want)
 
 
+def gated_block(product_read_elsewhere: bool = False) -> Program:
+    """x + gate * linear(modulate(layer_norm(x))): a DiT block's gated residual over a quantizable linear."""
+    b = ProgramBuilder("gated_residual")
+    x = b.input("x", (2, ROWS // 2, D), "f32")
+    gate, scale, shift = (b.input(n, (1, 1, D), "f32") for n in ("gate", "scale", "shift"))
+    normed = b.emit("modulate", b.emit("layer_norm", x, eps=1e-6), scale, shift)
+    y = b.emit("linear", normed, b.param("w", (D, D), "f32"))
+    b.output(flat(b, b.emit("gated_residual", x, gate, y), D), *([flat(b, y, D)] if product_read_elsewhere else []))
+    return b.build()
+
+
+def test_a_gated_residual_over_a_scaled_linear_goes_into_its_epilogue() -> None:
+    """The W8A8 pass's product read only by a gated residual: one `scaled_linear_gated_residual`; on the CPU
+    its value is x + gate * the scaled product, the product not rounded in between."""
+    from dif.ops.fused import norm_modulate
+    from dif.ops.quant import quantize_rows, quantize_weight_rows, scaled_linear
+
+    program = gated_block()
+    passes = ("fuse_norm_modulate", "quantize_fp8")
+    rewritten, decisions = optimize(program, target=ALL, passes=passes)
+    assert rewritten.op_histogram() == {"norm_modulate_quant": 1, "scaled_linear_gated_residual": 1, "reshape": 1}
+    assert "scaled_linear + gated_residual -> scaled_linear_gated_residual" in [d.reason for d in decisions]
+    weights, inputs = weights_for(program), inputs_for(program)
+    out, _ = run_cpu(program, passes, weights, inputs)
+    normed = norm_modulate(inputs["x"], inputs["scale"], inputs["shift"], kind="layer", eps=1e-6)
+    xq, xs = quantize_rows(np.asarray(normed, np.float32), dtype="f8e4m3")
+    wq, ws = quantize_weight_rows(weights["w"], "f8e4m3")
+    want = inputs["x"] + inputs["gate"] * scaled_linear(xq, xs, wq, ws, out_dtype="f32")
+    np.testing.assert_allclose(out[program.outputs[0]], want.reshape(ROWS, D), rtol=1e-5, atol=1e-6)
+
+
+def test_a_scaled_linear_read_elsewhere_keeps_its_gated_residual() -> None:
+    rewritten, decisions = optimize(gated_block(True), target=ALL, passes=("fuse_norm_modulate", "quantize_fp8"))
+    assert rewritten.op_histogram() == {"norm_modulate_quant": 1, "scaled_linear": 1, "gated_residual": 1,
+                                        "reshape": 2}  # fmt: skip
+    assert any(d.verdict == "skipped" and "has 2 users" in d.reason for d in decisions), decisions
+
+
 def test_a_norm_read_elsewhere_or_rounded_before_its_weight_stays_unfused() -> None:
     """The norm's value is also a program output, or the norm rounds before its weight (Qwen3's order, which
     the kernel does not compute): the modulation gets a `quantize_rows` and the norm stays."""

@@ -8,7 +8,8 @@ transposed ("TN", the layout Hopper's fp8 GEMMs require), as `gemm.linear_proble
 - fp8-e4m3: A, B e4m3, D (and C) in the output dtype, fp32 compute; the per-output-channel weight scales and
   the per-row activation scales are cuBLASLt "outer vector" scales (A_SCALE_MODE / B_SCALE_MODE =
   OUTER_VEC_32F: D[i, j] = scale_A[i] * scale_B[j] * sum_k A[i, k] B[k, j], cuBLAS 12.9+), the bias in the
-  epilogue: one call, bf16 out, nothing else touches the output.
+  epilogue: one call, bf16 out, nothing else touches the output. A gated residual x + gate * y
+  (`scaled_linear_gated_residual`) is the same call with x as C (beta 1) and the gate in scale_A and the bias.
 - int8: cuBLASLt has no scaled epilogue for int8 (D must be int32 with int32 scales), so each block of rows
   runs an int32 GEMM into a fixed scratch buffer and `kernels/quant.cu`'s `scaled_epilogue` turns it into the
   output (scales and bias applied there): a pass over the output, never over the inputs. An fp8 GEMM whose
@@ -49,7 +50,7 @@ class LtPlan:
     """One cuBLASLt matmul descriptor with its A / B / D layouts and the heuristic's first algorithm."""
 
     def __init__(self, ctx: LtContext, compute: int, scale: int, a_type: int, b_type: int, d_type: int,
-                 m: int, n: int, k: int, addrs: tuple[int, int, int]) -> None:  # fmt: skip
+                 m: int, n: int, k: int, addrs: tuple[int, int, int], c: int = 0) -> None:  # fmt: skip
         self.ctx, self.m, self.n, self.k = ctx, m, n, k
         lib = ctx.lib
         self._keep: list[np.ndarray] = []
@@ -60,7 +61,7 @@ class LtPlan:
         self.adesc = lib.matrix_layout_create(a_type, k, m, k)  # wq [out, k] row-major = (k x out) col-major
         self.bdesc = lib.matrix_layout_create(b_type, k, n, k)  # xq [rows, k] = (k x rows)
         self.ddesc = lib.matrix_layout_create(d_type, m, n, m)  # y [rows, out] = (out x rows)
-        self.addrs = addrs
+        self.addrs, self.c = addrs, c  # c: C's address where it is not D's (a residual read, D written)
         self.algo: np.ndarray | None = None
 
     def set(self, attr: Any, value: int) -> None:
@@ -84,7 +85,7 @@ class LtPlan:
 
             pset(pattr.MAX_WORKSPACE_BYTES, ctx.workspace_bytes)
             a, b, d = self.addrs
-            for name, addr in (("A", a), ("B", b), ("C", d), ("D", d)):
+            for name, addr in (("A", a), ("B", b), ("C", self.c or d), ("D", d)):
                 pset(getattr(pattr, f"MIN_ALIGNMENT_{name}_BYTES"), _alignment(addr))
             heuristic = np.zeros(CANDIDATES, dtype=lib.matmul_heuristic_result_dtype)
             count = np.zeros(1, dtype=np.int32)
@@ -105,8 +106,8 @@ class LtPlan:
     def matmul(self, stream: Any, alpha: np.ndarray, beta: np.ndarray, a: int, b: int, d: int) -> None:
         ctx = self.ctx
         ctx.lib.matmul(ctx.handle, self.desc, alpha.ctypes.data, a, self.adesc, b, self.bdesc, beta.ctypes.data,
-                       d, self.ddesc, d, self.ddesc, self.algo_ptr, ctx.workspace.ptr, ctx.workspace_bytes,
-                       stream.ptr)  # fmt: skip
+                       self.c or d, self.ddesc, d, self.ddesc, self.algo_ptr, ctx.workspace.ptr,
+                       ctx.workspace_bytes, stream.ptr)  # fmt: skip
 
     def __del__(self) -> None:
         lib = getattr(getattr(self, "ctx", None), "lib", None)
@@ -120,12 +121,13 @@ class LtPlan:
 
 
 class Fp8ScaledMatmul:
-    """y = (xq @ wq^T) * xs * ws (+ bias), fp8 e4m3 operands, scales and bias in cuBLASLt's epilogue."""
+    """y = (xq @ wq^T) * xs * ws (+ bias) (+ residual), fp8 e4m3 operands, scales and bias in cuBLASLt's epilogue;
+    a `residual` (an address, y's shape and dtype) is C with beta 1."""
 
     kind = "cublaslt"
 
     def __init__(self, ctx: LtContext, out_dtype: DType, rows: int, k: int, out: int,
-                 xq: int, xs: int, wq: int, ws: int, bias: int, y: int) -> None:  # fmt: skip
+                 xq: int, xs: int, wq: int, ws: int, bias: int, y: int, residual: int = 0) -> None:  # fmt: skip
         d_type = CUDA_DTYPE.get(out_dtype)
         if d_type is None:
             raise BackendError(f"cuBLASLt fp8 path has no {out_dtype.value} output")
@@ -135,7 +137,7 @@ class Fp8ScaledMatmul:
             if not hasattr(attr, name):
                 raise BackendError(f"nvmath's cuBLASLt bindings lack MatmulDescAttribute.{name} (cuBLAS 12.9+)")
         self.plan = LtPlan(ctx, COMPUTE_32F, CUDA_R_32F, CUDA_R_8F_E4M3, CUDA_R_8F_E4M3, d_type, out, rows, k,
-                           (wq, xq, y))  # fmt: skip
+                           (wq, xq, y), residual)  # fmt: skip
         self.plan.set(attr.A_SCALE_MODE, OUTER_VEC_32F)
         self.plan.set(attr.B_SCALE_MODE, OUTER_VEC_32F)
         self.plan.set(attr.A_SCALE_POINTER, ws)  # one scale per row of op(A): the output channels
@@ -149,7 +151,7 @@ class Fp8ScaledMatmul:
         self.plan.choose()
         self.xq, self.wq, self.y = xq, wq, y
         self.alpha = np.ones(1, dtype=np.float32)
-        self.beta = np.zeros(1, dtype=np.float32)
+        self.beta = np.full(1, 1.0 if residual else 0.0, dtype=np.float32)
 
     def __call__(self, stream: Any) -> None:
         self.plan.matmul(stream, self.alpha, self.beta, self.wq, self.xq, self.y)

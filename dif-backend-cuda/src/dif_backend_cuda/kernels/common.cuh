@@ -262,10 +262,32 @@ __device__ __forceinline__ float block_max(float v) {
   return warp_max(v);
 }
 
+// Division by a divisor shared by many dividends (a row's norm denominator, its quantization scale): the
+// reciprocal once, then per value a product corrected by one fused multiply-add (Markstein's correction), which
+// is the correctly rounded quotient `x / d` gives for finite normal quotients. The IEEE division costs a dozen
+// instructions and a test that branches to its slow path per value: the row kernels were issue-bound on it.
+// A subnormal d, whose reciprocal would overflow, divides as 2^64 x / 2^64 d: both scalings are exact.
+struct Divisor {
+  float d, r, k;
+};
+__device__ __forceinline__ Divisor divisor_of(float d) {
+  const float k = fabsf(d) < 1.17549435e-38f ? 18446744073709551616.0f : 1.0f;
+  return Divisor{d * k, 1.0f / (d * k), k};
+}
+__device__ __forceinline__ float operator/(float x, Divisor v) {
+  const float y = x * v.k, q = y * v.r;
+  return fmaf(fmaf(-q, v.d, y), v.r, q);
+}
+
 __device__ __forceinline__ float sigmoid_f(float x) {
-  // split by sign so exp never overflows (as the reference does)
-  const float e = expf(-fabsf(x));
-  return x >= 0.0f ? 1.0f / (1.0f + e) : e / (1.0f + e);
+  // split by sign so exp never overflows (as the reference does). The denominator lies in [1, 2], where the
+  // approximate reciprocal and one correction give the correctly rounded quotient but for rare near-ties,
+  // without the IEEE division's range tests
+  const float e = expf(-fabsf(x)), b = 1.0f + e, n = x >= 0.0f ? 1.0f : e;
+  float r;
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(b));
+  const float q = n * r;
+  return fmaf(fmaf(-q, b, n), r, q);
 }
 __device__ __forceinline__ float gelu_erf_f(float x) { return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f)); }
 __device__ __forceinline__ float gelu_tanh_f(float x) {

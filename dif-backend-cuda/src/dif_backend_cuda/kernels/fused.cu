@@ -63,7 +63,7 @@ __device__ __forceinline__ void norm_modulate_impl(const T* __restrict__ x, cons
     }
     var = block_sum(q) / (float)len;
   }
-  const float denom = sqrtf(var + eps);
+  const Divisor denom = divisor_of(sqrtf(var + eps));
   auto out = [&](i64 j, float e) {
     const float n = round_to<T>((e - mu) / denom);
     yr[j] = from_f<T>(n * (1.0f + to_f(s[so + j * s_last])) + to_f(t[to + j * t_last]));
@@ -161,7 +161,7 @@ __device__ __forceinline__ void rms_norm_rope_impl(const T* __restrict__ x, cons
   }
   ss = warp_sum(ss);
   if (!valid) return;
-  const float denom = sqrtf(ss / (float)dim + eps);
+  const Divisor denom = divisor_of(sqrtf(ss / (float)dim + eps));
   for (i64 j = lane; j < dim; j += 32) {
     float t = buf[j] / denom;
     if (round_first) t = round_to<T>(t);
@@ -227,7 +227,7 @@ __device__ __forceinline__ void rms_norm_rope_vec_impl(const T* __restrict__ x, 
       v[e] = to_f(in[k].v[e]);
       ss += v[e] * v[e];
     }
-    const float denom = sqrtf(warp_sum(ss) / 128.0f + eps);
+    const Divisor denom = divisor_of(sqrtf(warp_sum(ss) / 128.0f + eps));
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       float t = v[e] / denom;
@@ -323,7 +323,7 @@ __device__ __forceinline__ void norm_modulate_vec_impl(const T* __restrict__ x, 
     var = block_sum(q) / (float)len;
   }
   if (!act) return;
-  const float denom = sqrtf(var + eps);
+  const Divisor denom = divisor_of(sqrtf(var + eps));
 #pragma unroll
   for (int c = 0; c < C; ++c) {
     V4<T> o;
@@ -378,7 +378,7 @@ __device__ __forceinline__ void norm_modulate_warp_impl(const T* __restrict__ x,
       }
     var = warp_sum(q) / (float)len;
   }
-  const float denom = sqrtf(var + eps);
+  const Divisor denom = divisor_of(sqrtf(var + eps));
   i64 so, to;
   lead_offsets(row, meta, so, to);
   const C16<T>* sr = reinterpret_cast<const C16<T>*>(s + so);

@@ -54,7 +54,7 @@ __device__ __forceinline__ void rms_warp_vec4(const RowSpan& sp, const T* __rest
   }
   ss = warp_sum(ss);
   if (!sp.valid) return;
-  const float denom = sqrtf(ss / (float)len + eps);
+  const Divisor denom = divisor_of(sqrtf(ss / (float)len + eps));
 #pragma unroll
   for (int c = 0; c < 2; ++c) {
     if (c >= chunks) break;
@@ -101,7 +101,7 @@ __device__ __forceinline__ void rms_impl(const T* __restrict__ x, const TW* __re
   }
   ss = row_sum(ss, warp_rows);
   if (!sp.valid) return;
-  const float denom = sqrtf(ss / (float)len + eps);
+  const Divisor denom = divisor_of(sqrtf(ss / (float)len + eps));
   auto out = [&](i64 j, float t) {
     t = t / denom;
     if (w != nullptr) {
@@ -224,7 +224,7 @@ __device__ __forceinline__ void layer_impl(const T* __restrict__ x, const TW* __
       q += d * d;
     }
   }
-  const float denom = sqrtf(row_sum(q, warp_rows) / (float)len + eps);
+  const Divisor denom = divisor_of(sqrtf(row_sum(q, warp_rows) / (float)len + eps));
   if (!sp.valid) return;
   auto out = [&](i64 j, float t) {
     t = (t - mu) / denom;
@@ -267,7 +267,7 @@ __device__ __forceinline__ void group_impl(const T* __restrict__ x, const TW* __
     const float d = to_f(x[base + j]) - mu;
     q += d * d;
   }
-  const float denom = sqrtf(block_sum(q) / (float)m + eps);
+  const Divisor denom = divisor_of(sqrtf(block_sum(q) / (float)m + eps));
   for (i64 j = threadIdx.x; j < m; j += blockDim.x) {
     const i64 ch = g * cg + j / s;
     const float v = (to_f(x[base + j]) - mu) / denom;
@@ -350,7 +350,7 @@ __device__ __forceinline__ void group_apply_impl(const T* __restrict__ x, const 
     const float d = pg[2 * i] - mu;
     q += pg[2 * i + 1] + (float)span * d * d;
   }
-  const float denom = sqrtf(block_sum(q) / (float)(slices * span) + eps);
+  const Divisor denom = divisor_of(sqrtf(block_sum(q) / (float)(slices * span) + eps));
   const i64 ch = (group % groups) * (c / groups) + blockIdx.y * span / s;
   const float scale = to_f(w[ch]) / denom, shift = to_f(b[ch]);
   const C16<T>* xs = reinterpret_cast<const C16<T>*>(x + slice * span);

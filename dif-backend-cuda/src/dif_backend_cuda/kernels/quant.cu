@@ -9,11 +9,11 @@ __device__ __forceinline__ float qmax_of(const f8e4m3*) { return 448.0f; }
 __device__ __forceinline__ float qmax_of(const i8*) { return 127.0f; }
 __device__ __forceinline__ float to_f(i8 v) { return (float)v; }
 
-// q = saturate(round_even(v / scale)), as dif.ops.quant.quantize_with
-__device__ __forceinline__ void qstore(f8e4m3* q, i64 j, float v, float scale) {
+// q = saturate(round_even(v / scale)), as dif.ops.quant.quantize_with (scale a row's: common.cuh Divisor)
+__device__ __forceinline__ void qstore(f8e4m3* q, i64 j, float v, Divisor scale) {
   q[j] = from_f<f8e4m3>(fminf(fmaxf(v / scale, -448.0f), 448.0f));
 }
-__device__ __forceinline__ void qstore(i8* q, i64 j, float v, float scale) {
+__device__ __forceinline__ void qstore(i8* q, i64 j, float v, Divisor scale) {
   q[j] = (i8)__float2int_rn(fminf(fmaxf(v / scale, -127.0f), 127.0f));
 }
 
@@ -27,9 +27,9 @@ __device__ __forceinline__ void quantize_rows_impl(const T* __restrict__ x, Q* _
   const T* xr = x + row * len;
   float amax = 0.0f;
   for (i64 j = threadIdx.x; j < len; j += blockDim.x) amax = fmaxf(amax, fabsf(to_f(xr[j])));
-  const float scale = row_scale(block_max(amax), qmax_of(q));
+  const Divisor scale = divisor_of(row_scale(block_max(amax), qmax_of(q)));
   for (i64 j = threadIdx.x; j < len; j += blockDim.x) qstore(q + row * len, j, to_f(xr[j]), scale);
-  if (threadIdx.x == 0) s[row] = scale;
+  if (threadIdx.x == 0) s[row] = scale.d / scale.k;
 }
 #define QUANTIZE_ROWS(TN, QN)                                                                              \
   KERNEL_ENTRY quantize_rows_##TN##_##QN(const TN* __restrict__ x, QN* __restrict__ q, float* __restrict__ s, \
@@ -80,7 +80,7 @@ __device__ __forceinline__ void norm_modulate_quant_impl(const T* __restrict__ x
     }
     var = block_sum(d2) / (float)len;
   }
-  const float denom = sqrtf(var + eps);
+  const Divisor denom = divisor_of(sqrtf(var + eps));
   float amax = 0.0f;
   for (i64 j = threadIdx.x; j < len; j += blockDim.x) {
     const float d = (buf[j] - mu) / denom;
@@ -89,9 +89,9 @@ __device__ __forceinline__ void norm_modulate_quant_impl(const T* __restrict__ x
     buf[j] = y;  // each thread rereads only its own entries: no barrier needed before the next loop
     amax = fmaxf(amax, fabsf(y));
   }
-  const float scale = row_scale(block_max(amax), qmax_of(q));
+  const Divisor scale = divisor_of(row_scale(block_max(amax), qmax_of(q)));
   for (i64 j = threadIdx.x; j < len; j += blockDim.x) qstore(q + row * len, j, buf[j], scale);
-  if (threadIdx.x == 0) s[row] = scale;
+  if (threadIdx.x == 0) s[row] = scale.d / scale.k;
 }
 #define NORM_MODULATE_QUANT(TN, QN)                                                                        \
   KERNEL_ENTRY norm_modulate_quant_##TN##_##QN(const TN* __restrict__ x, const TN* __restrict__ sc,        \
@@ -130,14 +130,14 @@ __device__ __forceinline__ void load8(const float* __restrict__ p, float* v) {  
   const float4 lo = reinterpret_cast<const float4*>(p)[0], hi = reinterpret_cast<const float4*>(p)[1];
   v[0] = lo.x, v[1] = lo.y, v[2] = lo.z, v[3] = lo.w, v[4] = hi.x, v[5] = hi.y, v[6] = hi.z, v[7] = hi.w;
 }
-__device__ __forceinline__ unsigned char qbits(const f8e4m3*, float v, float scale) {
+__device__ __forceinline__ unsigned char qbits(const f8e4m3*, float v, Divisor scale) {
   return from_f<f8e4m3>(fminf(fmaxf(v / scale, -448.0f), 448.0f)).x;
 }
-__device__ __forceinline__ unsigned char qbits(const i8*, float v, float scale) {
+__device__ __forceinline__ unsigned char qbits(const i8*, float v, Divisor scale) {
   return (unsigned char)(i8)__float2int_rn(fminf(fmaxf(v / scale, -127.0f), 127.0f));
 }
 template <class Q>
-__device__ __forceinline__ void store8(Q* __restrict__ q, const float* v, float scale) {
+__device__ __forceinline__ void store8(Q* __restrict__ q, const float* v, Divisor scale) {
   unsigned w[2] = {0u, 0u};
 #pragma unroll
   for (int e = 0; e < 8; ++e) w[e >> 2] |= (unsigned)qbits(q, v[e], scale) << (8 * (e & 3));
@@ -158,9 +158,9 @@ __device__ __forceinline__ void quantize_rows_vec_impl(const T* __restrict__ x, 
 #pragma unroll
     for (int e = 0; e < 8; ++e) amax = fmaxf(amax, fabsf(v[i][e]));
   }
-  const float scale = row_scale(block_max(amax), qmax_of(q));
+  const Divisor scale = divisor_of(row_scale(block_max(amax), qmax_of(q)));
   ROW_CHUNK_FOR(i, c, nch) store8(q + row * len + 8 * c, v[i], scale);
-  if (threadIdx.x == 0) s[row] = scale;
+  if (threadIdx.x == 0) s[row] = scale.d / scale.k;
 }
 
 template <class T, class W, class Q>
@@ -192,7 +192,7 @@ __device__ __forceinline__ void norm_modulate_quant_vec_impl(const T* __restrict
     }
     var = block_sum(d2) / (float)len;
   }
-  const float denom = sqrtf(var + eps);
+  const Divisor denom = divisor_of(sqrtf(var + eps));
   float amax = 0.0f;
   ROW_CHUNK_FOR(i, c, nch) {
     float a[8], b[8], g[8];
@@ -207,9 +207,9 @@ __device__ __forceinline__ void norm_modulate_quant_vec_impl(const T* __restrict
       amax = fmaxf(amax, fabsf(v[i][e]));
     }
   }
-  const float scale = row_scale(block_max(amax), qmax_of(q));
+  const Divisor scale = divisor_of(row_scale(block_max(amax), qmax_of(q)));
   ROW_CHUNK_FOR(i, c, nch) store8(q + row * len + 8 * c, v[i], scale);
-  if (threadIdx.x == 0) s[row] = scale;
+  if (threadIdx.x == 0) s[row] = scale.d / scale.k;
 }
 // norm_modulate_quant with one warp per row (as norm_modulate_warp<N> in fused.cu): rows of len = 256 * N
 // half-precision values, N 16-byte chunks per lane, lane-interleaved so every warp load covers 512 contiguous
@@ -254,7 +254,7 @@ __device__ __forceinline__ void norm_modulate_quant_warp_impl(const T* __restric
       }
     var = warp_sum(d2) / (float)len;
   }
-  const float denom = sqrtf(var + eps);
+  const Divisor denom = divisor_of(sqrtf(var + eps));
   i64 so, to;
   quant_lead_offsets(row, meta, so, to);
   const C16<T>* sr = reinterpret_cast<const C16<T>*>(sc + so);
@@ -270,7 +270,7 @@ __device__ __forceinline__ void norm_modulate_quant_warp_impl(const T* __restric
       amax = fmaxf(amax, fabsf(to_f(a[k].v[e])));
     }
   }
-  const float scale = row_scale(warp_max(amax), qmax_of(q));
+  const Divisor scale = divisor_of(row_scale(warp_max(amax), qmax_of(q)));
 #pragma unroll
   for (int k = 0; k < N; ++k) {
     float v[8];
@@ -278,7 +278,7 @@ __device__ __forceinline__ void norm_modulate_quant_warp_impl(const T* __restric
     for (int e = 0; e < 8; ++e) v[e] = to_f(a[k].v[e]);
     store8(q + row * len + 8 * (k * 32 + lane), v, scale);
   }
-  if (lane == 0) s[row] = scale;
+  if (lane == 0) s[row] = scale.d / scale.k;
 }
 #define NORM_MODULATE_QUANT_WARP(TN, QN, N)                                                                \
   KERNEL_ENTRY norm_modulate_quant_warp##N##_##TN##_##QN(const TN* __restrict__ x, const TN* __restrict__ sc, \
@@ -338,9 +338,9 @@ __device__ __forceinline__ void glu_quant_impl(const T* __restrict__ prefix, i64
     buf[j] = y;  // each thread rereads only its own entries
     amax = fmaxf(amax, fabsf(y));
   }
-  const float scale = row_scale(block_max(amax), qmax_of(q));
+  const Divisor scale = divisor_of(row_scale(block_max(amax), qmax_of(q)));
   for (i64 j = threadIdx.x; j < len; j += blockDim.x) qstore(q + row * len, j, buf[j], scale);
-  if (threadIdx.x == 0) s[row] = scale;
+  if (threadIdx.x == 0) s[row] = scale.d / scale.k;
 }
 // The same with the row in registers (as the *_vec_* kernels above: p and h multiples of 8, 16-byte aligned).
 template <int ACT, class T, class Q>
@@ -365,9 +365,9 @@ __device__ __forceinline__ void glu_quant_vec_impl(const T* __restrict__ prefix,
 #pragma unroll
     for (int e = 0; e < 8; ++e) amax = fmaxf(amax, fabsf(v[i][e]));
   }
-  const float scale = row_scale(block_max(amax), qmax_of(q));
+  const Divisor scale = divisor_of(row_scale(block_max(amax), qmax_of(q)));
   ROW_CHUNK_FOR(i, c, nch) store8(q + row * len + 8 * c, v[i], scale);
-  if (threadIdx.x == 0) s[row] = scale;
+  if (threadIdx.x == 0) s[row] = scale.d / scale.k;
 }
 #define GLU_QUANT(ACTN, ACT, TN, QN)                                                                       \
   KERNEL_ENTRY glu_quant_##ACTN##_##TN##_##QN(const TN* __restrict__ prefix, i64 p, const TN* __restrict__ x, \
@@ -400,9 +400,9 @@ __device__ __forceinline__ void act_mul_quant_impl(const T* __restrict__ g, cons
     buf[j] = y;  // each thread rereads only its own entries
     amax = fmaxf(amax, fabsf(y));
   }
-  const float scale = row_scale(block_max(amax), qmax_of(q));
+  const Divisor scale = divisor_of(row_scale(block_max(amax), qmax_of(q)));
   for (i64 j = threadIdx.x; j < len; j += blockDim.x) qstore(q + row * len, j, buf[j], scale);
-  if (threadIdx.x == 0) s[row] = scale;
+  if (threadIdx.x == 0) s[row] = scale.d / scale.k;
 }
 template <int ACT, class T, class Q>
 __device__ __forceinline__ void act_mul_quant_vec_impl(const T* __restrict__ g, const T* __restrict__ u,
@@ -421,9 +421,9 @@ __device__ __forceinline__ void act_mul_quant_vec_impl(const T* __restrict__ g, 
       amax = fmaxf(amax, fabsf(v[i][e]));
     }
   }
-  const float scale = row_scale(block_max(amax), qmax_of(q));
+  const Divisor scale = divisor_of(row_scale(block_max(amax), qmax_of(q)));
   ROW_CHUNK_FOR(i, c, nch) store8(q + row * len + 8 * c, v[i], scale);
-  if (threadIdx.x == 0) s[row] = scale;
+  if (threadIdx.x == 0) s[row] = scale.d / scale.k;
 }
 #define ACT_MUL_QUANT(ACTN, ACT, TN, QN)                                                                   \
   KERNEL_ENTRY act_mul_quant_##ACTN##_##TN##_##QN(const TN* __restrict__ g, const TN* __restrict__ u,      \
@@ -459,6 +459,26 @@ __device__ __forceinline__ void scaled_epilogue_impl(const A* __restrict__ acc, 
                                            const float* __restrict__ ws, const ON* __restrict__ bias,       \
                                            ON* __restrict__ y, i64 rows, i64 out) {                         \
     scaled_epilogue_impl<AT, ON>(acc, xs, ws, bias, y, rows, out);                                         \
+  }
+
+// ---- scaled_linear_gated_residual: the gate (one for every row) into the fp8 GEMM's output-channel scales and
+// bias, whose C is the residual: wsg[c] = ws[c] * gate[c], bg[c] = bias[c] * gate[c] in the output dtype
+// (cuBLASLt's bias type), written each run before the GEMM reads them ------------------------------------------
+template <class T>
+__device__ __forceinline__ void gate_channels_impl(const float* __restrict__ ws, const T* __restrict__ gate,
+                                                   const T* __restrict__ bias, float* __restrict__ wsg,
+                                                   T* __restrict__ bg, i64 out) {
+  GRID_STRIDE(c, out) {
+    const float g = to_f(gate[c]);
+    wsg[c] = ws[c] * g;
+    if (bias != nullptr) bg[c] = from_f<T>(to_f(bias[c]) * g);
+  }
+}
+#define GATE_CHANNELS(TN)                                                                                  \
+  KERNEL_ENTRY gate_channels_##TN(const float* __restrict__ ws, const TN* __restrict__ gate,               \
+                                  const TN* __restrict__ bias, float* __restrict__ wsg, TN* __restrict__ bg, \
+                                  i64 out) {                                                               \
+    gate_channels_impl<TN>(ws, gate, bias, wsg, bg, out);                                                  \
   }
 
 // ---- sdpa_fp8: q, k, v quantized per tensor around cuDNN's fp8 attention (lower/attention.py) --------------
@@ -505,8 +525,9 @@ __device__ __forceinline__ void fp8_quantize3_impl(FP8_VIEWS_ARGS(T), const floa
   }
   FP8_VIEW_OF(t);
   f8e4m3* q = t == 0 ? q0 : (t == 1 ? q1 : q2);
+  const Divisor ds = divisor_of(s);
   for (i64 r = blockIdx.x; r < rows; r += gridDim.x)
-    for (i64 c = threadIdx.x; c < w; c += blockDim.x) qstore(q, r * w + c, to_f(x[r * stride + c]), s);
+    for (i64 c = threadIdx.x; c < w; c += blockDim.x) qstore(q, r * w + c, to_f(x[r * stride + c]), ds);
 }
 // o[r * stride + c] = o8[r * width + c] * scales[2]: cuDNN's e4m3 output at v's scale, into the node's output
 template <class T>
@@ -786,6 +807,9 @@ SCALED_EPILOGUE(i32, int, bf16)
 SCALED_EPILOGUE(f32, float, f32)
 SCALED_EPILOGUE(f32, float, f16)
 SCALED_EPILOGUE(f32, float, bf16)
+GATE_CHANNELS(f32)
+GATE_CHANNELS(f16)
+GATE_CHANNELS(bf16)
 SDPA_FP8(f16)
 SDPA_FP8(bf16)
 SCALED_GEMM(f8e4m3, f32)

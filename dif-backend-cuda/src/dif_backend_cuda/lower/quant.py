@@ -30,6 +30,7 @@ from dif.ir.program import Node
 from dif_backend_cuda.lower.base import (
     DEFAULT_SHARED,
     FLOATS,
+    LOWERINGS,
     TILE,
     Attrs,
     LowerCtx,
@@ -63,15 +64,16 @@ ROW_CHUNKS = 4  # kernels/quant.cu: chunks of 8 values a thread of the register-
 
 VEC_THREADS = {"quantize_rows": 1024, "norm_modulate_quant": 512, "glu_quant": 512, "act_mul_quant": 512}
 """The most threads a block of each register-resident kernel may have: a block of 1024 threads gets at most 64
-registers a thread, which `quantize_rows_vec_*` fits (52 on sm_90, NVRTC 13) and the others do not reliably
-(norm_modulate_quant_vec_* 79, glu_quant_vec_* 55-64, act_mul_quant_vec_* 56-59); at 512 they may use 128."""
+registers a thread, which `quantize_rows_vec_*` fits (47-48 on sm_90, NVRTC 13) and norm_modulate_quant_vec_*
+does not (66-72); at 512 they may use 128. glu_quant_vec_* (56) and act_mul_quant_vec_* (48-51) fit since their
+divisions became corrected products (common.cuh `Divisor`); `perf/probe_elementwise.py` times them at 1024."""
 
 
 NMQ_WARP_CHUNKS = (4, 8, 12, 16)
 """Rows of 256 * N half-precision values (N here) take `norm_modulate_quant_warp<N>`: a warp per row, every
-reduction a shuffle. It holds the row in registers in storage precision, 157 registers a thread at N = 16 (sm_90,
-NVRTC 13), so blocks of `NMQ_WARPS` warps: 12 warps fit an SM where blocks of 8 would fit only 8. Longer rows
-(N = 24 would take 221 registers, 9 warps an SM) take the block-per-row kernel."""
+reduction a shuffle. It holds the row in registers in storage precision, 167 registers a thread at N = 16 (bf16,
+sm_90, NVRTC 13; f16 189), so blocks of `NMQ_WARPS` warps: 12 warps fit an SM where blocks of 8 would fit only
+8. Longer rows (N = 24 would take 221 registers, 9 warps an SM) take the block-per-row kernel."""
 NMQ_WARPS = 4
 
 
@@ -231,8 +233,9 @@ def _lt(ctx: LowerCtx, node: Node) -> Any | None:
 
 
 def _scratch(ctx: LowerCtx) -> int:
-    """The backend's scratch of the blocked W8A8 GEMMs (`gemm_quant.SCRATCH_BYTES`, outside the plan's arena,
-    allocated once per backend; the GEMMs run one after another on the backend's stream)."""
+    """The backend's scratch of the blocked W8A8 GEMMs and of the gated channel scales of
+    scaled_linear_gated_residual (`gemm_quant.SCRATCH_BYTES`, outside the plan's arena, allocated once per
+    backend): steps run one after another on the backend's stream, and each node's use ends with its steps."""
     mem = getattr(ctx.backend, SCRATCH_ATTR, None)
     if mem is None:
         import cupy
@@ -301,6 +304,48 @@ def _scaled_linear(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Ts, outs: Ts) -
     grid = (-(-out // TILE), -(-rows // TILE))
     args = [ptr(xq), ptr(xs), ptr(wq), ptr(ws), ptr(bias), ptr(y), i64(rows), i64(out), i64(k)]
     return [ctx.kernel("quant", f"scaled_gemm_{qt}_{ot}", grid, (256,), args)]
+
+
+@lowering("scaled_linear_gated_residual")
+def _scaled_linear_gated_residual(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Ts, outs: Ts) -> Steps:
+    """x + gate * scaled_linear(..). With a gate shared by every row and fp8 operands: `gate_channels_*` writes the
+    output-channel scales and the bias times the gate (a few KiB), then one cuBLASLt fp8 GEMM with x as C (beta
+    1): the product is never written apart. Otherwise the scaled_linear into y and the gated residual over it in
+    place; the choice says why."""
+    x, gate, xq, xs, wq, ws = ins[:6]
+    bias = ins[6] if len(ins) > 6 else None
+    (y,) = outs
+    rows, k = _rows(xq)
+    out = wq.shape[0]
+    why = None
+    if xq.dtype != DType.F8E4M3:
+        why = f"{xq.dtype.value} operands (the fused epilogue is the fp8 GEMM's)"
+    elif gate.numel != out:
+        why = f"a gate of shape {gate.shape}, not one shared by every row"
+    elif x.pitched or y.pitched:
+        why = "a residual or result that is a pitched view"
+    lt = _lt(ctx, node) if why is None else None
+    if why is None and lt is None:
+        why = "without cuBLASLt"
+    if lt is not None:
+        from dif_backend_cuda.gemm_quant import Fp8ScaledMatmul
+
+        ot = need(node, y.dtype, FLOATS)
+        gated_scales = _scratch(ctx)  # the bias after the scales, 256-byte aligned; a few KiB of 64 MiB
+        gated_bias = gated_scales + -(-4 * out // 256) * 256 if bias is not None else 0
+        try:
+            step = Fp8ScaledMatmul(lt, y.dtype, rows, k, out, xq.ptr, xs.ptr, wq.ptr, gated_scales, gated_bias,
+                                   y.ptr, residual=x.ptr)  # fmt: skip
+        except Exception as exc:  # noqa: BLE001 - the unfused steps run it instead, saying why
+            why = f"cuBLASLt refused the residual as C: {type(exc).__name__}: {str(exc)[:200]}"
+        else:
+            args = [ptr(ws), ptr(gate), ptr(bias), np.uint64(gated_scales), np.uint64(gated_bias), i64(out)]
+            ctx.choices[node.id] = "cublaslt fp8 (the gate in the outer-vector scales, the residual as C)"
+            return [ctx.flat("quant", f"gate_channels_{ot}", out, args), step]
+    steps = _scaled_linear(ctx, node, {}, [xq, xs, wq, ws, *([bias] if bias is not None else [])], [y])
+    steps += LOWERINGS["gated_residual"](ctx, node, {}, [x, gate, y], [y])
+    ctx.choices[node.id] = f"{ctx.choices.get(node.id, 'scaled_linear')}, then the gated residual in place ({why})"
+    return steps
 
 
 @lowering("int4_linear")

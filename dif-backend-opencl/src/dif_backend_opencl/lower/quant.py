@@ -7,6 +7,7 @@ the backend (a conformance case, a program quantized for another target).
 - glu_quant / norm_modulate_quant / rms_norm_modulate_quant / concat_glu_quant / act_mul_quant: the unfused
   kernels (glu, norm_modulate, rms_norm and modulate, concat, the activation and mul) into scratch of x's dtype,
   so the value is rounded exactly as the unfused ops store it, then quantize_rows over the scratch.
+- scaled_linear_gated_residual: scaled_linear into the result, then the gated residual over it in place.
 - scaled_linear: the fp32 GEMM with the row and output-channel scales in its epilogue, before the bias. Products
   of i8 / fp8 operands are exact in fp32; i8 sums stay exact while below 2^24, fp8 sums round about as the
   matrix units' accumulators do (`dif.testing.tolerances.FP8_ACCUMULATION`).
@@ -22,7 +23,7 @@ from dif.ir.program import Node
 from dif.ops.quant import QMAX
 from dif_backend_opencl.lower.base import Attrs, LowerCtx, Ref, Refs, Steps, lowers, strided_args
 from dif_backend_opencl.lower.elementwise import EW, bstrides, unary
-from dif_backend_opencl.lower.fused import lower_norm_modulate
+from dif_backend_opencl.lower.fused import lower_gated_residual, lower_norm_modulate
 from dif_backend_opencl.lower.layout import lower_concat
 from dif_backend_opencl.lower.linalg import linear
 from dif_backend_opencl.lower.norm import lower_glu, lower_modulate, lower_rms_norm
@@ -93,6 +94,13 @@ def lower_scaled_linear(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Refs, outs
     xq, xs, wq, ws = ins[:4]
     bias = ins[4] if len(ins) > 4 else None
     return linear(ctx, outs[0], xq, wq, bias, scales=(xs, ws))
+
+
+@lowers("scaled_linear_gated_residual")
+def lower_scaled_linear_gated_residual(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Refs, outs: Refs) -> Steps:
+    x, gate, *scaled = ins
+    (y,) = outs
+    return lower_scaled_linear(ctx, node, {}, scaled, [y]) + lower_gated_residual(ctx, node, {}, [x, gate, y], [y])
 
 
 @lowers("int4_linear")

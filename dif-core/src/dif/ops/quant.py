@@ -26,7 +26,7 @@ import numpy as np
 
 from dif.dtypes import FLOAT_DTYPES, DType
 from dif.ir.types import TensorType
-from dif.ops._rules import fail, fp, need_float, randn
+from dif.ops._rules import broadcast_shape, fail, fp, need_float, randn
 from dif.ops.fused import norm_modulate
 from dif.ops.norm import modulate_infer
 from dif.ops.registry import AttrSpec, Case, defop, get_op
@@ -387,6 +387,68 @@ def scaled_linear(
     if bias is not None:
         y = y + bias.astype(np.float64)
     return y.astype(np.float32)
+
+
+# -- scaled_linear_gated_residual ---------------------------------------------------------------------------
+
+
+def _scaled_linear_gated_residual_infer(
+    x: TensorType,
+    gate: TensorType,
+    xq: TensorType,
+    xs: TensorType,
+    wq: TensorType,
+    ws: TensorType,
+    bias: TensorType | None = None,
+) -> TensorType:
+    need_float(x)
+    y = _scaled_linear_infer(xq, xs, wq, ws, bias, out_dtype=x.dtype.value)
+    if x != y:
+        raise fail(f"the residual x {x} must have the product's type {y}")
+    if gate.dtype != x.dtype or broadcast_shape(gate.shape, y.shape) != y.shape:
+        raise fail(f"the gate {gate} must be of x's dtype and broadcast to {y}")
+    return y
+
+
+def _scaled_linear_gated_residual_cases(rng: np.random.Generator, dtype: DType) -> list[Case]:
+    if not _float_inputs(dtype):
+        return []
+    out = []
+    x, r = randn(rng, (2, 5, 64), DType.F32), randn(rng, (2, 5, 24), dtype)
+    wq_ws = {q: quantize_weight_rows(randn(rng, (24, 64), DType.F32, 0.2), q) for q in QUANT_DTYPES}
+    gates = {"one-gate": randn(rng, (1, 1, 24), dtype), "gate-per-batch": randn(rng, (2, 1, 24), dtype)}
+    for q in QUANT_DTYPES:
+        xq, xs = quantize_rows(x, dtype=q)
+        for name, gate in gates.items():
+            out.append(Case(f"2x5x64-{q}-{name}", (r, gate, xq, xs, *wq_ws[q])))
+        bias = randn(rng, (24,), dtype)
+        out.append(Case(f"2x5x64-{q}-one-gate-bias", (r, gates["one-gate"], xq, xs, *wq_ws[q], bias)))
+    return out
+
+
+@defop(
+    "scaled_linear_gated_residual",
+    operands=("x", "gate", "xq", "xs", "wq", "ws", "bias?"),
+    infer=_scaled_linear_gated_residual_infer,
+    cases=_scaled_linear_gated_residual_cases,
+    category="fused",
+)
+def scaled_linear_gated_residual(
+    x: np.ndarray,
+    gate: np.ndarray,
+    xq: np.ndarray,
+    xs: np.ndarray,
+    wq: np.ndarray,
+    ws: np.ndarray,
+    bias: np.ndarray | None = None,
+) -> np.ndarray:
+    """scaled_linear_gated_residual(x[..., out], gate, xq, xs, wq, ws, bias?) -> [..., out]
+    = x + gate * scaled_linear(xq, xs, wq, ws, bias), the gate broadcast to x: a DiT block's gated residual
+    (`gated_residual(x, gate, scaled_linear(..))`) with the W8A8 GEMM's product unrounded, as an epilogue that
+    takes the gate into the output-channel scales and x as the GEMM's C computes it (made by the W8A8 passes,
+    `dif.passes.quantize`); stored in x's dtype."""
+    y = scaled_linear(xq, xs, wq, ws, bias, out_dtype=DType.F32.value)
+    return (fp(x) + fp(gate) * y).astype(np.float32)
 
 
 # -- sdpa_fp8 -----------------------------------------------------------------------------------------------

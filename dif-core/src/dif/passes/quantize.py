@@ -17,7 +17,9 @@ format's quantized ops (`dif.ops.quant`). Not in the default pipeline: the forma
   `modulate(rms_norm(x, w), scale, shift)` (Krea 2's adaptive norms, whose RMS norm has a weight),
   `rms_norm_modulate_quant` replaces the two.
   Narrower linears stay as they are, with the reason recorded; so do a linear whose result is a program output
-  (nothing after it dilutes its rounding) and one of fewer than `MIN_ROWS` input rows.
+  (nothing after it dilutes its rounding) and one of fewer than `MIN_ROWS` input rows. A scaled_linear whose
+  product only a `gated_residual(x, gate, ·)` reads (a DiT block's attention and MLP outputs) and the residual
+  become one `scaled_linear_gated_residual`, the gate and x in the GEMM's epilogue.
 - `quantize_int4` (weight-only): every linear over a parameter weight whose inputs divide into groups of 128
   (else 64) becomes `int4_linear`.
 - `quantize_fp8_attention`: every f16 / bf16 `sdpa` becomes `sdpa_fp8` (both products on fp8 matrix units), a
@@ -47,7 +49,7 @@ from dif.ir.program import Node, Program, Value
 from dif.ir.types import TensorType
 from dif.ops.quant import ACT_MUL_ACTS
 from dif.passes.context import PassContext
-from dif.passes.rewrite import Fusion, apply_fusions
+from dif.passes.rewrite import Fusion, apply_fusions, fused_type_problem, producer_of, sole_use
 from dif.plan.plan import Decision
 from dif.weights.quantized import GROUP_FORMAT, ROW_FORMATS, derived_name
 
@@ -295,7 +297,28 @@ def quantize_w8a8(program: Program, ctx: PassContext, fmt: str) -> Program:
         for u in wide:
             rw.replace[u.id] = [*rw.replace.get(u.id, []), _scaled_linear(program, rw, u, q.name, s.name, fmt)]
             ctx.applied(f"{made} ({fmt})", (u.id,), u.results[0].name)
-    return _fuse_back(rw.apply(ctx.pass_name), split, ctx.pass_name)
+    return _gated_residuals_into_gemms(_fuse_back(rw.apply(ctx.pass_name), split, ctx.pass_name), ctx)
+
+
+def _gated_residuals_into_gemms(program: Program, ctx: PassContext) -> Program:
+    """Every `gated_residual(x, gate, scaled_linear(..))` whose product has no other reader ->
+    `scaled_linear_gated_residual(x, gate, ..)`: the gate and the residual go into the GEMM's epilogue, so its
+    product is neither written nor read again (a DiT block's attention and MLP outputs)."""
+    fused = "scaled_linear_gated_residual"
+    fusions = []
+    for node in program.nodes:
+        linear = producer_of(program, node.operands[2], ("scaled_linear",)) if node.op == "gated_residual" else None
+        if linear is None:
+            continue
+        fusion = Fusion(node, (linear,), fused, (*node.operands[:2], *linear.operands))
+        problem = sole_use(program, linear.results[0].name, node) or fused_type_problem(program, fusion)
+        problem = problem or (None if ctx.supports(fused) else ctx.lacks(fused))
+        if problem is None:
+            fusions.append(fusion)
+            ctx.applied(f"scaled_linear + gated_residual -> {fused}", (linear.id, node.id), node.results[0].name)
+        else:
+            ctx.skipped(problem, (linear.id, node.id), node.results[0].name)
+    return apply_fusions(program, fusions, ctx.pass_name)
 
 
 def _sole_producer(program: Program, x: str, readers: list[Node], op: str) -> Node | None:
@@ -432,7 +455,7 @@ def _int4_linears(program: Program, ctx: PassContext, group_of: GroupOf, held: S
         operands = (node.operands[0], wq, ws, *node.operands[2:])
         rw.replace[node.id] = [Node(node.id, "int4_linear", operands, node.results, {"group_size": group})]
         ctx.applied(f"linear -> int4_linear (groups of {group})", (node.id,), value)
-    return _fuse_back(rw.apply(ctx.pass_name), split, ctx.pass_name)
+    return _gated_residuals_into_gemms(_fuse_back(rw.apply(ctx.pass_name), split, ctx.pass_name), ctx)
 
 
 def quantize_fp8(program: Program, *, ctx: PassContext) -> Program:
