@@ -1,6 +1,6 @@
-"""Input staging (`CudaExecutable.stage_inputs`): an input that is the same frozen array as at the previous run is
-not copied into the pinned mirrors again; anything that could have changed is. The rule runs anywhere; the runs
-need a GPU (marker `cuda`, skipped with the reason without one)."""
+"""Input staging (`CudaExecutable.stage_inputs`, `upload_inputs`): an input that is the same frozen array as at the
+previous run is copied neither into the pinned mirrors nor to the device again; anything that could have changed
+is. The rules run anywhere; the runs need a GPU (marker `cuda`, skipped with the reason without one)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 
 from dif.ir.builder import ProgramBuilder
 from dif.kit.sampling import step_invariant
-from dif_backend_cuda.executor import _frozen
+from dif_backend_cuda.executor import _frozen, copy_ranges
 
 from .conftest import cuda_skip_reason
 
@@ -22,6 +22,13 @@ def test_frozen_means_nothing_can_change_the_values() -> None:
     writeable = np.zeros(8, np.float32)
     assert not _frozen(step_invariant(writeable[2:]))  # a read-only view changes through its writeable base
     assert not _frozen(step_invariant(np.frombuffer(bytearray(32), np.float32)))  # a buffer someone else may write
+
+
+def test_the_slots_to_upload_are_copied_in_few_ranges() -> None:
+    assert copy_ranges([]) == []
+    assert copy_ranges([(512, 256), (0, 256)], gap=1024) == [(0, 768)]  # out of order, the bytes between copied
+    assert copy_ranges([(0, 256), (1 << 20, 256)], gap=1024) == [(0, 256), (1 << 20, 256)]  # far apart: two copies
+    assert copy_ranges([(0, 4096), (256, 256), (8192, 0)], gap=0) == [(0, 4096)]  # within another; empty ones none
 
 
 @pytest.mark.cuda
@@ -45,9 +52,11 @@ def test_a_frozen_input_passed_again_is_not_restaged_and_a_changed_one_is() -> N
         (got,) = exe.run({"x": x_in, "c": const}).values()
         np.testing.assert_allclose(got, x_in + const, rtol=1e-6)
         assert exe.staged == {"c": const}
-    exe.in_host["c"][...] = np.nan  # were the constant copied again, this would not show
+    exe.in_host["c"][...] = np.nan
     (got,) = exe.run({"x": x_in, "c": const}).values()
-    assert np.isnan(got).all()
+    assert np.isnan(exe.in_host["c"]).all()  # not copied into the mirror again
+    np.testing.assert_allclose(got, x_in + const, rtol=1e-6)  # nor the mirror to the device
+    exe.in_host["c"][...] = const  # the mirror as the device slot still has it
     other = step_invariant(const.copy())  # equal values, another array: copied
     (got,) = exe.run({"x": x_in, "c": other}).values()
     np.testing.assert_allclose(got, x_in + const, rtol=1e-6)

@@ -28,7 +28,6 @@ if TYPE_CHECKING:
 CudaExecutable = Any  # dif_backend_cuda.executor.CudaExecutable (which imports this module)
 
 D2H_KIND = 2  # cudaMemcpyDeviceToHost
-H2D_KIND = 1
 
 
 @contextmanager
@@ -131,9 +130,7 @@ def _eager_traced(exe: CudaExecutable, rec: trace.Recorder, stream: Any, nvtx: b
     marks: list[tuple[str, int, list[int], Any, Any, list[np.ndarray]]] = []
     ev_in = (cupy.cuda.Event(), cupy.cuda.Event())
     ev_in[0].record(stream)
-    if exe.program.inputs:
-        pinned = exe.memory["in_pinned"]
-        rt.memcpyAsync(exe.memory["inputs"].ptr, pinned.ctypes.data, pinned.nbytes, H2D_KIND, stream.ptr)
+    in_bytes = exe.upload_inputs(stream)
     ev_in[1].record(stream)
     nodes = exe.program.node_by_id
     for kind, node_id, steps in _groups(exe):
@@ -160,7 +157,6 @@ def _eager_traced(exe: CudaExecutable, rec: trace.Recorder, stream: Any, nvtx: b
     def ms(a: Any, b: Any) -> float:
         return float(cupy.cuda.get_elapsed_time(a, b))
 
-    in_bytes = int(exe.memory["in_pinned"].nbytes) if exe.program.inputs else 0
     rec.event(COPY_H2D, ms=ms(*ev_in), nbytes=in_bytes, what="inputs")
     for kind, node_id, steps, start, end, captured in marks:
         if kind == "stream":
