@@ -26,19 +26,11 @@ gpu_tests rows "changed kernels' GPU tests" 170 dif-backend-cuda/tests/test_quan
   -k "norm or silu or sigmoid or quant or glu or rope or modulate or residual or stag or fused_projection or tiny or gelu"
 stamp "stage 2: the row kernels alone"
 timeout 100 python3 perf/probe_elementwise.py --ops norm_modulate_quant,rms_norm_modulate_quant,act_mul_quant,glu_quant,concat_glu_quant,quantize_rows,rms_norm_rope,norm_modulate --out "$OUT/probe_elementwise.json" 2>&1 | cut -c1-240
-step() {  # MODEL: one forward, bf16 and fp8, with the by-op times printed
-  stamp "$1 one forward"
-  timeout 150 python3 perf/formats_h200.py --phase step --models "$1" --formats fp8-e4m3 --iters 10 2>&1 | tail -4
-  python3 -c "
-import json; d = json.load(open('$OUT/step_$1.json'))['formats']
-for f, r in d.items(): print(f, 'by op', dict(list(r.get('by_op', {}).items())[:10]))
-" 2>&1 | cut -c1-800
-}
 stamp "stage 3"
-step krea2
-step klein-9b
+forward_step krea2
+forward_step klein-9b
 stamp "stage 4"
-step klein-4b
+forward_step klein-4b
 timeout 120 python3 perf/formats_h200.py --phase pipeline --models klein-9b --formats fp8-e4m3 --runs 3 2>&1 | tail -3
 python3 -c "
 import json; d = json.load(open('$OUT/pipeline_klein-9b.json'))['formats']

@@ -11,7 +11,8 @@
 #     PYTHONPYCACHEPREFIX the first process writes whatever it imports and later ones only read; the
 #     snapshot and the wheels are compiled into it up front, as pip does at install.
 # After it: $OUT exists, `stamp MESSAGE` prints the elapsed seconds, `gpu_tests NAME LABEL SECONDS PYTEST_ARGS...`
-# runs pytest into $OUT/pytest_NAME.log and $OUT/NAME_tests.json, the working directory is the snapshot.
+# runs pytest into $OUT/pytest_NAME.log and $OUT/NAME_tests.json, `forward_step MODEL` times one forward into
+# $OUT/step_MODEL.json, the working directory is the snapshot.
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/h200_out}
@@ -27,6 +28,14 @@ gpu_tests() {  # NAME LABEL SECONDS PYTEST_ARGS...: the tests' log, rc, failures
   tail -2 "$OUT/pytest_$name.log"
   grep -E "^(FAILED|ERROR)" "$OUT/pytest_$name.log" | head -10
   python3 perf/junit_summary.py "/tmp/junit_$name.xml" "$OUT/${name}_tests.json" --label "$label" >/dev/null 2>&1
+}
+forward_step() {  # MODEL: one forward at 1024^2, bf16 and fp8-e4m3 (perf/formats_h200.py), its time by op printed
+  stamp "$1 one forward"
+  timeout 150 python3 perf/formats_h200.py --phase step --models "$1" --formats fp8-e4m3 --iters 10 2>&1 | tail -4
+  python3 -c "
+import json; d = json.load(open('$OUT/step_$1.json'))['formats']
+for f, r in d.items(): print(f, 'by op', dict(list(r.get('by_op', {}).items())[:10]))
+" 2>&1 | cut -c1-800
 }
 [ -n "${DIF_H200_ENV:-}" ] && return 0  # a calling script of perf/ has set the machine up already
 export DIF_H200_ENV=1
