@@ -161,7 +161,7 @@ def test_elementwise_fast_paths(op: str, shapes: list[tuple[int, ...]], dtype: s
     assert _run(b.build(), 1e-2 if dtype != "f32" else 1e-5) == [kernel]
 
 
-ATTENDED_KEYS_FIRST = ["sdpa_key_order", "sdpa_gather_keys_{dt}", "cudnn", "sdpa_zero_masked_rows_{dt}"]
+ATTENDED_KEYS_FIRST = ["sdpa_key_order", "sdpa_gather_keys_16b", "cudnn", "sdpa_zero_masked_rows_{dt}"]
 SCORE_BIAS = ["sdpa_mask_bias_{dt}", "cudnn", "sdpa_zero_masked_rows_{dt}"]
 
 

@@ -556,7 +556,7 @@ def test_sdpa_fp8_quantizes_around_cudnn_or_runs_in_the_run_dtype_saying_why(
     if mask:
         order, amax, quantize, gather, graph, dequantize, zero_rows = steps
         launches = [order, amax, quantize, gather, dequantize, zero_rows]
-        assert gather.name == "sdpa_gather_keys_f8e4m3" and "attended keys gathered first" in choice
+        assert gather.name == "sdpa_gather_keys_16b" and "attended keys gathered first" in choice
     else:
         amax, quantize, graph, dequantize = steps
         launches = [amax, quantize, dequantize]
@@ -658,7 +658,7 @@ def test_masked_sdpa_on_cudnn_launches_matching_kernels(
         _check_args(step)
     names = [s.name for s in launches]
     if padding:
-        assert names == ["sdpa_key_order", "sdpa_gather_keys_bf16", "sdpa_zero_masked_rows_bf16"]
+        assert names == ["sdpa_key_order", "sdpa_gather_keys_16b", "sdpa_zero_masked_rows_bf16"]
         assert "attended keys gathered first" in ctx.choices[node.id]
     else:
         assert names == ["sdpa_mask_bias_bf16", "sdpa_zero_masked_rows_bf16"]

@@ -176,3 +176,19 @@ KERNEL_ENTRY sdpa_key_order(const b8* __restrict__ mask, int* __restrict__ src, 
 SDPA_GATHER(f16)
 SDPA_GATHER(bf16)
 SDPA_GATHER(f8e4m3)  // sdpa_fp8: the e4m3 copies of k and v
+// The same in 16-byte units, whatever the dtype, where every row and row stride is a whole number of them (the
+// lowering checks): one vector load and store per thread and 32-bit index arithmetic, where the kernels above
+// move two bytes per thread and divide in 64 bits. ku, vu: units of a k / v row; kt, vt: token strides in units.
+KERNEL_ENTRY sdpa_gather_keys_16b(const uint4* __restrict__ k, const uint4* __restrict__ v,
+                                  const int* __restrict__ src, uint4* __restrict__ kp, uint4* __restrict__ vp,
+                                  int skv, int ku, int vu, i64 kt, i64 vt, int n) {
+  const int w = ku + vu;
+  for (int e = blockIdx.x * blockDim.x + threadIdx.x; e < n; e += gridDim.x * blockDim.x) {
+    const int r = e / w, c = e - r * w;
+    const i64 from = (i64)(r / skv * skv + src[r]);
+    if (c < ku)
+      kp[(i64)r * ku + c] = k[from * kt + c];
+    else
+      vp[(i64)r * vu + (c - ku)] = v[from * vt + (c - ku)];
+  }
+}

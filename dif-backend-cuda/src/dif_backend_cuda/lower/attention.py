@@ -442,8 +442,9 @@ def _attended_keys_first(
     vp: int,
 ) -> tuple[Any, Steps]:  # fmt: skip
     """(the int32 buffer of the lengths cuDNN's padding mask reads, the steps that fill it): `sdpa_key_order`
-    (each batch row's order with its attended keys first, seq_q [B] and seq_kv [B]) and `sdpa_gather_keys_<dt>`
-    (the rows of `width` elements of k and v, `kt` / `vt` apart, gathered in that order into dense kp, vp). The
+    (each batch row's order with its attended keys first, seq_q [B] and seq_kv [B]) and `sdpa_gather_keys_16b`
+    (the rows of `width` elements of k and v, `kt` / `vt` apart, gathered in that order into dense kp, vp, in
+    16-byte units; `sdpa_gather_keys_<dt>` where a row or stride is not a whole number of them). The
     buffer is seq_q, seq_kv, then the order [B, Skv], and owned by the caller's step; it holds the whole
     lengths until the first run computes them, so that a plan timed at prepare reads only keys that exist."""
     import cupy
@@ -453,14 +454,20 @@ def _attended_keys_first(
     lens = cupy.cuda.Memory(whole.nbytes + b * skv * 4)
     cupy.cuda.runtime.memcpy(lens.ptr, whole.ctypes.data, whole.nbytes, 1)  # 1: host to device
     seq_q, seq_kv, order = (np.uint64(lens.ptr + 4 * b * i) for i in range(3))
-    n = b * skv * 2 * width
-    return lens, [
-        ctx.kernel("attention", "sdpa_key_order", (b,), (THREADS,), [
-            ptr(mask), order, seq_q, seq_kv, i64(sq), i64(skv)]),
-        ctx.flat("attention", f"sdpa_gather_keys_{dt}", n, [
-            np.uint64(k), np.uint64(v), order, np.uint64(kp), np.uint64(vp), i64(skv), i64(width), i64(width),
-            i64(kt), i64(vt), i64(n)]),
-    ]  # fmt: skip
+    pointers = [np.uint64(k), np.uint64(v), order, np.uint64(kp), np.uint64(vp)]
+    item = DType(dt).itemsize
+    w16, n16 = width * item // 16, b * skv * 2 * width * item // 16
+    units = all(e * item % 16 == 0 for e in (width, kt, vt)) and all(a % 16 == 0 for a in (k, v, kp, vp))
+    if units and n16 < 2**30:  # the kernel's 32-bit indices
+        gather = ctx.flat("attention", "sdpa_gather_keys_16b", n16, [*pointers, np.int32(skv), np.int32(w16),
+                          np.int32(w16), i64(kt * item // 16), i64(vt * item // 16), np.int32(n16)])  # fmt: skip
+    else:
+        n = b * skv * 2 * width
+        gather = ctx.flat("attention", f"sdpa_gather_keys_{dt}", n, [*pointers, i64(skv), i64(width), i64(width),
+                          i64(kt), i64(vt), i64(n)])  # fmt: skip
+    order_step = ctx.kernel("attention", "sdpa_key_order", (b,), (THREADS,), [ptr(mask), order, seq_q, seq_kv,
+                            i64(sq), i64(skv)])  # fmt: skip
+    return lens, [order_step, gather]
 
 
 def _zero_masked_rows(
