@@ -328,7 +328,8 @@ class CudaExecutable:
         return moved
 
     def replay(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """The untraced run: inputs up in one copy, the program (graph replay or eager), outputs down."""
+        """The untraced run: the inputs staged since the last run up, the program (graph replay or eager), the
+        outputs down."""
         import cupy
 
         self.stage_inputs(inputs)
