@@ -279,6 +279,35 @@ __device__ __forceinline__ float operator/(float x, Divisor v) {
   return fmaf(fmaf(-q, v.d, y), v.r, q);
 }
 
+// The statistics of a row's norm: a layer norm's mean, then the mean of its squared deviations (two passes, as
+// the references take them), or an RMS norm's mean square (mean 0); the denominator is sqrt(var + eps).
+// `each(f)` hands f every value of the row this thread holds, once a pass; `sum` adds a value over the threads
+// that share the row (block_sum, warp_sum).
+struct RowStats {
+  float mu;
+  Divisor denom;
+};
+template <class Each, class Sum>
+__device__ __forceinline__ RowStats row_stats(const Each& each, const Sum& sum, i64 len, float eps, int is_rms) {
+  float acc = 0.0f;
+  each([&](float f) { acc += is_rms ? f * f : f; });
+  float mu = 0.0f, var;
+  if (is_rms) {
+    var = sum(acc) / (float)len;
+  } else {
+    mu = sum(acc) / (float)len;
+    float q = 0.0f;
+    each([&](float f) {
+      const float d = f - mu;
+      q += d * d;
+    });
+    var = sum(q) / (float)len;
+  }
+  return RowStats{mu, divisor_of(sqrtf(var + eps))};
+}
+#define BLOCK_SUM [](float v) { return block_sum(v); }
+#define WARP_SUM [](float v) { return warp_sum(v); }
+
 __device__ __forceinline__ float sigmoid_f(float x) {
   // split by sign so exp never overflows (as the reference does). The denominator lies in [1, 2], where the
   // approximate reciprocal and one correction give the correctly rounded quotient but for rare near-ties,

@@ -28,42 +28,23 @@ __device__ __forceinline__ void norm_modulate_impl(const T* __restrict__ x, cons
   lead_offsets(row, meta, so, to);
   const bool cached = len <= NM_VPT * blockDim.x;
   float v[NM_VPT];
-  float acc = 0.0f;
 #pragma unroll
   for (int k = 0; k < NM_VPT; ++k) {
     const i64 j = threadIdx.x + (i64)k * blockDim.x;
     v[k] = (cached && j < len) ? to_f(xr[j]) : 0.0f;
-    acc += is_rms ? v[k] * v[k] : v[k];
   }
-  if (!cached) {
-    acc = 0.0f;
-    for (i64 j = threadIdx.x; j < len; j += blockDim.x) {
-      const float e = to_f(xr[j]);
-      acc += is_rms ? e * e : e;
-    }
-  }
-  float mu = 0.0f, var;
-  if (is_rms) {
-    var = block_sum(acc) / (float)len;
-  } else {
-    mu = block_sum(acc) / (float)len;
-    float q = 0.0f;
+  const auto each = [&](auto&& f) {  // the row from registers when it fits them, else from memory each pass
     if (cached) {
 #pragma unroll
-      for (int k = 0; k < NM_VPT; ++k) {
-        const i64 j = threadIdx.x + (i64)k * blockDim.x;
-        const float d = v[k] - mu;
-        q += j < len ? d * d : 0.0f;
-      }
+      for (int k = 0; k < NM_VPT; ++k)
+        if (threadIdx.x + (i64)k * blockDim.x < len) f(v[k]);
     } else {
-      for (i64 j = threadIdx.x; j < len; j += blockDim.x) {
-        const float d = to_f(xr[j]) - mu;
-        q += d * d;
-      }
+      for (i64 j = threadIdx.x; j < len; j += blockDim.x) f(to_f(xr[j]));
     }
-    var = block_sum(q) / (float)len;
-  }
-  const Divisor denom = divisor_of(sqrtf(var + eps));
+  };
+  const RowStats st = row_stats(each, BLOCK_SUM, len, eps, is_rms);
+  const float mu = st.mu;
+  const Divisor denom = st.denom;
   auto out = [&](i64 j, float e) {
     const float n = round_to<T>((e - mu) / denom);
     yr[j] = from_f<T>(n * (1.0f + to_f(s[so + j * s_last])) + to_f(t[to + j * t_last]));
@@ -305,25 +286,20 @@ __device__ __forceinline__ void norm_modulate_vec_impl(const T* __restrict__ x, 
       sh[c] = ld4(t + to + j0 + 4 * c);
     }
   }
-  float v[VPT], acc = 0.0f;
+  float v[VPT];
 #pragma unroll
   for (int c = 0; c < C; ++c)
 #pragma unroll
     for (int e = 0; e < 4; ++e) v[4 * c + e] = act ? to_f(a[c].v[e]) : 0.0f;
+  const auto each = [&](auto&& f) {
+    if (act)
 #pragma unroll
-  for (int k = 0; k < VPT; ++k) acc += is_rms ? v[k] * v[k] : v[k];
-  float mu = 0.0f, var;
-  if (is_rms) {
-    var = block_sum(acc) / (float)len;
-  } else {
-    mu = block_sum(acc) / (float)len;
-    float q = 0.0f;
-#pragma unroll
-    for (int k = 0; k < VPT; ++k) q += act ? (v[k] - mu) * (v[k] - mu) : 0.0f;
-    var = block_sum(q) / (float)len;
-  }
+      for (int k = 0; k < VPT; ++k) f(v[k]);
+  };
+  const RowStats st = row_stats(each, BLOCK_SUM, len, eps, is_rms);  // every thread: the block sums wait on all
   if (!act) return;
-  const Divisor denom = divisor_of(sqrtf(var + eps));
+  const float mu = st.mu;
+  const Divisor denom = st.denom;
 #pragma unroll
   for (int c = 0; c < C; ++c) {
     V4<T> o;
@@ -355,30 +331,15 @@ __device__ __forceinline__ void norm_modulate_warp_impl(const T* __restrict__ x,
   C16<T> a[N];
 #pragma unroll
   for (int k = 0; k < N; ++k) a[k] = xr[k * 32 + lane];
-  float acc = 0.0f;
-#pragma unroll
-  for (int k = 0; k < N; ++k)
-#pragma unroll
-    for (int e = 0; e < P; ++e) {
-      const float f = to_f(a[k].v[e]);
-      acc += is_rms ? f * f : f;
-    }
-  float mu = 0.0f, var;
-  if (is_rms) {
-    var = warp_sum(acc) / (float)len;
-  } else {
-    mu = warp_sum(acc) / (float)len;
-    float q = 0.0f;
+  const auto each = [&](auto&& f) {
 #pragma unroll
     for (int k = 0; k < N; ++k)
 #pragma unroll
-      for (int e = 0; e < P; ++e) {
-        const float d = to_f(a[k].v[e]) - mu;
-        q += d * d;
-      }
-    var = warp_sum(q) / (float)len;
-  }
-  const Divisor denom = divisor_of(sqrtf(var + eps));
+      for (int e = 0; e < P; ++e) f(to_f(a[k].v[e]));
+  };
+  const RowStats st = row_stats(each, WARP_SUM, len, eps, is_rms);
+  const float mu = st.mu;
+  const Divisor denom = st.denom;
   i64 so, to;
   lead_offsets(row, meta, so, to);
   const C16<T>* sr = reinterpret_cast<const C16<T>*>(s + so);

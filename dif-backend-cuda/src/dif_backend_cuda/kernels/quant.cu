@@ -62,25 +62,13 @@ __device__ __forceinline__ void norm_modulate_quant_impl(const T* __restrict__ x
   const T* xr = x + row * len;
   i64 so, to;
   quant_lead_offsets(row, meta, so, to);
-  float acc = 0.0f;
-  for (i64 j = threadIdx.x; j < len; j += blockDim.x) {
-    const float e = to_f(xr[j]);
-    buf[j] = e;
-    acc += is_rms ? e * e : e;
-  }
-  float mu = 0.0f, var;
-  if (is_rms) {
-    var = block_sum(acc) / (float)len;
-  } else {
-    mu = block_sum(acc) / (float)len;
-    float d2 = 0.0f;
-    for (i64 j = threadIdx.x; j < len; j += blockDim.x) {
-      const float d = buf[j] - mu;
-      d2 += d * d;
-    }
-    var = block_sum(d2) / (float)len;
-  }
-  const Divisor denom = divisor_of(sqrtf(var + eps));
+  for (i64 j = threadIdx.x; j < len; j += blockDim.x) buf[j] = to_f(xr[j]);  // each thread its own entries
+  const auto each = [&](auto&& f) {
+    for (i64 j = threadIdx.x; j < len; j += blockDim.x) f(buf[j]);
+  };
+  const RowStats st = row_stats(each, BLOCK_SUM, len, eps, is_rms);
+  const float mu = st.mu;
+  const Divisor denom = st.denom;
   float amax = 0.0f;
   for (i64 j = threadIdx.x; j < len; j += blockDim.x) {
     const float d = (buf[j] - mu) / denom;
@@ -174,25 +162,16 @@ __device__ __forceinline__ void norm_modulate_quant_vec_impl(const T* __restrict
   i64 so, to;
   quant_lead_offsets(row, meta, so, to);
   float v[ROW_CHUNKS][8];
-  float acc = 0.0f;
-  ROW_CHUNK_FOR(i, c, nch) {
-    load8(x + row * len + 8 * c, v[i]);
-#pragma unroll
-    for (int e = 0; e < 8; ++e) acc += is_rms ? v[i][e] * v[i][e] : v[i][e];
-  }
-  float mu = 0.0f, var;
-  if (is_rms) {
-    var = block_sum(acc) / (float)len;
-  } else {
-    mu = block_sum(acc) / (float)len;
-    float d2 = 0.0f;
+  ROW_CHUNK_FOR(i, c, nch) load8(x + row * len + 8 * c, v[i]);
+  const auto each = [&](auto&& f) {
     ROW_CHUNK_FOR(i, c, nch) {
 #pragma unroll
-      for (int e = 0; e < 8; ++e) d2 += (v[i][e] - mu) * (v[i][e] - mu);
+      for (int e = 0; e < 8; ++e) f(v[i][e]);
     }
-    var = block_sum(d2) / (float)len;
-  }
-  const Divisor denom = divisor_of(sqrtf(var + eps));
+  };
+  const RowStats st = row_stats(each, BLOCK_SUM, len, eps, is_rms);
+  const float mu = st.mu;
+  const Divisor denom = st.denom;
   float amax = 0.0f;
   ROW_CHUNK_FOR(i, c, nch) {
     float a[8], b[8], g[8];
@@ -231,30 +210,15 @@ __device__ __forceinline__ void norm_modulate_quant_warp_impl(const T* __restric
   C16<T> a[N];
 #pragma unroll
   for (int k = 0; k < N; ++k) a[k] = xr[k * 32 + lane];
-  float acc = 0.0f;
-#pragma unroll
-  for (int k = 0; k < N; ++k)
-#pragma unroll
-    for (int e = 0; e < 8; ++e) {
-      const float f = to_f(a[k].v[e]);
-      acc += is_rms ? f * f : f;
-    }
-  float mu = 0.0f, var;
-  if (is_rms) {
-    var = warp_sum(acc) / (float)len;
-  } else {
-    mu = warp_sum(acc) / (float)len;
-    float d2 = 0.0f;
+  const auto each = [&](auto&& f) {
 #pragma unroll
     for (int k = 0; k < N; ++k)
 #pragma unroll
-      for (int e = 0; e < 8; ++e) {
-        const float d = to_f(a[k].v[e]) - mu;
-        d2 += d * d;
-      }
-    var = warp_sum(d2) / (float)len;
-  }
-  const Divisor denom = divisor_of(sqrtf(var + eps));
+      for (int e = 0; e < 8; ++e) f(to_f(a[k].v[e]));
+  };
+  const RowStats st = row_stats(each, WARP_SUM, len, eps, is_rms);
+  const float mu = st.mu;
+  const Divisor denom = st.denom;
   i64 so, to;
   quant_lead_offsets(row, meta, so, to);
   const C16<T>* sr = reinterpret_cast<const C16<T>*>(sc + so);
