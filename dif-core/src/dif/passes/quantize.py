@@ -455,7 +455,7 @@ def _int4_linears(program: Program, ctx: PassContext, group_of: GroupOf, held: S
         operands = (node.operands[0], wq, ws, *node.operands[2:])
         rw.replace[node.id] = [Node(node.id, "int4_linear", operands, node.results, {"group_size": group})]
         ctx.applied(f"linear -> int4_linear (groups of {group})", (node.id,), value)
-    return _gated_residuals_into_gemms(_fuse_back(rw.apply(ctx.pass_name), split, ctx.pass_name), ctx)
+    return _fuse_back(rw.apply(ctx.pass_name), split, ctx.pass_name)
 
 
 def quantize_fp8(program: Program, *, ctx: PassContext) -> Program:
