@@ -12,6 +12,9 @@
 - scaled_linear: fp8-e4m3 on cuBLASLt with the scales as outer-vector epilogue scales (one call, bf16 out);
   int8 (and fp8 where this cuBLASLt has no outer-vector scales) as raw-product GEMMs in blocks of rows plus the
   scaled epilogue kernel; the portable tile GEMM when cuBLASLt is absent or refuses (the reasons recorded).
+- scaled_linear_gated_residual: with one gate for every row, the fp8 GEMM above with the gate in its output-channel
+  scales and bias (a kernel writes them) and the residual as C; otherwise scaled_linear and the gated residual
+  in place.
 - int4_linear: with the backend's `int4="mma"` (DIF_CUDA_INT4) on sm_80+ over bf16 / f16 activations, a
   tensor-core GEMM (mma.sync) that unpacks each K slice of the weights into shared memory with the group scales
   applied; otherwise the portable tile GEMM whose weight loads unpack them. Either way the weights are
