@@ -154,6 +154,8 @@ def step_phase(args: argparse.Namespace) -> None:
                     res["by_op"] = {k: round(v["ms"], 3) for k, v in exe.profile(iters=2).items()}
                     by_shape = list(exe.profile(iters=2, by="shape").items())[:16]
                     res["by_shape"] = {k: round(v["ms"], 3) for k, v in by_shape}
+                    by_step = list(exe.profile(iters=2, by="step").items())[:24]  # the steps of each lowering
+                    res["by_step"] = {k: round(v["ms"], 3) for k, v in by_step}
                 res["vs_diffusers_eager"] = compare(got, ref)
                 if base_out is None:
                     base_out = got

@@ -366,6 +366,9 @@ def test_profile_times_the_stream_steps_under_their_kind() -> None:
     first = next(n for n in program.nodes if n.op == "linear")
     shape = "x".join(map(str, types[first.operands[0]].shape))
     assert any(k.startswith(f"linear {shape},") and "[" in k for k in linear), linear
+    by_step = exe.profile(iters=1, by="step")  # each lowering's steps by kernel name or kind
+    steps = {k: v for k, v in by_step.items() if k.startswith("linear: ")}
+    assert sum(v["steps"] for v in steps.values()) == prof["linear"]["steps"], by_step
 
 
 @pytest.mark.cuda

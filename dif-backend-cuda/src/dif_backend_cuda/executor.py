@@ -367,17 +367,18 @@ class CudaExecutable:
         """Device milliseconds per op (eager, a CUDA event after every step; mean over `iters` runs) and
         step counts: {key: {"ms": ..., "steps": ...}}. Launch gaps of tiny steps count toward their op.
         `by="shape"` splits each op by operand/result shapes and the lowering chosen, which tells apart
-        e.g. the GEMMs of one model (what a per-op total cannot say)."""
+        e.g. the GEMMs of one model (what a per-op total cannot say); `by="step"` by op and step (a kernel's
+        name, else the step's kind): where a lowering of several steps spends its time."""
         import cupy
 
-        if by not in ("op", "shape"):
-            raise ValueError(f"profile by 'op' or 'shape', not {by!r}")
+        if by not in ("op", "shape", "step"):
+            raise ValueError(f"profile by 'op', 'shape' or 'step', not {by!r}")
         stream = self.backend.stream
         events = [cupy.cuda.Event() for _ in range(len(self.steps) + 1)]
         # a streaming step is timed under its kind: "stream-wait" is how long the main stream stalled
         # for a weight block still on its way
         keys = [
-            s.kind if n == STREAM_STEP else self._profile_key(n, by)
+            s.kind if n == STREAM_STEP else self._profile_key(n, by, s)
             for n, s in zip(self.step_nodes, self.steps, strict=True)
         ]
         out: dict[str, dict[str, float]] = {}
@@ -393,10 +394,12 @@ class CudaExecutable:
                 out[key]["ms"] += cupy.cuda.get_elapsed_time(events[k], events[k + 1]) / iters
         return dict(sorted(out.items(), key=lambda kv: -kv[1]["ms"]))
 
-    def _profile_key(self, node_id: int, by: str) -> str:
+    def _profile_key(self, node_id: int, by: str, step: Any) -> str:
         node = self.program.node_by_id[node_id]
         if by == "op":
             return node.op
+        if by == "step":
+            return f"{node.op}: {getattr(step, 'name', step.kind)}"
         types = self.program.types
         shapes = ",".join("x".join(map(str, types[name].shape)) if name in types else "-" for name in node.operands)
         results = ",".join("x".join(map(str, r.type.shape)) for r in node.results)
