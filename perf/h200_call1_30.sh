@@ -22,8 +22,8 @@ source "$(dirname "$0")/h200_env.sh"
 stamp "stage 1: GPU tests"
 gpu_tests rows "changed kernels' GPU tests" 170 dif-backend-cuda/tests/test_quant_cuda.py \
   dif-backend-cuda/tests/test_input_staging.py dif-backend-cuda/tests/test_fast_paths_cuda.py \
-  dif-backend-cuda/tests/test_conformance_cuda.py \
-  -k "norm or silu or sigmoid or quant or glu or rope or modulate or residual or stag or fused_projection or tiny or gelu or mask"
+  dif-backend-cuda/tests/test_conformance_cuda.py dif-backend-cuda/tests/test_streaming.py \
+  -k "norm or silu or sigmoid or quant or glu or rope or modulate or residual or stag or fused_projection or tiny or gelu or mask or profile_times"
 stamp "stage 2: the row kernels alone"
 timeout 100 python3 perf/probe_elementwise.py --ops norm_modulate_quant,rms_norm_modulate_quant,act_mul_quant,glu_quant,concat_glu_quant,quantize_rows,rms_norm_rope,norm_modulate --out "$OUT/probe_elementwise.json" 2>&1 | cut -c1-240
 stamp "stage 3"
