@@ -17,8 +17,6 @@ compiled() {  # MODEL SECONDS: one forward with torch.compile beside eager, bf16
 }
 compiled krea2 220
 compiled klein-9b 170
-stamp "klein 9B prompt -> PNG"
-timeout 100 python3 perf/formats_h200.py --phase pipeline --models klein-9b --formats fp8-e4m3 --runs 3 2>&1 | tail -3
+pipeline_9b 100
 forward_step klein-4b
-rm -f "$OUT"/*.jpg
 stamp "done"
