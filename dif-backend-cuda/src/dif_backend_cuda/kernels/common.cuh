@@ -269,6 +269,7 @@ __device__ __forceinline__ float block_max(float v) {
 // A subnormal d, whose reciprocal would overflow, divides as 2^64 x / 2^64 d: both scalings are exact.
 struct Divisor {
   float d, r, k;
+  __device__ __forceinline__ float divisor() const { return d / k; }  // the d given (k is a power of two)
 };
 __device__ __forceinline__ Divisor divisor_of(float d) {
   const float k = fabsf(d) < 1.17549435e-38f ? 18446744073709551616.0f : 1.0f;

@@ -29,7 +29,7 @@ __device__ __forceinline__ void quantize_rows_impl(const T* __restrict__ x, Q* _
   for (i64 j = threadIdx.x; j < len; j += blockDim.x) amax = fmaxf(amax, fabsf(to_f(xr[j])));
   const Divisor scale = divisor_of(row_scale(block_max(amax), qmax_of(q)));
   for (i64 j = threadIdx.x; j < len; j += blockDim.x) qstore(q + row * len, j, to_f(xr[j]), scale);
-  if (threadIdx.x == 0) s[row] = scale.d / scale.k;
+  if (threadIdx.x == 0) s[row] = scale.divisor();
 }
 #define QUANTIZE_ROWS(TN, QN)                                                                              \
   KERNEL_ENTRY quantize_rows_##TN##_##QN(const TN* __restrict__ x, QN* __restrict__ q, float* __restrict__ s, \
@@ -79,7 +79,7 @@ __device__ __forceinline__ void norm_modulate_quant_impl(const T* __restrict__ x
   }
   const Divisor scale = divisor_of(row_scale(block_max(amax), qmax_of(q)));
   for (i64 j = threadIdx.x; j < len; j += blockDim.x) qstore(q + row * len, j, buf[j], scale);
-  if (threadIdx.x == 0) s[row] = scale.d / scale.k;
+  if (threadIdx.x == 0) s[row] = scale.divisor();
 }
 #define NORM_MODULATE_QUANT(TN, QN)                                                                        \
   KERNEL_ENTRY norm_modulate_quant_##TN##_##QN(const TN* __restrict__ x, const TN* __restrict__ sc,        \
@@ -148,7 +148,7 @@ __device__ __forceinline__ void quantize_rows_vec_impl(const T* __restrict__ x, 
   }
   const Divisor scale = divisor_of(row_scale(block_max(amax), qmax_of(q)));
   ROW_CHUNK_FOR(i, c, nch) store8(q + row * len + 8 * c, v[i], scale);
-  if (threadIdx.x == 0) s[row] = scale.d / scale.k;
+  if (threadIdx.x == 0) s[row] = scale.divisor();
 }
 
 template <class T, class W, class Q>
@@ -188,7 +188,7 @@ __device__ __forceinline__ void norm_modulate_quant_vec_impl(const T* __restrict
   }
   const Divisor scale = divisor_of(row_scale(block_max(amax), qmax_of(q)));
   ROW_CHUNK_FOR(i, c, nch) store8(q + row * len + 8 * c, v[i], scale);
-  if (threadIdx.x == 0) s[row] = scale.d / scale.k;
+  if (threadIdx.x == 0) s[row] = scale.divisor();
 }
 // norm_modulate_quant with one warp per row (as norm_modulate_warp<N> in fused.cu): rows of len = 256 * N
 // half-precision values, N 16-byte chunks per lane, lane-interleaved so every warp load covers 512 contiguous
@@ -242,7 +242,7 @@ __device__ __forceinline__ void norm_modulate_quant_warp_impl(const T* __restric
     for (int e = 0; e < 8; ++e) v[e] = to_f(a[k].v[e]);
     store8(q + row * len + 8 * (k * 32 + lane), v, scale);
   }
-  if (lane == 0) s[row] = scale.d / scale.k;
+  if (lane == 0) s[row] = scale.divisor();
 }
 #define NORM_MODULATE_QUANT_WARP(TN, QN, N)                                                                \
   KERNEL_ENTRY norm_modulate_quant_warp##N##_##TN##_##QN(const TN* __restrict__ x, const TN* __restrict__ sc, \
@@ -304,7 +304,7 @@ __device__ __forceinline__ void glu_quant_impl(const T* __restrict__ prefix, i64
   }
   const Divisor scale = divisor_of(row_scale(block_max(amax), qmax_of(q)));
   for (i64 j = threadIdx.x; j < len; j += blockDim.x) qstore(q + row * len, j, buf[j], scale);
-  if (threadIdx.x == 0) s[row] = scale.d / scale.k;
+  if (threadIdx.x == 0) s[row] = scale.divisor();
 }
 // The same with the row in registers (as the *_vec_* kernels above: p and h multiples of 8, 16-byte aligned).
 template <int ACT, class T, class Q>
@@ -331,7 +331,7 @@ __device__ __forceinline__ void glu_quant_vec_impl(const T* __restrict__ prefix,
   }
   const Divisor scale = divisor_of(row_scale(block_max(amax), qmax_of(q)));
   ROW_CHUNK_FOR(i, c, nch) store8(q + row * len + 8 * c, v[i], scale);
-  if (threadIdx.x == 0) s[row] = scale.d / scale.k;
+  if (threadIdx.x == 0) s[row] = scale.divisor();
 }
 #define GLU_QUANT(ACTN, ACT, TN, QN)                                                                       \
   KERNEL_ENTRY glu_quant_##ACTN##_##TN##_##QN(const TN* __restrict__ prefix, i64 p, const TN* __restrict__ x, \
@@ -366,7 +366,7 @@ __device__ __forceinline__ void act_mul_quant_impl(const T* __restrict__ g, cons
   }
   const Divisor scale = divisor_of(row_scale(block_max(amax), qmax_of(q)));
   for (i64 j = threadIdx.x; j < len; j += blockDim.x) qstore(q + row * len, j, buf[j], scale);
-  if (threadIdx.x == 0) s[row] = scale.d / scale.k;
+  if (threadIdx.x == 0) s[row] = scale.divisor();
 }
 template <int ACT, class T, class Q>
 __device__ __forceinline__ void act_mul_quant_vec_impl(const T* __restrict__ g, const T* __restrict__ u,
@@ -387,7 +387,7 @@ __device__ __forceinline__ void act_mul_quant_vec_impl(const T* __restrict__ g, 
   }
   const Divisor scale = divisor_of(row_scale(block_max(amax), qmax_of(q)));
   ROW_CHUNK_FOR(i, c, nch) store8(q + row * len + 8 * c, v[i], scale);
-  if (threadIdx.x == 0) s[row] = scale.d / scale.k;
+  if (threadIdx.x == 0) s[row] = scale.divisor();
 }
 #define ACT_MUL_QUANT(ACTN, ACT, TN, QN)                                                                   \
   KERNEL_ENTRY act_mul_quant_##ACTN##_##TN##_##QN(const TN* __restrict__ g, const TN* __restrict__ u,      \
