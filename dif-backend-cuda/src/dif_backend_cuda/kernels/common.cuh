@@ -308,6 +308,23 @@ __device__ __forceinline__ RowStats row_stats(const Each& each, const Sum& sum, 
 }
 #define BLOCK_SUM [](float v) { return block_sum(v); }
 #define WARP_SUM [](float v) { return warp_sum(v); }
+// A warp's row x of 32 * N 16-byte chunks read into a (lane l holds chunks k * 32 + l, so every warp load covers
+// 512 contiguous bytes) and its norm statistics.
+template <class T, int N>
+__device__ __forceinline__ RowStats warp_row_stats(const T* __restrict__ x, C16<T> (&a)[N], float eps, int is_rms) {
+  constexpr int P = 16 / sizeof(T);
+  const int lane = threadIdx.x & 31;
+  const C16<T>* xr = reinterpret_cast<const C16<T>*>(x);
+#pragma unroll
+  for (int k = 0; k < N; ++k) a[k] = xr[k * 32 + lane];
+  const auto each = [&](auto&& f) {
+#pragma unroll
+    for (int k = 0; k < N; ++k)
+#pragma unroll
+      for (int e = 0; e < P; ++e) f(to_f(a[k].v[e]));
+  };
+  return row_stats(each, WARP_SUM, 32 * N * P, eps, is_rms);
+}
 
 __device__ __forceinline__ float sigmoid_f(float x) {
   // split by sign so exp never overflows (as the reference does). The denominator lies in [1, 2], where the

@@ -327,17 +327,8 @@ __device__ __forceinline__ void norm_modulate_warp_impl(const T* __restrict__ x,
   const int lane = threadIdx.x & 31;
   const i64 row = (i64)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
   if (row >= rows) return;  // whole warps leave together
-  const C16<T>* xr = reinterpret_cast<const C16<T>*>(x + row * len);
   C16<T> a[N];
-#pragma unroll
-  for (int k = 0; k < N; ++k) a[k] = xr[k * 32 + lane];
-  const auto each = [&](auto&& f) {
-#pragma unroll
-    for (int k = 0; k < N; ++k)
-#pragma unroll
-      for (int e = 0; e < P; ++e) f(to_f(a[k].v[e]));
-  };
-  const RowStats st = row_stats(each, WARP_SUM, len, eps, is_rms);
+  const RowStats st = warp_row_stats(x + row * len, a, eps, is_rms);
   const float mu = st.mu;
   const Divisor denom = st.denom;
   i64 so, to;

@@ -19,6 +19,16 @@ __device__ __forceinline__ void qstore(i8* q, i64 j, float v, Divisor scale) {
 
 __device__ __forceinline__ float row_scale(float amax, float qmax) { return amax > 0.0f ? amax / qmax : 1.0f; }
 
+// The end of a block-per-row kernel that staged its row in shared memory (buf, each thread its own entries): the
+// row's scale from the threads' amax, then the quantized row and the scale written.
+template <class Q>
+__device__ __forceinline__ void quantize_staged_row(const float* buf, Q* __restrict__ q, float* __restrict__ s,
+                                                    i64 len, float amax) {
+  const Divisor scale = divisor_of(row_scale(block_max(amax), qmax_of(q)));
+  for (i64 j = threadIdx.x; j < len; j += blockDim.x) qstore(q, j, buf[j], scale);
+  if (threadIdx.x == 0) *s = scale.divisor();
+}
+
 // ---- quantize_rows: one block per row (the op table's standalone form; the passes never emit it) ----------
 template <class T, class Q>
 __device__ __forceinline__ void quantize_rows_impl(const T* __restrict__ x, Q* __restrict__ q, float* __restrict__ s,
@@ -77,9 +87,7 @@ __device__ __forceinline__ void norm_modulate_quant_impl(const T* __restrict__ x
     buf[j] = y;  // each thread rereads only its own entries: no barrier needed before the next loop
     amax = fmaxf(amax, fabsf(y));
   }
-  const Divisor scale = divisor_of(row_scale(block_max(amax), qmax_of(q)));
-  for (i64 j = threadIdx.x; j < len; j += blockDim.x) qstore(q + row * len, j, buf[j], scale);
-  if (threadIdx.x == 0) s[row] = scale.divisor();
+  quantize_staged_row(buf, q + row * len, s + row, len, amax);
 }
 #define NORM_MODULATE_QUANT(TN, QN)                                                                        \
   KERNEL_ENTRY norm_modulate_quant_##TN##_##QN(const TN* __restrict__ x, const TN* __restrict__ sc,        \
@@ -206,17 +214,8 @@ __device__ __forceinline__ void norm_modulate_quant_warp_impl(const T* __restric
   const int lane = threadIdx.x & 31;
   const i64 row = (i64)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
   if (row >= rows) return;  // whole warps leave together: the shuffles below stay warp-uniform
-  const C16<T>* xr = reinterpret_cast<const C16<T>*>(x + row * len);
   C16<T> a[N];
-#pragma unroll
-  for (int k = 0; k < N; ++k) a[k] = xr[k * 32 + lane];
-  const auto each = [&](auto&& f) {
-#pragma unroll
-    for (int k = 0; k < N; ++k)
-#pragma unroll
-      for (int e = 0; e < 8; ++e) f(to_f(a[k].v[e]));
-  };
-  const RowStats st = row_stats(each, WARP_SUM, len, eps, is_rms);
+  const RowStats st = warp_row_stats(x + row * len, a, eps, is_rms);
   const float mu = st.mu;
   const Divisor denom = st.denom;
   i64 so, to;
@@ -302,9 +301,7 @@ __device__ __forceinline__ void glu_quant_impl(const T* __restrict__ prefix, i64
     buf[j] = y;  // each thread rereads only its own entries
     amax = fmaxf(amax, fabsf(y));
   }
-  const Divisor scale = divisor_of(row_scale(block_max(amax), qmax_of(q)));
-  for (i64 j = threadIdx.x; j < len; j += blockDim.x) qstore(q + row * len, j, buf[j], scale);
-  if (threadIdx.x == 0) s[row] = scale.divisor();
+  quantize_staged_row(buf, q + row * len, s + row, len, amax);
 }
 // The same with the row in registers (as the *_vec_* kernels above: p and h multiples of 8, 16-byte aligned).
 template <int ACT, class T, class Q>
@@ -364,9 +361,7 @@ __device__ __forceinline__ void act_mul_quant_impl(const T* __restrict__ g, cons
     buf[j] = y;  // each thread rereads only its own entries
     amax = fmaxf(amax, fabsf(y));
   }
-  const Divisor scale = divisor_of(row_scale(block_max(amax), qmax_of(q)));
-  for (i64 j = threadIdx.x; j < len; j += blockDim.x) qstore(q + row * len, j, buf[j], scale);
-  if (threadIdx.x == 0) s[row] = scale.divisor();
+  quantize_staged_row(buf, q + row * len, s + row, len, amax);
 }
 template <int ACT, class T, class Q>
 __device__ __forceinline__ void act_mul_quant_vec_impl(const T* __restrict__ g, const T* __restrict__ u,
