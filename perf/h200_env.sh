@@ -11,7 +11,7 @@
 #     PYTHONPYCACHEPREFIX the first process writes whatever it imports and later ones only read; the
 #     snapshot and the wheels are compiled into it up front, as pip does at install.
 # After it: $OUT exists, `stamp MESSAGE` prints the elapsed seconds, `gpu_tests NAME LABEL SECONDS PYTEST_ARGS...`
-# runs pytest into $OUT/pytest_NAME.log and $OUT/NAME_tests.json, `forward_step MODEL` times one forward into
+# runs pytest into $OUT/pytest_NAME.log and $OUT/NAME_tests.json, `forward_step MODEL [FORMATS]` times one forward into
 # $OUT/step_MODEL.json, `pipeline_9b SECONDS` the klein 9B pipeline into $OUT/pipeline_klein-9b.json, the working
 # directory is the snapshot.
 set -uo pipefail
@@ -30,9 +30,10 @@ gpu_tests() {  # NAME LABEL SECONDS PYTEST_ARGS...: the tests' log, rc, failures
   grep -E "^(FAILED|ERROR)" "$OUT/pytest_$name.log" | head -10
   python3 perf/junit_summary.py "/tmp/junit_$name.xml" "$OUT/${name}_tests.json" --label "$label" >/dev/null 2>&1
 }
-forward_step() {  # MODEL: one forward at 1024^2, bf16 and fp8-e4m3 (perf/formats_h200.py), its time by op printed
+forward_step() {  # MODEL [FORMATS]: one forward at 1024^2, bf16 and FORMATS (default fp8-e4m3; perf/formats_h200.py),
+  # its time by op printed
   stamp "$1 one forward"
-  timeout 150 python3 perf/formats_h200.py --phase step --models "$1" --formats fp8-e4m3 --iters 10 2>&1 | tail -4
+  timeout 200 python3 perf/formats_h200.py --phase step --models "$1" --formats "${2:-fp8-e4m3}" --iters 10 2>&1 | tail -4
   python3 -c "
 import json; d = json.load(open('$OUT/step_$1.json'))['formats']
 for f, r in d.items(): print(f, 'by op', dict(list(r.get('by_op', {}).items())[:10]))

@@ -52,3 +52,21 @@ def test_every_block_gated_residual_goes_into_its_fp8_gemm(build, blocks: int) -
     assert ops.get("scaled_linear_gated_residual") == blocks and "gated_residual" not in ops
     fused = [d for d in decisions if d.reason == "scaled_linear + gated_residual -> scaled_linear_gated_residual"]
     assert len(fused) == blocks and all(d.verdict == "applied" for d in fused)
+
+
+# klein's 8 + 24 (4B: 5 + 20) attentions read q and k from rms_norm_rope (the double blocks' two streams
+# concatenated); Krea 2's 28 image attentions do, its 4 text-fusion attentions (q, k without RoPE) do not
+@pytest.mark.parametrize(
+    ("build", "normed", "plain"),
+    [(lambda: klein("klein-4b"), 25, 0), (lambda: klein("klein-9b"), 32, 0), (krea2, 28, 4)],
+    ids=["klein-4b", "klein-9b", "krea2"],
+)
+def test_every_normed_attention_reads_q_and_k_quantized_by_their_norms(build, normed: int, plain: int) -> None:  # type: ignore[no-untyped-def]
+    fp8, decisions = optimize(build(), target=FP8, passes=(*DEFAULT_PASSES, "quantize_fp8", "quantize_fp8_attention"))
+    ops = fp8.op_histogram()
+    assert ops.get("sdpa_fp8_qk") == normed and ops.get("sdpa_fp8", 0) == plain and "sdpa" not in ops
+    assert ops.get("rms_norm_rope_quant", 0) >= 2 * normed and "rms_norm_rope" not in ops
+    for node in (n for n in fp8.nodes if n.op == "sdpa_fp8_qk"):  # e4m3 in, and one f32 scale for each
+        assert [fp8.types[o].dtype.value for o in node.operands[:4]] == ["f8e4m3", "f32", "f8e4m3", "f32"]
+    attention = [d for d in decisions if d.pass_name == "quantize_fp8_attention"]
+    assert len(attention) == normed + plain and all(d.verdict == "applied" for d in attention)

@@ -134,6 +134,13 @@ def _tensors(program: Any) -> dict[str, DevTensor]:
     return out
 
 
+def _fake_scratch(key: Any, nbytes: int) -> Any:
+    """`LowerCtx.shared_scratch` without a device: an address the launches record, never dereferenced here."""
+    from types import SimpleNamespace
+
+    return SimpleNamespace(ptr=1 << 40, size=nbytes)
+
+
 LIBRARY_ONLY_OPS = {"sdpa_backward", "sdpa_stats"}
 """Ops whose only lowering is a library's (cuDNN's flash-attention backward): the fake backend has none;
 `test_conformance_cuda.py` runs them on the GPU."""
@@ -147,6 +154,7 @@ def test_every_conformance_case_lowers_to_matching_kernels(sigs: dict[str, dict[
             continue
         program = case_program(case)
         ctx = LowerCtx(backend, OPS)
+        ctx.shared_scratch = _fake_scratch  # type: ignore[method-assign]
         tensors = _tensors(program)
         for node in program.nodes:
             steps = lower_node(ctx, node, [tensors[o] for o in node.operands], [tensors[r.name] for r in node.results])
@@ -565,6 +573,103 @@ def test_sdpa_fp8_quantizes_around_cudnn_or_runs_in_the_run_dtype_saying_why(
         _check_args(step)
     assert [a for a in amax.args[3:12]] == [80] * 3 + [4 * d] * 3 + [3 * 4 * d] * 3  # rows, widths, strides
     assert amax.grid == quantize.grid == (132 * 2, 3)
+
+
+@pytest.mark.parametrize("mask", [False, True])
+def test_sdpa_fp8_qk_quantizes_v_alone_and_copies_the_given_scales(
+    sigs: dict[str, dict[str, list[str]]], monkeypatch: pytest.MonkeyPatch, mask: bool
+) -> None:
+    """q and k come quantized (`rms_norm_rope_quant`): cuDNN's graph reads them where they are, the passes run
+    one row of blocks (t0 = 2: v) in the 16-byte form, and the quantizing pass gets q's and k's scale pointers."""
+    import sys
+    from types import SimpleNamespace
+
+    from dif.ir.builder import ProgramBuilder
+    from dif_backend_cuda import sdpa
+
+    class FakeFp8Graph:
+        def __init__(self, *args: Any, seq_lens: int = 0) -> None:
+            self.args, self.seq_lens, self.choice = args, seq_lens, "heuristic's first plan"
+
+    monkeypatch.setattr(sdpa, "CudnnSdpaFp8", FakeFp8Graph)
+    memory = SimpleNamespace(Memory=lambda n: SimpleNamespace(ptr=1 << 41, size=n),
+                             runtime=SimpleNamespace(memcpy=lambda *args: None))  # fmt: skip
+    monkeypatch.setitem(sys.modules, "cupy", SimpleNamespace(cuda=memory))
+    b = ProgramBuilder("fp8-attention-qk")
+    q8, k8 = (b.input(n, (1, 80, heads, 128), "f8e4m3") for n, heads in (("q8", 8), ("k8", 2)))
+    qs, ks = (b.input(n, (1,), "f32") for n in ("qs", "ks"))
+    v = b.input("v", (1, 80, 2, 128), "bf16")
+    key_mask = b.input("mask", (1, 80), "bool") if mask else None
+    b.output(b.emit("sdpa_fp8_qk", q8, qs, k8, ks, v, key_mask, scale=0.0, causal=False))
+    program = b.build()
+    backend = _FakeBackend(sigs)
+    backend.cudnn = lambda: object()  # type: ignore[method-assign]
+    ctx = LowerCtx(backend, OPS)
+    ctx.shared_scratch = _fake_scratch  # type: ignore[method-assign]
+    tensors = _tensors(program)
+    node = program.nodes[0]
+    steps = lower_node(ctx, node, [tensors[o] for o in node.operands], [tensors[r.name] for r in node.results])
+    choice = ctx.choices[node.id]
+    assert "q and k quantized by their norms" in choice and "one element a thread" not in choice, choice
+    if mask:
+        order, amax, quantize, gather, graph, dequantize, zero_rows = steps
+        launches = [order, amax, quantize, gather, dequantize, zero_rows]
+        assert gather.args[0] == tensors["k8"].ptr  # the given keys, gathered with v's e4m3 copy
+    else:
+        amax, quantize, graph, dequantize = steps
+        launches = [amax, quantize, dequantize]
+    for step in launches:
+        _check_args(step)
+    assert amax.name == "fp8_amax3_vec_bf16" and dequantize.name == "fp8_dequantize_vec_bf16"
+    assert amax.grid == quantize.grid == (132 * 2, 1) and amax.args[12] == 2  # t0: v alone
+    assert graph.args[7] == tensors["q8"].ptr and (mask or graph.args[8] == tensors["k8"].ptr)
+    assert list(quantize.args[-2:]) == [tensors["qs"].ptr, tensors["ks"].ptr]
+
+
+def test_sdpa_fp8_qk_without_cudnn_dequantizes_q_and_k_saying_why(sigs: dict[str, dict[str, list[str]]]) -> None:
+    from dif.ir.builder import ProgramBuilder
+
+    b = ProgramBuilder("fp8-attention-qk")
+    q8, k8 = (b.input(n, (1, 80, 2, 64), "f8e4m3") for n in ("q8", "k8"))
+    qs, ks = (b.input(n, (1,), "f32") for n in ("qs", "ks"))
+    b.output(b.emit("sdpa_fp8_qk", q8, qs, k8, ks, b.input("v", (1, 80, 2, 64), "bf16"), scale=0.0, causal=False))
+    program = b.build()
+    ctx = LowerCtx(_FakeBackend(sigs), OPS)
+    ctx.shared_scratch = _fake_scratch  # type: ignore[method-assign]
+    tensors = _tensors(program)
+    node = program.nodes[0]
+    steps = lower_node(ctx, node, [tensors[o] for o in node.operands], [tensors[r.name] for r in node.results])
+    back_q, back_k, *attention = steps
+    assert back_q.name == back_k.name == "fp8_dequantize_vec_bf16" and attention
+    assert [back_q.args[1], back_k.args[1]] == [tensors["qs"].ptr, tensors["ks"].ptr]
+    assert "not fp8: cuDNN unavailable" in ctx.choices[node.id], ctx.choices[node.id]
+
+
+@pytest.mark.parametrize(("heads", "dim", "kernel"), [
+    (8, 128, "rms_norm_rope_q8_vec8_bf16_bf16_f32"),
+    (12, 128, "rms_norm_rope_q8_vec4_bf16_bf16_f32"),
+    (3, 64, "rms_norm_rope_q8_bf16_bf16_f32"),  # the warp-per-row kernel
+])  # fmt: skip
+def test_rms_norm_rope_quant_takes_the_bound_weights_and_the_scale(
+    sigs: dict[str, dict[str, list[str]]], heads: int, dim: int, kernel: str
+) -> None:
+    from dif.ir.builder import ProgramBuilder
+
+    b = ProgramBuilder("norm-rope-quant")
+    x = b.input("x", (1, 16, heads, dim), "bf16")
+    w, other = (b.input(n, (dim,), "bf16") for n in ("w", "other"))
+    cos, sin = (b.input(n, (16, dim), "f32") for n in ("cos", "sin"))
+    q, s = b.emit_multi("rms_norm_rope_quant", x, w, cos, sin, other, mode="pairs", dtype="f8e4m3")
+    b.output(q, s)
+    program = b.build()
+    ctx = LowerCtx(_FakeBackend(sigs), OPS)
+    tensors = _tensors(program)
+    node = program.nodes[0]
+    (step,) = lower_node(ctx, node, [tensors[o] for o in node.operands], [tensors[r.name] for r in node.results])
+    _check_args(step)
+    assert step.name == kernel
+    # the tail: the bound weights (null past the one given), then the scale
+    assert list(step.args[-4:]) == [tensors["other"].ptr, 0, 0, tensors[s.name].ptr]
 
 
 @pytest.mark.parametrize(("op", "dtype", "length", "kernel", "threads"), [

@@ -364,6 +364,61 @@ def test_sdpa_fp8_with_a_key_mask_matches_the_reference() -> None:
     assert rel(got, sdpa_fp8(q, k, v, mask, scale=0.0, causal=False)) < 0.03
 
 
+def _pair_tables(tokens: int, width: int) -> tuple[np.ndarray, np.ndarray]:
+    ang = RNG.uniform(-3, 3, (tokens, width // 2))
+    return tuple(np.repeat(f(ang), 2, axis=1).astype(np.float32) for f in (np.cos, np.sin))  # type: ignore[return-value]
+
+
+@pytest.mark.parametrize("heads, dim, wdt, offset", [
+    (24, 128, "bf16", 0.0),  # klein: 8 heads a warp
+    (12, 128, "f32", 1.0),  # Krea 2's k (f32 weights, zero-centred): 4 heads a warp
+    (3, 64, "bf16", 0.0),  # the warp-per-row kernel
+])  # fmt: skip
+def test_rms_norm_rope_quant_matches_the_reference(heads: int, dim: int, wdt: str, offset: float) -> None:
+    """The e4m3 values and the scale the norm weights bound (with another stream's weight sharing it) against
+    dif.ops.quant.rms_norm_rope_quant: the scale exactly, the values but for an fp32 rounding's step."""
+    be = backend()
+    needs_units(be, "fp8-e4m3")
+    from dif.ops.quant import rms_norm_rope_quant
+
+    x = (RNG.standard_normal((1, 96, heads, dim)) * 3).astype(BF16)
+    wt = BF16 if wdt == "bf16" else np.float32
+    w, other = ((RNG.standard_normal(dim) * 0.3 + (0.0 if offset else 1.0)).astype(wt) for _ in range(2))
+    cos, sin = _pair_tables(96, dim)
+    attrs = {"eps": 1e-6, "offset": offset, "round_before_weight": False, "mode": "pairs", "dtype": "f8e4m3"}
+    (q, s), choices = run_one(be, "rms_norm_rope_quant", [x, w, cos, sin, other], **attrs)
+    want_q, want_s = rms_norm_rope_quant(x, w, cos, sin, other, **attrs)
+    assert s.tolist() == want_s.tolist()
+    got, want = (np.asarray(a).astype(np.float32) for a in (q, want_q))
+    assert np.mean(got == want) > 0.99 and np.all(np.abs(got - want) <= np.abs(want) * 0.125 + 2**-9)
+
+
+@pytest.mark.parametrize("masked", [False, True])
+def test_sdpa_fp8_qk_matches_the_reference(masked: bool) -> None:
+    """cuDNN's fp8 attention over q and k quantized by their norms (v quantized by the passes alone) against
+    dif.ops.attention.sdpa_fp8_qk; with Krea 2's masked keys the given keys are gathered with v's copy."""
+    be = backend()
+    needs_units(be, "fp8-e4m3")
+    from dif.ops.attention import sdpa_fp8_qk
+    from dif.ops.quant import rms_norm_rope_quant
+
+    cos, sin = _pair_tables(320, 128)
+    attrs = {"eps": 1e-6, "offset": 0.0, "round_before_weight": False, "mode": "pairs", "dtype": "f8e4m3"}
+    (q8, qs), (k8, ks) = (
+        rms_norm_rope_quant(RNG.standard_normal((2, 320, h, 128)).astype(BF16),
+                            (1 + 0.3 * RNG.standard_normal(128)).astype(BF16), cos, sin, **attrs)
+        for h in (8, 2)
+    )  # fmt: skip
+    v = RNG.standard_normal((2, 320, 2, 128)).astype(BF16)
+    mask = np.ones((2, 320), bool)
+    mask[0, 200:260] = False
+    mask[1, 70:] = False
+    operands = [q8, qs, k8, ks, v, *([mask] if masked else [])]
+    (got,), choices = run_one(be, "sdpa_fp8_qk", operands, scale=0.0, causal=False)
+    assert "q and k quantized by their norms" in choices[0], choices
+    assert rel(got, sdpa_fp8_qk(*operands, scale=0.0, causal=False)) < 0.03
+
+
 def test_sdpa_fp8_cudnn_cannot_run_falls_back_to_the_run_dtype_saying_why() -> None:
     be = backend()
     from dif.ops.attention import sdpa

@@ -156,3 +156,97 @@ def test_sdpa_fp8_matches_the_same_arithmetic_in_torch(case: str) -> None:
     exact = sdpa(q, k, v, mask, scale=0.0, causal=causal)
     err = np.linalg.norm(got - exact) / np.linalg.norm(exact)
     assert 0.005 < err < 0.08, err  # fp8's error, neither absent nor gross
+
+
+def _pair_tables(positions: int, width: int, *, zero_first: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    ang = RNG.uniform(-3, 3, (positions, width // 2))
+    if zero_first:
+        ang[0] = 0.0  # the first position unrotated: its values are the normalized ones
+    return tuple(np.repeat(f(ang), 2, axis=1).astype(np.float32) for f in (np.cos, np.sin))  # type: ignore[return-value]
+
+
+def _torch_norm_rope(torch, x, w, cos, sin, offset: float):  # type: ignore[no-untyped-def]
+    """rms_norm_rope's value written again in torch: the RMS norm in fp32, rounded to x's dtype, pairs rotated."""
+    t = torch.from_numpy(np.asarray(x, np.float32))
+    n = t * torch.rsqrt(t.pow(2).mean(-1, keepdim=True) + 1e-6) * (torch.from_numpy(np.asarray(w, np.float32)) + offset)
+    n = n.to(torch.bfloat16).float()
+    c, s = (torch.from_numpy(a)[None, :, None, :] for a in (cos, sin))
+    rot = torch.stack([-n[..., 1::2], n[..., 0::2]], dim=-1).flatten(-2)
+    return n * c + rot * s
+
+
+@pytest.mark.parametrize("offset", [0.0, 1.0])
+def test_rms_norm_rope_quant_bounds_every_value_and_matches_torch(offset: float) -> None:
+    """The scale sqrt(D) * max|w + offset| / 448 is known before the tensor: no value of any row reaches past
+    448 (a row whose energy sits in the channel of the largest weight comes within rounding of it), and the
+    values are torch's float8_e4m3fn casts of the rotated rows at that scale."""
+    torch = pytest.importorskip("torch")
+    from dif.ops.quant import rms_norm_rope_quant
+
+    d = 32
+    w = (RNG.standard_normal(d) * 0.5 + (0.0 if offset else 1.0)).astype(np.float32)
+    x = RNG.standard_normal((2, 6, 3, d)).astype(ml_dtypes.bfloat16)
+    peak = int(np.argmax(np.abs(w + offset)))
+    x[0, 0, 0] = 0
+    x[0, 0, 0, peak] = 5.0  # all of the row's energy in one channel: sqrt(D) after the norm
+    cos, sin = _pair_tables(6, d, zero_first=True)
+    q, s = rms_norm_rope_quant(x, w, cos, sin, eps=1e-6, offset=offset, round_before_weight=False, mode="pairs",
+                               dtype="f8e4m3")  # fmt: skip
+    assert q.dtype == ml_dtypes.float8_e4m3fn and s.shape == (1,) and s.dtype == np.float32
+    np.testing.assert_allclose(s[0], np.sqrt(d) * np.max(np.abs(w + offset)) / 448, rtol=1e-6)
+    rotated = _torch_norm_rope(torch, x, w, cos, sin, offset)
+    unsaturated = (rotated / float(s[0])).abs()
+    assert float(unsaturated.max()) <= 448 * (1 + 2**-7)  # within bf16's rounding of the bound
+    assert float(unsaturated[0, 0, 0].max()) > 440  # and the bound is reached
+    want = (rotated / float(s[0])).clamp(-448, 448).to(torch.float8_e4m3fn).float().numpy()
+    close = np.isclose(q.astype(np.float32), want, rtol=1e-6)
+    assert close.mean() > 0.99, f"{(~close).sum()} of {close.size} differ"  # fp32 order moves a few across a rounding
+
+
+def test_rms_norm_rope_quant_shares_one_scale_across_streams() -> None:
+    """Two streams of one tensor, each with its own norm weight and the other's as its bound: the same scale,
+    which the larger weight sets, and each stream's values within e4m3's half step of its rms_norm_rope."""
+    from dif.ops.fused import rms_norm_rope
+    from dif.ops.quant import rms_norm_rope_quant
+
+    d = 16
+    small, large = (np.full(d, v, ml_dtypes.bfloat16) + RNG.standard_normal(d).astype(ml_dtypes.bfloat16) * 0.1
+                    for v in (0.5, 2.0))  # fmt: skip
+    x = RNG.standard_normal((1, 4, 2, d)).astype(ml_dtypes.bfloat16)
+    cos, sin = _pair_tables(4, d)
+    attrs = {"eps": 1e-6, "offset": 0.0, "round_before_weight": False, "mode": "pairs"}
+    (q0, s0), (q1, s1) = (rms_norm_rope_quant(x, w, cos, sin, b, **attrs, dtype="f8e4m3")
+                          for w, b in ((small, large), (large, small)))  # fmt: skip
+    largest = np.float32(np.max(np.abs(large.astype(np.float32))))
+    assert s0[0] == s1[0] == np.float32(np.sqrt(np.float32(d)) * largest / np.float32(448))
+    for q, w in ((q0, small), (q1, large)):
+        exact = rms_norm_rope(x, w, cos, sin, **attrs)
+        err = np.abs(q.astype(np.float32) * s0[0] - exact)
+        assert np.all(err <= np.maximum(np.abs(exact) * 2**-4, s0[0] * 2**-9) * (1 + 1e-3))  # half a step of e4m3
+
+
+def test_sdpa_fp8_qk_over_bounded_norms_is_within_fp8_error() -> None:
+    """Attention over q, k quantized at the norms' bound against exact attention over the bf16 rms_norm_rope
+    values: as close as sdpa_fp8 with per-tensor amax scales (the bound costs no precision), fp8's error."""
+    from dif.ops.attention import sdpa, sdpa_fp8, sdpa_fp8_qk
+    from dif.ops.fused import rms_norm_rope
+    from dif.ops.quant import rms_norm_rope_quant
+
+    d, attrs = 64, {"eps": 1e-6, "offset": 0.0, "round_before_weight": False, "mode": "pairs"}
+    cos, sin = _pair_tables(48, d)
+    xs = [RNG.standard_normal((2, 48, h, d)).astype(ml_dtypes.bfloat16) for h in (4, 2)]
+    ws = [(1 + 0.3 * RNG.standard_normal(d)).astype(ml_dtypes.bfloat16) for _ in range(2)]
+    v = RNG.standard_normal((2, 48, 2, d)).astype(ml_dtypes.bfloat16)
+    q, k = (
+        np.asarray(rms_norm_rope(x, w, cos, sin, **attrs)).astype(ml_dtypes.bfloat16)
+        for x, w in zip(xs, ws, strict=True)
+    )
+    (q8, qs), (k8, ks) = (
+        rms_norm_rope_quant(x, w, cos, sin, **attrs, dtype="f8e4m3") for x, w in zip(xs, ws, strict=True)
+    )
+    exact = sdpa(q, k, v, scale=0.0, causal=False)
+    errs = [
+        np.linalg.norm(got - exact) / np.linalg.norm(exact)
+        for got in (sdpa_fp8_qk(q8, qs, k8, ks, v, scale=0.0, causal=False), sdpa_fp8(q, k, v, scale=0.0, causal=False))
+    ]
+    assert 0.005 < errs[0] < 0.08 and errs[0] < 1.5 * errs[1], errs

@@ -488,3 +488,78 @@ def test_fp8_attention_on_cpu_is_the_reference_arithmetic() -> None:
     first = sdpa_fp8(inputs["q"], inputs["k"], inputs["v"], scale=0.0, causal=False).astype(np.float16)
     want = sdpa_fp8(first, inputs["k"], inputs["v"], scale=0.0, causal=False)
     np.testing.assert_allclose(next(iter(got.values())).astype(np.float32), want, rtol=2e-3, atol=2e-3)
+
+
+def normed_attention(streams: int, *, k_read_elsewhere: bool = False) -> Program:
+    """One attention over q and k made by an RMS norm and RoPE per stream (`streams` of them concatenated along
+    the sequence, each with its own norm weights, as FLUX.2's text and image streams), [1, 8 * streams, 2, 32]."""
+    b = ProgramBuilder("normed")
+    cos, sin = (b.input(n, (8 * streams, 32), "f32") for n in ("cos", "sin"))
+    parts: dict[str, list] = {"q": [], "k": []}
+    for i in range(streams):
+        for t in ("q", "k"):
+            x = b.input(f"{t}{i}", (1, 8, 2, 32), "bf16")
+            w = b.param(f"norm_{t}{i}.weight", (32,), "bf16")
+            c, s = (b.emit("slice", tab, axis=0, start=8 * i, stop=8 * (i + 1), step=1) for tab in (cos, sin))
+            parts[t].append(b.emit("rope", b.emit("rms_norm", x, w, eps=1e-6), c, s, mode="pairs"))
+    q, k = ((b.emit("concat", *parts[t], axis=1) if streams > 1 else parts[t][0]) for t in ("q", "k"))
+    v = b.input("v", (1, 8 * streams, 2, 32), "bf16")
+    b.output(b.emit("sdpa", q, k, v, scale=0.0, causal=False))
+    if k_read_elsewhere:
+        b.output(k)
+    return b.build()
+
+
+@pytest.mark.parametrize("streams", [1, 2])
+def test_normed_q_and_k_come_quantized_at_the_norms_bound(streams: int) -> None:
+    """q and k from rms_norm_rope (one per stream, concatenated): each becomes rms_norm_rope_quant bounded over
+    every stream's weight of its tensor, the attention sdpa_fp8_qk reading the first part's scale."""
+    passes = (*DEFAULT_PASSES, "quantize_fp8_attention")
+    program, decisions = optimize(normed_attention(streams), target=ALL, passes=passes)
+    ops = program.op_histogram()
+    assert ops["rms_norm_rope_quant"] == 2 * streams and ops["sdpa_fp8_qk"] == 1 and "rms_norm_rope" not in ops
+    quant = [n for n in program.nodes if n.op == "rms_norm_rope_quant"]
+    for n in quant:  # every other stream's weight of the same tensor bounds the scale
+        tensor = n.operands[1].split(".")[0][len("norm_") :][0]
+        assert sorted(n.operands[1:2] + n.operands[4:]) == [f"norm_{tensor}{i}.weight" for i in range(streams)]
+    sdpa = next(n for n in program.nodes if n.op == "sdpa_fp8_qk")
+    assert program.types[sdpa.operands[0]].dtype.value == "f8e4m3" and program.types[sdpa.operands[1]].shape == (1,)
+    assert sdpa.operands[1] == quant[0].results[1].name
+    applied = [d for d in decisions if d.pass_name == "quantize_fp8_attention"]
+    assert len(applied) == 1 and "rms_norm_rope_quant + sdpa_fp8_qk" in applied[0].reason
+
+
+def test_a_normed_k_read_elsewhere_keeps_the_per_tensor_passes() -> None:
+    program, _ = optimize(normed_attention(1, k_read_elsewhere=True), target=ALL,
+                          passes=(*DEFAULT_PASSES, "quantize_fp8_attention"))  # fmt: skip
+    ops = program.op_histogram()
+    assert ops.get("sdpa_fp8") == 1 and "sdpa_fp8_qk" not in ops and "rms_norm_rope_quant" not in ops
+
+
+def test_normed_fp8_attention_on_cpu_is_the_reference_arithmetic() -> None:
+    """The rewritten program on the CPU backend: the references of rms_norm_rope_quant and sdpa_fp8_qk, within
+    fp8 attention's error of the bf16 program."""
+    from dif.ops.attention import sdpa_fp8_qk
+    from dif.ops.quant import rms_norm_rope_quant
+
+    program = normed_attention(2)
+    rng = np.random.default_rng(3)
+    weights = {p.name: (1 + 0.3 * rng.standard_normal(32)).astype(ml_dtypes.bfloat16) for p in program.params}
+    inputs = inputs_for(program)
+    ang = rng.uniform(-3, 3, (16, 16))
+    inputs["cos"], inputs["sin"] = (np.repeat(f(ang), 2, axis=1).astype(np.float32) for f in (np.cos, np.sin))
+    got, _ = run_cpu(program, (*DEFAULT_PASSES, "quantize_fp8_attention"), weights, inputs)
+    exact, _ = run_cpu(program, DEFAULT_PASSES, weights, inputs)
+    made = {}
+    for t in ("q", "k"):
+        ws = [weights[f"norm_{t}{i}.weight"] for i in range(2)]
+        tables = [(inputs["cos"][8 * i : 8 * i + 8], inputs["sin"][8 * i : 8 * i + 8]) for i in range(2)]
+        attrs = {"eps": 1e-6, "offset": 0.0, "round_before_weight": False, "mode": "pairs", "dtype": "f8e4m3"}
+        pairs = [rms_norm_rope_quant(inputs[f"{t}{i}"], ws[i], *tables[i], ws[1 - i], **attrs) for i in range(2)]
+        assert pairs[0][1] == pairs[1][1]  # one scale for the tensor
+        made[t] = (np.concatenate([p[0] for p in pairs], axis=1), pairs[0][1])
+    want = sdpa_fp8_qk(*made["q"], *made["k"], inputs["v"], scale=0.0, causal=False)
+    out, ref = (next(iter(r.values())).astype(np.float32) for r in (got, exact))
+    np.testing.assert_allclose(out, want.astype(ml_dtypes.bfloat16).astype(np.float32), rtol=1e-2, atol=1e-2)
+    err = np.linalg.norm(out - ref) / np.linalg.norm(ref)
+    assert 0.003 < err < 0.08, err  # fp8's error, neither absent nor gross

@@ -150,8 +150,8 @@ def device_properties(device: int = 0) -> dict[str, Any]:
     }
 
 
-CUDNN_ONLY_OPS = ("sdpa_backward", "sdpa_stats", "sdpa_fp8")
-"""Fused ops only cuDNN runs as themselves (sdpa_fp8 falls back to the run dtype's sdpa): not declared where
+CUDNN_ONLY_OPS = ("sdpa_backward", "sdpa_stats", "sdpa_fp8", "sdpa_fp8_qk")
+"""Fused ops only cuDNN runs as themselves (the fp8 attentions fall back to the run dtype's sdpa): not declared where
 cudnn-frontend is missing, so no pass makes them there."""
 
 

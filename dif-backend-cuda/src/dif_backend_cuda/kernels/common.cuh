@@ -27,6 +27,8 @@ template <> struct is_flt<f16> { static const bool value = true; };
 template <> struct is_flt<bf16> { static const bool value = true; };
 template <> struct is_flt<f8e4m3> { static const bool value = true; };
 template <> struct is_flt<f8e5m2> { static const bool value = true; };
+template <class A, class B> struct is_same_t { static const bool value = false; };
+template <class A> struct is_same_t<A, A> { static const bool value = true; };
 
 __device__ __forceinline__ float to_f(float v) { return v; }
 __device__ __forceinline__ float to_f(bf16 v) { return __uint_as_float(((unsigned)v.x) << 16); }

@@ -121,12 +121,52 @@ GATED_RESIDUAL_BVEC(bf16)
 // ---- rms_norm_rope: x, y [B, S, H, D] whose tokens are xt / yt elements apart (H * D when contiguous);
 // one warp per (b, s, h) row, the normalized row staged in shared memory so each lane can read the channel
 // it rotates with. Dynamic shared memory: warps_per_block * D floats.
-template <class T, class TW, class TC>
+//
+// rms_norm_rope_quant (Y = f8e4m3) runs the same kernels and writes each rotated value divided by one scale for
+// the tensor, rounded to e4m3 (saturated, as qstore), with the scale at *scale_out: s = sqrt(D) * m / 448, m the
+// largest |w + offset| over w and the weights b1..b3 that share the scale (null when absent; 1 when m is 0). A
+// normalized row has no channel beyond sqrt(D) in magnitude and the rotation keeps each pair's norm, so no value
+// exceeds the range: the scale is known before any row is read (dif.ops.quant.rms_norm_rope_quant).
+template <class TW>
+__device__ __forceinline__ float norm_bound_max(const TW* __restrict__ w, const TW* __restrict__ b1,
+                                                const TW* __restrict__ b2, const TW* __restrict__ b3, i64 dim,
+                                                float offset) {
+  const TW* ws[4] = {w, b1, b2, b3};
+  float m = 0.0f;
+  for (int k = 0; k < 4; ++k)
+    if (ws[k] != nullptr)
+      for (i64 j = threadIdx.x & 31; j < dim; j += 32) m = fmaxf(m, fabsf(to_f(ws[k][j]) + offset));
+  return warp_max(m);
+}
+__device__ __forceinline__ float norm_bound_scale(float m, i64 dim) {
+  return m > 0.0f ? sqrtf((float)dim) * m / 448.0f : 1.0f;
+}
+template <class Y>
+__device__ __forceinline__ Y rope_out(float v, const Divisor& scale) {
+  if constexpr (is_same_t<Y, f8e4m3>::value) return from_f<f8e4m3>(fminf(fmaxf(v / scale, -448.0f), 448.0f));
+  else return from_f<Y>(v);
+}
+// The quantized form's scale (the unquantized form: none, and its divisor is never read)
+template <class Y, class TW>
+__device__ __forceinline__ Divisor rope_scale(const TW* __restrict__ w, const TW* __restrict__ b1,
+                                              const TW* __restrict__ b2, const TW* __restrict__ b3, i64 dim,
+                                              float offset, float* __restrict__ scale_out, bool first) {
+  if constexpr (is_same_t<Y, f8e4m3>::value) {
+    const float s = norm_bound_scale(norm_bound_max(w, b1, b2, b3, dim, offset), dim);
+    if (first && (threadIdx.x & 31) == 0) *scale_out = s;
+    return divisor_of(s);
+  } else {
+    return divisor_of(1.0f);
+  }
+}
+#define NORM_ROPE_BOUND_ARGS(WN) const WN *__restrict__ b1, const WN *__restrict__ b2, const WN *__restrict__ b3, \
+                                 float *__restrict__ scale_out
+template <class T, class TW, class TC, class Y>
 __device__ __forceinline__ void rms_norm_rope_impl(const T* __restrict__ x, const TW* __restrict__ w,
                                                    const TC* __restrict__ cs, const TC* __restrict__ sn,
-                                                   T* __restrict__ y, i64 rows, i64 seq, i64 heads, i64 dim,
+                                                   Y* __restrict__ y, i64 rows, i64 seq, i64 heads, i64 dim,
                                                    i64 rot, float eps, float offset, int round_first, int pairs,
-                                                   i64 xt, i64 yt) {
+                                                   i64 xt, i64 yt, NORM_ROPE_BOUND_ARGS(TW)) {
   extern __shared__ float stage[];
   const int warps = blockDim.x >> 5, lane = threadIdx.x & 31;
   const i64 row = (i64)blockIdx.x * warps + (threadIdx.x >> 5);
@@ -142,6 +182,7 @@ __device__ __forceinline__ void rms_norm_rope_impl(const T* __restrict__ x, cons
   }
   ss = warp_sum(ss);
   if (!valid) return;
+  const Divisor qs = rope_scale<Y>(w, b1, b2, b3, dim, offset, scale_out, row == 0);
   const Divisor denom = divisor_of(sqrtf(ss / (float)dim + eps));
   for (i64 j = lane; j < dim; j += 32) {
     float t = buf[j] / denom;
@@ -153,7 +194,7 @@ __device__ __forceinline__ void rms_norm_rope_impl(const T* __restrict__ x, cons
   const i64 s = q % seq;
   const TC* cr = cs + s * rot;
   const TC* sr = sn + s * rot;
-  T* yr = y + (row / heads) * yt + (row % heads) * dim;
+  Y* yr = y + (row / heads) * yt + (row % heads) * dim;
   const i64 half = rot / 2;
   for (i64 j = lane; j < dim; j += 32) {
     float o = buf[j];
@@ -161,7 +202,7 @@ __device__ __forceinline__ void rms_norm_rope_impl(const T* __restrict__ x, cons
       const float r = pairs ? ((j & 1) ? buf[j - 1] : -buf[j + 1]) : (j < half ? -buf[j + half] : buf[j - half]);
       o = o * to_f(cr[j]) + r * to_f(sr[j]);
     }
-    yr[j] = from_f<T>(o);
+    yr[j] = rope_out<Y>(o, qs);
   }
 }
 // The head_dim == 128 case in registers: lane l holds channels 4l..4l+3 (one 4-element load), a pair
@@ -175,12 +216,12 @@ struct alignas(4 * sizeof(T)) R4 {
 // count allows, since one head is only 256 bytes per warp. The RR rows of a warp are heads of one token
 // (heads % RR == 0), so the token's table row is read once per warp, and the index arithmetic is 32-bit
 // (rows < 2^31).
-template <class T, class TW, class TC, int ROPE_ROWS>
+template <class T, class TW, class TC, int ROPE_ROWS, class Y>
 __device__ __forceinline__ void rms_norm_rope_vec_impl(const T* __restrict__ x, const TW* __restrict__ w,
                                                        const TC* __restrict__ cs, const TC* __restrict__ sn,
-                                                       T* __restrict__ y, i64 rows, i64 seq, i64 heads, i64 rot,
+                                                       Y* __restrict__ y, i64 rows, i64 seq, i64 heads, i64 rot,
                                                        float eps, float offset, int round_first, int pairs,
-                                                       i64 xt, i64 yt) {
+                                                       i64 xt, i64 yt, NORM_ROPE_BOUND_ARGS(TW)) {
   const int lane = threadIdx.x & 31;
   const unsigned row0 = (blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5)) * ROPE_ROWS;
   if (row0 >= (unsigned)rows) return;  // whole warps leave together: the shuffles below stay warp-uniform
@@ -199,7 +240,8 @@ __device__ __forceinline__ void rms_norm_rope_vec_impl(const T* __restrict__ x, 
     c[e] = j < rot ? to_f(cs[(i64)s * rot + j]) : 1.0f;
     sv[e] = j < rot ? to_f(sn[(i64)s * rot + j]) : 0.0f;
   }
-  T* yr = y + (i64)token * yt + (i64)h0 * 128 + j0;
+  const Divisor qs = rope_scale<Y>(w, b1, b2, b3, 128, offset, scale_out, row0 == 0);
+  Y* yr = y + (i64)token * yt + (i64)h0 * 128 + j0;
 #pragma unroll
   for (int k = 0; k < ROPE_ROWS; ++k) {
     float v[4], ss = 0.0f;
@@ -218,39 +260,50 @@ __device__ __forceinline__ void rms_norm_rope_vec_impl(const T* __restrict__ x, 
     float partner[4];
 #pragma unroll
     for (int e = 0; e < 4; ++e) partner[e] = __shfl_xor_sync(0xffffffffu, v[e], 16);
-    R4<T> out;
+    R4<Y> out;
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       // past `rot` the channel passes through: c = 1, s = 0 above
       const float r = pairs ? ((e & 1) ? v[e ^ 1] : -v[e ^ 1]) : (j0 + e < 64 ? -partner[e] : partner[e]);
-      out.v[e] = from_f<T>(v[e] * c[e] + r * sv[e]);
+      out.v[e] = rope_out<Y>(v[e] * c[e] + r * sv[e], qs);
     }
-    *reinterpret_cast<R4<T>*>(yr + k * 128) = out;
+    *reinterpret_cast<R4<Y>*>(yr + k * 128) = out;
   }
 }
-#define NORM_ROPE_VEC(TN, WN, CN, RR)                                                                      \
-  KERNEL_ENTRY rms_norm_rope_vec##RR##_##TN##_##WN##_##CN(                                    \
+#define NORM_ROPE_FORMS(TN, WN, CN, YN, NAME)                                                              \
+  KERNEL_ENTRY NAME##_vec4_##TN##_##WN##_##CN(                                                             \
       const TN* __restrict__ x, const WN* __restrict__ w, const CN* __restrict__ c, const CN* __restrict__ s, \
-      TN* __restrict__ y, i64 rows, i64 seq, i64 heads, i64 rot, float eps, float offset, int round_first,  \
-      int pairs, i64 xt, i64 yt) {                                                                         \
-    rms_norm_rope_vec_impl<TN, WN, CN, RR>(x, w, c, s, y, rows, seq, heads, rot, eps, offset, round_first, pairs, \
-                                           xt, yt);                                                        \
-  }
-#define NORM_ROPE(TN, WN, CN)                                                                              \
-  KERNEL_ENTRY rms_norm_rope_##TN##_##WN##_##CN(                                             \
-      const TN* __restrict__ x, const WN* __restrict__ w, const CN* __restrict__ c, const CN* __restrict__ s, \
-      TN* __restrict__ y, i64 rows, i64 seq, i64 heads, i64 dim, i64 rot, float eps, float offset,         \
-      int round_first, int pairs, i64 xt, i64 yt) {                                                        \
-    rms_norm_rope_impl<TN, WN, CN>(x, w, c, s, y, rows, seq, heads, dim, rot, eps, offset, round_first, pairs, xt, \
-                                   yt);                                                                    \
+      YN* __restrict__ y, i64 rows, i64 seq, i64 heads, i64 rot, float eps, float offset, int round_first,  \
+      int pairs, i64 xt, i64 yt, NORM_ROPE_BOUND_ARGS(WN)) {                                               \
+    rms_norm_rope_vec_impl<TN, WN, CN, 4, YN>(x, w, c, s, y, rows, seq, heads, rot, eps, offset, round_first, \
+                                              pairs, xt, yt, b1, b2, b3, scale_out);                       \
   }                                                                                                        \
-  NORM_ROPE_VEC(TN, WN, CN, 4)                                                                             \
-  NORM_ROPE_VEC(TN, WN, CN, 8)
+  KERNEL_ENTRY NAME##_vec8_##TN##_##WN##_##CN(                                                             \
+      const TN* __restrict__ x, const WN* __restrict__ w, const CN* __restrict__ c, const CN* __restrict__ s, \
+      YN* __restrict__ y, i64 rows, i64 seq, i64 heads, i64 rot, float eps, float offset, int round_first,  \
+      int pairs, i64 xt, i64 yt, NORM_ROPE_BOUND_ARGS(WN)) {                                               \
+    rms_norm_rope_vec_impl<TN, WN, CN, 8, YN>(x, w, c, s, y, rows, seq, heads, rot, eps, offset, round_first, \
+                                              pairs, xt, yt, b1, b2, b3, scale_out);                       \
+  }                                                                                                        \
+  KERNEL_ENTRY NAME##_##TN##_##WN##_##CN(                                                                  \
+      const TN* __restrict__ x, const WN* __restrict__ w, const CN* __restrict__ c, const CN* __restrict__ s, \
+      YN* __restrict__ y, i64 rows, i64 seq, i64 heads, i64 dim, i64 rot, float eps, float offset,         \
+      int round_first, int pairs, i64 xt, i64 yt, NORM_ROPE_BOUND_ARGS(WN)) {                               \
+    rms_norm_rope_impl<TN, WN, CN, YN>(x, w, c, s, y, rows, seq, heads, dim, rot, eps, offset, round_first, pairs, \
+                                       xt, yt, b1, b2, b3, scale_out);                                     \
+  }
+// rms_norm_rope over every float dtype; rms_norm_rope_quant (e4m3 out) over the half-precision ones
+#define NORM_ROPE(TN, WN, CN) NORM_ROPE_FORMS(TN, WN, CN, TN, rms_norm_rope)
+#define NORM_ROPE_Q8(TN, WN, CN) NORM_ROPE_FORMS(TN, WN, CN, f8e4m3, rms_norm_rope_q8)
 #define NORM_ROPE_C(TN, WN) NORM_ROPE(TN, WN, f32) NORM_ROPE(TN, WN, f16) NORM_ROPE(TN, WN, bf16)
 #define NORM_ROPE_ALL(TN) NORM_ROPE_C(TN, f32) NORM_ROPE_C(TN, f16) NORM_ROPE_C(TN, bf16)
+#define NORM_ROPE_Q8_C(TN, WN) NORM_ROPE_Q8(TN, WN, f32) NORM_ROPE_Q8(TN, WN, f16) NORM_ROPE_Q8(TN, WN, bf16)
+#define NORM_ROPE_Q8_ALL(TN) NORM_ROPE_Q8_C(TN, f32) NORM_ROPE_Q8_C(TN, f16) NORM_ROPE_Q8_C(TN, bf16)
 NORM_ROPE_ALL(f32)
 NORM_ROPE_ALL(f16)
 NORM_ROPE_ALL(bf16)
+NORM_ROPE_Q8_ALL(f16)
+NORM_ROPE_Q8_ALL(bf16)
 
 // ---- fast paths: 8-byte/16-byte vector loads for the shapes transformer blocks use -------------------
 template <class T>

@@ -444,33 +444,64 @@ __device__ __forceinline__ void gate_channels_impl(const float* __restrict__ ws,
 // Each of the three tensors is rows x width elements, rows `stride` apart (a view in a wider buffer). Pass 1
 // writes per-block maxima, partial[t * gridDim.x + block]; pass 2 reduces them in every block (a few hundred
 // floats: cheaper than a grid barrier or zeroed atomics), writes the dense e4m3 copy and block 0 the scales.
-// The views are passed as three (pointer, rows, width, stride) quadruples; tensor t = blockIdx.y.
+// The views are passed as three (pointer, rows, width, stride) quadruples; tensor t = t0 + blockIdx.y: t0 = 0
+// with three rows of blocks for all three, t0 = 2 with one for v alone, when q and k come quantized
+// (sdpa_fp8_qk: their producers wrote them and their scales, at q_scale and k_scale, which block 0 copies).
+// VEC (the `_vec` kernels): every width and stride a multiple of 8 and every base 16-byte aligned, 8 values a
+// load and ILP loads in flight a thread; one element a thread otherwise, which keeps too few bytes in flight to
+// approach the memory's bandwidth.
 #define FP8_VIEWS_ARGS(T)                                                                                  \
   const T *__restrict__ x0, const T *__restrict__ x1, const T *__restrict__ x2, i64 r0, i64 r1, i64 r2,    \
-      i64 w0, i64 w1, i64 w2, i64 s0, i64 s1, i64 s2
-#define FP8_VIEWS x0, x1, x2, r0, r1, r2, w0, w1, w2, s0, s1, s2
+      i64 w0, i64 w1, i64 w2, i64 s0, i64 s1, i64 s2, int t0
+#define FP8_VIEWS x0, x1, x2, r0, r1, r2, w0, w1, w2, s0, s1, s2, t0
 #define FP8_VIEW_OF(t)                                                                                     \
   const T* x = t == 0 ? x0 : (t == 1 ? x1 : x2);                                                           \
   const i64 rows = t == 0 ? r0 : (t == 1 ? r1 : r2), w = t == 0 ? w0 : (t == 1 ? w1 : w2),                 \
             stride = t == 0 ? s0 : (t == 1 ? s1 : s2)
-template <class T>
+// f(offset of the first of 8 values in the view, their index in the dense copy) over the view's 8-value chunks,
+// ILP chunks a thread in flight (fewer than 2^31 chunks: the lowering checks)
+template <class F>
+__device__ __forceinline__ void fp8_chunks(i64 rows, i64 w, i64 stride, F&& f) {
+  const unsigned per_row = (unsigned)(w >> 3), chunks = (unsigned)(rows * per_row);
+  GRID_STRIDE_ILP(base, step, (i64)chunks) {
+    ILP_FOR(e) {
+      const unsigned i = (unsigned)(base + e * step);
+      if (i < chunks) {
+        const unsigned r = i / per_row;
+        f((i64)r * stride + 8 * (i64)(i - r * per_row), (i64)i * 8);
+      }
+    }
+  }
+}
+template <class T, bool VEC>
 __device__ __forceinline__ void fp8_amax3_impl(FP8_VIEWS_ARGS(T), float* __restrict__ partial) {
-  const int t = blockIdx.y;
+  const int t = t0 + blockIdx.y;
   FP8_VIEW_OF(t);
   float amax = 0.0f;
-  for (i64 r = blockIdx.x; r < rows; r += gridDim.x)
-    for (i64 c = threadIdx.x; c < w; c += blockDim.x) amax = fmaxf(amax, fabsf(to_f(x[r * stride + c])));
+  if (VEC) {
+    fp8_chunks(rows, w, stride, [&](i64 at, i64) {
+      float v[8];
+      load8(x + at, v);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) amax = fmaxf(amax, fabsf(v[k]));
+    });
+  } else {
+    for (i64 r = blockIdx.x; r < rows; r += gridDim.x)
+      for (i64 c = threadIdx.x; c < w; c += blockDim.x) amax = fmaxf(amax, fabsf(to_f(x[r * stride + c])));
+  }
   amax = block_max(amax);
   if (threadIdx.x == 0) partial[t * gridDim.x + blockIdx.x] = amax;
 }
 // scales = [descale_q, descale_k, descale_v, scale_o, descale_s, scale_s, amax_s, amax_o] (sdpa.py FP8_SCALES):
 // s = amax / 448 (1 for an all-zero tensor) as dif.ops.quant.tensor_scale; the output at v's scale (an average
 // of v's rows never exceeds its amax); the softmax numerators, in [0, 1], at 1/448
-template <class T>
+template <class T, bool VEC>
 __device__ __forceinline__ void fp8_quantize3_impl(FP8_VIEWS_ARGS(T), const float* __restrict__ partial, int parts,
                                                    f8e4m3* __restrict__ q0, f8e4m3* __restrict__ q1,
-                                                   f8e4m3* __restrict__ q2, float* __restrict__ scales) {
-  const int t = blockIdx.y;
+                                                   f8e4m3* __restrict__ q2, float* __restrict__ scales,
+                                                   const float* __restrict__ q_scale,
+                                                   const float* __restrict__ k_scale) {
+  const int t = t0 + blockIdx.y;
   float amax = 0.0f;
   for (int i = threadIdx.x; i < parts; i += blockDim.x) amax = fmaxf(amax, partial[t * parts + i]);
   const float s = row_scale(block_max(amax), 448.0f);
@@ -480,35 +511,61 @@ __device__ __forceinline__ void fp8_quantize3_impl(FP8_VIEWS_ARGS(T), const floa
       scales[3] = 1.0f / s;
       scales[4] = 1.0f / 448.0f;
       scales[5] = 448.0f;
+      if (q_scale != nullptr) scales[0] = *q_scale, scales[1] = *k_scale;
     }
   }
   FP8_VIEW_OF(t);
   f8e4m3* q = t == 0 ? q0 : (t == 1 ? q1 : q2);
   const Divisor ds = divisor_of(s);
-  for (i64 r = blockIdx.x; r < rows; r += gridDim.x)
-    for (i64 c = threadIdx.x; c < w; c += blockDim.x) qstore(q, r * w + c, to_f(x[r * stride + c]), ds);
-}
-// o[r * stride + c] = o8[r * width + c] * scales[2]: cuDNN's e4m3 output at v's scale, into the node's output
-template <class T>
-__device__ __forceinline__ void fp8_dequantize_impl(const f8e4m3* __restrict__ o8, const float* __restrict__ scales,
-                                                    T* __restrict__ o, i64 rows, i64 width, i64 stride) {
-  const float s = scales[2];
-  for (i64 r = blockIdx.x; r < rows; r += gridDim.x)
-    for (i64 c = threadIdx.x; c < width; c += blockDim.x) o[r * stride + c] = from_f<T>(to_f(o8[r * width + c]) * s);
-}
-#define SDPA_FP8(TN)                                                                                       \
-  KERNEL_ENTRY fp8_amax3_##TN(FP8_VIEWS_ARGS(TN), float* __restrict__ partial) {                          \
-    fp8_amax3_impl<TN>(FP8_VIEWS, partial);                                                                \
-  }                                                                                                        \
-  KERNEL_ENTRY fp8_quantize3_##TN(FP8_VIEWS_ARGS(TN), const float* __restrict__ partial, int parts,       \
-                                  f8e4m3* __restrict__ q0, f8e4m3* __restrict__ q1, f8e4m3* __restrict__ q2, \
-                                  float* __restrict__ scales) {                                            \
-    fp8_quantize3_impl<TN>(FP8_VIEWS, partial, parts, q0, q1, q2, scales);                                 \
-  }                                                                                                        \
-  KERNEL_ENTRY fp8_dequantize_##TN(const f8e4m3* __restrict__ o8, const float* __restrict__ scales,        \
-                                   TN* __restrict__ o, i64 rows, i64 width, i64 stride) {                  \
-    fp8_dequantize_impl<TN>(o8, scales, o, rows, width, stride);                                           \
+  if (VEC) {
+    fp8_chunks(rows, w, stride, [&](i64 at, i64 dense) {
+      float v[8];
+      load8(x + at, v);
+      store8(q + dense, v, ds);
+    });
+  } else {
+    for (i64 r = blockIdx.x; r < rows; r += gridDim.x)
+      for (i64 c = threadIdx.x; c < w; c += blockDim.x) qstore(q, r * w + c, to_f(x[r * stride + c]), ds);
   }
+}
+// o[r * stride + c] = o8[r * width + c] * *scale: cuDNN's e4m3 output at v's scale (scales + 2) into the node's
+// output, or q and k quantized by their producers back into the run dtype (where cuDNN's fp8 attention cannot run)
+template <class T, bool VEC>
+__device__ __forceinline__ void fp8_dequantize_impl(const f8e4m3* __restrict__ o8, const float* __restrict__ scale,
+                                                    T* __restrict__ o, i64 rows, i64 width, i64 stride) {
+  const float s = *scale;
+  if (VEC) {
+    fp8_chunks(rows, width, stride, [&](i64 at, i64 dense) {
+      const uint2 raw = *reinterpret_cast<const uint2*>(o8 + dense);
+      C16<T> out;
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        f8e4m3 b;
+        b.x = (unsigned char)(((k < 4 ? raw.x : raw.y) >> (8 * (k & 3))) & 0xffu);
+        out.v[k] = from_f<T>(to_f(b) * s);
+      }
+      *reinterpret_cast<C16<T>*>(o + at) = out;
+    });
+  } else {
+    for (i64 r = blockIdx.x; r < rows; r += gridDim.x)
+      for (i64 c = threadIdx.x; c < width; c += blockDim.x) o[r * stride + c] = from_f<T>(to_f(o8[r * width + c]) * s);
+  }
+}
+#define SDPA_FP8_FORM(TN, SUFFIX, VEC)                                                                     \
+  KERNEL_ENTRY fp8_amax3##SUFFIX##_##TN(FP8_VIEWS_ARGS(TN), float* __restrict__ partial) {                \
+    fp8_amax3_impl<TN, VEC>(FP8_VIEWS, partial);                                                           \
+  }                                                                                                        \
+  KERNEL_ENTRY fp8_quantize3##SUFFIX##_##TN(FP8_VIEWS_ARGS(TN), const float* __restrict__ partial, int parts, \
+                                            f8e4m3* __restrict__ q0, f8e4m3* __restrict__ q1,              \
+                                            f8e4m3* __restrict__ q2, float* __restrict__ scales,           \
+                                            const float* __restrict__ q_scale, const float* __restrict__ k_scale) { \
+    fp8_quantize3_impl<TN, VEC>(FP8_VIEWS, partial, parts, q0, q1, q2, scales, q_scale, k_scale);          \
+  }                                                                                                        \
+  KERNEL_ENTRY fp8_dequantize##SUFFIX##_##TN(const f8e4m3* __restrict__ o8, const float* __restrict__ scale, \
+                                             TN* __restrict__ o, i64 rows, i64 width, i64 stride) {         \
+    fp8_dequantize_impl<TN, VEC>(o8, scale, o, rows, width, stride);                                        \
+  }
+#define SDPA_FP8(TN) SDPA_FP8_FORM(TN, , false) SDPA_FP8_FORM(TN, _vec, true)
 
 // ---- portable GEMMs over gemm_tile: m = rows of x, n = output channels ------------------------------------
 template <class T>

@@ -11,7 +11,7 @@ from functools import partial
 from typing import Any
 
 import numpy as np
-from attrs import evolve
+from attrs import evolve, frozen
 
 from dif.dtypes import DType
 from dif.ir.program import Node
@@ -83,6 +83,16 @@ def _sdpa(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Ts, outs: Ts) -> Steps:
 FP8_BLOCKS = 2  # per SM: blocks of each quantization pass of sdpa_fp8 (and partial maxima per tensor)
 
 
+@frozen
+class QuantizedQK:
+    """q and k as their producers quantized them (`sdpa_fp8_qk`): dense e4m3 tensors and a [1] f32 scale each."""
+
+    q8: DevTensor
+    q_scale: DevTensor
+    k8: DevTensor
+    k_scale: DevTensor
+
+
 @lowering("sdpa_fp8")
 def _sdpa_fp8(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Ts, outs: Ts) -> Steps:
     """cuDNN's fp8 flash attention (sdpa.py `CudnnSdpaFp8`) between passes of kernels/quant.cu: the amax of
@@ -94,43 +104,81 @@ def _sdpa_fp8(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Ts, outs: Ts) -> Ste
     q, k, v = ins[0], ins[1], ins[2]
     mask = ins[3] if len(ins) > 3 else None
     need(node, q.dtype, (DType.BF16, DType.F16))
-    b, sq, hq, d = q.shape
-    skv, dv = k.shape[1], v.shape[3]
-    causal = bool(attrs["causal"])
-    why = ""
-    if d != dv or d % 16 or d > 256:
-        why = f"head dims q/k {d}, v {dv} (cuDNN's fp8 attention: equal, a multiple of 16, at most 256)"
-    elif causal and (sq != skv or mask is not None):
-        why = "causal with Sq != Skv or with a key mask"
-    elif int(ctx.backend.props["major"]) * 10 + int(ctx.backend.props["minor"]) < 89:
-        why = "no fp8 matrix units (sm_89+)"
-    elif ctx.backend.cudnn() is None:
-        why = f"cuDNN unavailable: {ctx.backend._cudnn_error}"
-    steps = why or _cudnn_fp8_steps(ctx, node, attrs["scale"] or 1.0 / math.sqrt(d), causal, q, k, v, mask, outs[0])
+    scale = attrs["scale"] or 1.0 / math.sqrt(q.shape[3])
+    why = _fp8_attention_problem(ctx, q, k, v, mask, bool(attrs["causal"]))
+    steps = why or _cudnn_fp8_steps(ctx, node, scale, bool(attrs["causal"]), q, k, v, mask, outs[0])
     if isinstance(steps, str):  # more exact than the op's fp8 arithmetic, never less: the choice says so
         steps, why = _sdpa(ctx, node, attrs, ins, outs), steps
         ctx.choices[node.id] = f"{ctx.choices.get(node.id, 'sdpa')} in {q.dtype.value}, not fp8: {why}"
     return steps
 
 
+@lowering("sdpa_fp8_qk")
+def _sdpa_fp8_qk(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Ts, outs: Ts) -> Steps:
+    """`_sdpa_fp8`'s steps with q and k as their producers quantized them (`rms_norm_rope_quant`): the passes
+    before cuDNN's attention find v's amax and write its e4m3 copy alone, and copy q's and k's scales into the
+    attention's scale buffer. Where cuDNN's fp8 attention cannot run the node, q and k are dequantized into
+    scratch and the run dtype's sdpa runs, and the plan's choice says why."""
+    q8, qs, k8, ks, v = ins[:5]
+    mask = ins[5] if len(ins) > 5 else None
+    need(node, v.dtype, (DType.BF16, DType.F16))
+    if q8.pitched or k8.pitched:
+        raise unsupported(node, "q and k quantized as views inside wider buffers")
+    given = QuantizedQK(q8, qs, k8, ks)
+    q, k = (evolve(t, dtype=v.dtype) for t in (q8, k8))  # their shapes, for the checks and the cuDNN graph
+    scale = attrs["scale"] or 1.0 / math.sqrt(q.shape[3])
+    why = _fp8_attention_problem(ctx, q, k, v, mask, bool(attrs["causal"]))
+    steps = why or _cudnn_fp8_steps(ctx, node, scale, bool(attrs["causal"]), q, k, v, mask, outs[0], given)
+    if not isinstance(steps, str):
+        return steps
+    # q and k back in the run dtype, in scratch this node's steps keep; then the run dtype's attention
+    held = ctx.shared_scratch(("sdpa_fp8_qk", "dequantized"), q.nbytes + k.nbytes)
+    qd, kd = evolve(q, ptr=held.ptr, row=0, pitch=0), evolve(k, ptr=held.ptr + q.nbytes, row=0, pitch=0)
+    back = [_fp8_dequantize(ctx, t8.ptr, s.ptr, t, t.shape[-2] * t.shape[-1], t.shape[-2] * t.shape[-1])
+            for t8, s, t in ((q8, qs, qd), (k8, ks, kd))]  # fmt: skip
+    back[0].scratch = held
+    attention = _sdpa(ctx, node, attrs, [qd, kd, v, *ins[5:]], outs)
+    ctx.choices[node.id] = f"{ctx.choices.get(node.id, 'sdpa')} in {v.dtype.value}, not fp8: {steps}"
+    return [*back, *attention]
+
+
+def _fp8_attention_problem(
+    ctx: LowerCtx, q: DevTensor, k: DevTensor, v: DevTensor, mask: DevTensor | None, causal: bool
+) -> str:
+    """Why cuDNN's fp8 attention cannot run these operands on this device ("" when it may)."""
+    d, dv, sq, skv = q.shape[3], v.shape[3], q.shape[1], k.shape[1]
+    if d != dv or d % 16 or d > 256:
+        return f"head dims q/k {d}, v {dv} (cuDNN's fp8 attention: equal, a multiple of 16, at most 256)"
+    if causal and (sq != skv or mask is not None):
+        return "causal with Sq != Skv or with a key mask"
+    if int(ctx.backend.props["major"]) * 10 + int(ctx.backend.props["minor"]) < 89:
+        return "no fp8 matrix units (sm_89+)"
+    if ctx.backend.cudnn() is None:
+        return f"cuDNN unavailable: {ctx.backend._cudnn_error}"
+    return ""
+
+
 def _cudnn_fp8_steps(
     ctx: LowerCtx, node: Node, scale: float, causal: bool, q: DevTensor, k: DevTensor, v: DevTensor,
-    mask: DevTensor | None, o: DevTensor,
+    mask: DevTensor | None, o: DevTensor, given: QuantizedQK | None = None,
 ) -> Steps | str:  # fmt: skip
-    """The steps of `_sdpa_fp8` on cuDNN, or why cuDNN refused the graph."""
+    """The steps of `_sdpa_fp8` on cuDNN (with `given`, `_sdpa_fp8_qk`'s), or why cuDNN refused the graph."""
     from dif_backend_cuda.sdpa import FP8_SCALES, CudnnSdpaFp8
 
-    dt = q.dtype.value
+    dt = v.dtype.value
     b, sq, hq, d = q.shape
     skv, hkv = k.shape[1], k.shape[2]
     strides = [row_stride(node, t, 2) for t in (q, k, v, o)]
     rows = (b * sq, b * skv, b * skv)
     widths = (hq * d, hkv * d, hkv * d)
     sizes = [r * w for r, w in zip(rows, widths, strict=True)]  # bytes of the e4m3 copies of q, k and v
-    sizes += [sizes[1], sizes[2]] if mask is not None else []  # k, v with the attended keys first
+    sizes[:2] = [0, 0] if given is not None else sizes[:2]  # q and k come quantized
+    sizes += [rows[1] * widths[1], sizes[2]] if mask is not None else []  # k, v with the attended keys first
     parts = ctx.sm_count * FP8_BLOCKS
     scratch = ctx.shared_scratch(("sdpa_fp8",), sum(sizes) + rows[0] * widths[0] + 4 * (len(FP8_SCALES) + 3 * parts))
     q8, k8, v8, *gathered, o8 = np.cumsum([scratch.ptr, *sizes]).tolist()
+    if given is not None:
+        q8, k8 = given.q8.ptr, given.k8.ptr
     scales = o8 + rows[0] * widths[0]
     partial = scales + 4 * len(FP8_SCALES)
     lens, first = None, []
@@ -143,14 +191,20 @@ def _cudnn_fp8_steps(
     except Exception as exc:  # noqa: BLE001 - the run dtype's attention runs it instead, saying why
         return f"cuDNN rejected it: {type(exc).__name__}: {str(exc)[:300]}"
     step.scratch = (scratch, lens)  # a larger node's scratch replaces the shared one: this step keeps its own
-    views = [ptr(q), ptr(k), ptr(v), *map(i64, rows), *map(i64, widths), *map(i64, strides[:3])]
-    grid = (parts, 3)
-    amax = ctx.kernel("quant", f"fp8_amax3_{dt}", grid, (THREADS,), [*views, np.uint64(partial)])
-    quantize = ctx.kernel("quant", f"fp8_quantize3_{dt}", grid, (THREADS,), [
-        *views, np.uint64(partial), np.int32(parts), *map(np.uint64, (q8, k8, v8, scales))])  # fmt: skip
-    dequantize = ctx.kernel("quant", f"fp8_dequantize_{dt}", (parts,), (THREADS,), [
-        np.uint64(o8), np.uint64(scales), ptr(o), i64(rows[0]), i64(widths[0]), i64(strides[3])])  # fmt: skip
-    how = "q/k/v quantized per tensor"
+    views = [(q.ptr, rows[0], widths[0], strides[0]), (k.ptr, rows[1], widths[1], strides[1]),
+             (v.ptr, rows[2], widths[2], strides[2])]  # fmt: skip
+    t0 = 2 if given is not None else 0  # with q and k given, the passes cover v alone
+    vec = _fp8_vec(views[t0:], v.dtype.itemsize)
+    form = "_vec" if vec else ""
+    args = [*(np.uint64(p) for p, *_ in views), *(i64(view[i]) for i in (1, 2, 3) for view in views), np.int32(t0)]
+    grid = (parts, 3 - t0)
+    given_scales = (given.q_scale.ptr, given.k_scale.ptr) if given is not None else (0, 0)
+    amax = ctx.kernel("quant", f"fp8_amax3{form}_{dt}", grid, (THREADS,), [*args, np.uint64(partial)])
+    quantize = ctx.kernel("quant", f"fp8_quantize3{form}_{dt}", grid, (THREADS,), [
+        *args, np.uint64(partial), np.int32(parts), *map(np.uint64, (q8, k8, v8, scales, *given_scales))])  # fmt: skip
+    dequantize = _fp8_dequantize(ctx, o8, scales + 4 * FP8_SCALES.index("descale_v"), o, widths[0], strides[3])
+    how = "q and k quantized by their norms, v per tensor" if given is not None else "q/k/v quantized per tensor"
+    how += "" if vec else " (one element a thread: a view's width, stride or alignment is not of 16 bytes)"
     if mask is None:
         ctx.choices[node.id] = f"cudnn-sdpa fp8-e4m3 ({step.choice}), {how}"
         return [amax, quantize, step, dequantize]
@@ -158,6 +212,23 @@ def _cudnn_fp8_steps(
     zero_rows = _zero_masked_rows(ctx, dt, mask, o, sq, widths[0], strides[3], False)
     ctx.choices[node.id] = f"cudnn-sdpa fp8-e4m3 ({step.choice}), {how}, the attended keys gathered first"
     return [order, amax, quantize, gather, step, dequantize, zero_rows]
+
+
+def _fp8_vec(views: list[tuple[int, int, int, int]], itemsize: int) -> bool:
+    """The 16-byte form of the fp8 passes applies to these (pointer, rows, width, stride) views: widths and
+    strides in whole groups of 8 values, 16-byte aligned bases, and 32-bit chunk indices."""
+    return all(w % 8 == 0 and s % 8 == 0 and p % 16 == 0 and r * w // 8 < 2**31 and 8 * itemsize == 16
+               for p, r, w, s in views)  # fmt: skip
+
+
+def _fp8_dequantize(ctx: LowerCtx, src: int, scale: int, o: DevTensor, width: int, stride: int) -> Launch:
+    """o (rows of `width` values, `stride` apart) = the dense e4m3 values at `src` times the f32 at `scale`."""
+    rows = o.numel // width
+    vec = _fp8_vec([(o.ptr, rows, width, stride)], o.dtype.itemsize) and src % 8 == 0
+    name = f"fp8_dequantize{'_vec' if vec else ''}_{o.dtype.value}"
+    grid = (ctx.sm_count * FP8_BLOCKS,)
+    return ctx.kernel("quant", name, grid, (THREADS,), [np.uint64(src), np.uint64(scale), ptr(o), i64(rows),
+                      i64(width), i64(stride)])  # fmt: skip
 
 
 @lowering("sdpa_backward")

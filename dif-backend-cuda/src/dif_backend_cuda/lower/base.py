@@ -217,7 +217,9 @@ PITCHED_ROWS = {
     "glu_backward": 1,
     "sdpa": 2,
     "sdpa_fp8": 2,
+    "sdpa_fp8_qk": 2,
     "rms_norm_rope": 2,
+    "rms_norm_rope_quant": 2,
     "sdpa_stats": 2,
     "sdpa_backward": 2,
 }

@@ -6,14 +6,20 @@ declares the fused ops of its lowering table as `op:<name>` (`LoweringTable.op_c
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
+from dif.dtypes import DType
 from dif.ir.program import Node
+from dif.ops.quant import MAX_SHARED_NORMS
 from dif_backend_cuda.lower.base import (
     FLOATS,
     ILP,
     THREADS,
     Attrs,
+    DevTensor,
+    Launch,
     LowerCtx,
     Steps,
     Ts,
@@ -92,7 +98,28 @@ def _gated_residual(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Ts, outs: Ts) 
 
 @lowering("rms_norm_rope")
 def _rms_norm_rope(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Ts, outs: Ts) -> Steps:
-    (x, w, c, s), (y,) = ins, outs
+    return [_norm_rope_kernel(ctx, node, attrs, ins, outs[0], "rms_norm_rope", [np.uint64(0)] * 4)]
+
+
+@lowering("rms_norm_rope_quant")
+def _rms_norm_rope_quant(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Ts, outs: Ts) -> Steps:
+    """rms_norm_rope's kernels writing e4m3 at the scale the norm weights bound (kernels/fused.cu): w and up to
+    three `bound` weights, the scale written by the tensor's first warp."""
+    (y, scale), bound = outs, ins[4:]
+    need(node, ins[0].dtype, (DType.BF16, DType.F16))
+    if any(b.dtype != ins[1].dtype for b in bound):
+        raise unsupported(node, "the bound weights' dtype differs from w's")
+    extra = [ptr(b) for b in bound] + [np.uint64(0)] * (MAX_SHARED_NORMS - 1 - len(bound))
+    return [_norm_rope_kernel(ctx, node, attrs, ins[:4], y, "rms_norm_rope_q8", [*extra, ptr(scale)])]
+
+
+def _norm_rope_kernel(
+    ctx: LowerCtx, node: Node, attrs: Attrs, ins: Ts, y: DevTensor, kernel: str, tail: list[Any]
+) -> Launch:
+    """The launch of `kernel` (rms_norm_rope or its quantizing form) over x, w, cos, sin into y, with `tail`
+    (the bound weights and the scale's pointer, null for the plain form) after the common arguments: the
+    register kernel of 128-channel heads where the shapes allow, else the warp-per-row one."""
+    x, w, c, s = ins
     dt = need(node, x.dtype, FLOATS)
     wt = need(node, w.dtype, FLOATS)
     if c.dtype != s.dtype:
@@ -103,21 +130,21 @@ def _rms_norm_rope(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Ts, outs: Ts) -
     rot = c.shape[1]
     xt, yt = row_stride(node, x, 2), row_stride(node, y, 2)
     warps = THREADS // 32
-    grid = (-(-rows // warps),)
     pairs = attrs["mode"] == "pairs"
     common = [f32(attrs["eps"]), f32(attrs["offset"]), np.int32(attrs["round_before_weight"]), np.int32(pairs)]
     per_warp = next((r for r in ROPE_ROWS if heads % r == 0), 0)
     fits = dim == 128 and per_warp and rows < 2**31 and xt % 4 == 0 and yt % 4 == 0
     if fits and (rot % 4 == 0 if pairs else rot == 128) and aligned(4, x, y):
         args = [ptr(x), ptr(w), ptr(c), ptr(s), ptr(y), i64(rows), i64(seq), i64(heads), i64(rot), *common]
-        vec_grid = (-(-rows // (warps * per_warp)),)
-        name = f"rms_norm_rope_vec{per_warp}_{dt}_{wt}_{ct}"
-        return [ctx.kernel("fused", name, vec_grid, (THREADS,), [*args, i64(xt), i64(yt)])]
+        grid = (-(-rows // (warps * per_warp)),)
+        name = f"{kernel}_vec{per_warp}_{dt}_{wt}_{ct}"
+        return ctx.kernel("fused", name, grid, (THREADS,), [*args, i64(xt), i64(yt), *tail])
     shared = warps * dim * 4
     if shared > 48 * 1024:
         raise unsupported(node, f"head dim {dim} needs {shared} B of shared memory per block")
     args = [ptr(x), ptr(w), ptr(c), ptr(s), ptr(y), i64(rows), i64(seq), i64(heads), i64(dim), i64(rot), *common]
-    return [ctx.kernel("fused", f"rms_norm_rope_{dt}_{wt}_{ct}", grid, (THREADS,), [*args, i64(xt), i64(yt)], shared)]
+    grid = (-(-rows // warps),)
+    return ctx.kernel("fused", f"{kernel}_{dt}_{wt}_{ct}", grid, (THREADS,), [*args, i64(xt), i64(yt), *tail], shared)
 
 
 @lowering("linear_add")

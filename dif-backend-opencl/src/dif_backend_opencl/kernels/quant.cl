@@ -59,6 +59,41 @@ __kernel void quantize_tensor(__global float* y, long yo, gcptr x, long xo, int 
   y[yo + i] = scaled ? v * sc : v;
 }
 
+// rms_norm_rope_quant (dif.ops.quant.norm_bound_scale): s[so] = root * m / 448, m the largest |w + offset| over the
+// four weights of `dim` values (w repeated where fewer share the scale), root = sqrt(dim) (the host's, correctly
+// rounded); 1 when m is 0. One work-group.
+__kernel void norm_bound_scale(__global float* s, long so, gcptr w0, long o0, int t0, gcptr w1, long o1, int t1,
+                               gcptr w2, long o2, int t2, gcptr w3, long o3, int t3, int dim, float offset,
+                               float root) {
+  __local float buf[WG];
+  int l = get_local_id(0);
+  float m = 0.0f;
+  for (int j = l; j < dim; j += WG) {
+    m = fmax(m, fabs(ldf(w0, o0 + j, t0) + offset));
+    m = fmax(m, fabs(ldf(w1, o1 + j, t1) + offset));
+    m = fmax(m, fabs(ldf(w2, o2 + j, t2) + offset));
+    m = fmax(m, fabs(ldf(w3, o3 + j, t3) + offset));
+  }
+  m = wg_max(m, buf);
+  if (l == 0) s[so] = m > 0.0f ? div_rn(root * m, 448.0f) : 1.0f;
+}
+
+// q = e4m3(x / s[so]), saturated: values quantized at a scale known beforehand
+__kernel void quantize_at_scale(gptr q, long qo, int qt, gcptr x, long xo, int xt, __global const float* s, long so,
+                                long n) {
+  long i = get_global_id(0);
+  if (i >= n) return;
+  stf(q, qo + i, qt, clamp(div_rn(ldf(x, xo + i, xt), s[so]), -448.0f, 448.0f));
+}
+
+// y = x * s[so] in fp32: e4m3 values quantized by their producer (sdpa_fp8_qk's q and k) at their scale
+__kernel void scale_tensor(__global float* y, long yo, gcptr x, long xo, int xt, __global const float* s, long so,
+                           long n) {
+  long i = get_global_id(0);
+  if (i >= n) return;
+  y[yo + i] = ldf(x, xo + i, xt) * s[so];
+}
+
 // the attention's fp32 result y at v's scale s[so] rounded to e4m3, stored in o's dtype
 __kernel void fp8_round_out(gptr o, long oo, int ot, __global const float* y, long yo, __global const float* s,
                             long so, long n) {

@@ -52,23 +52,44 @@ def lower_sdpa_fp8(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Refs, outs: Ref
     tensor scales (fp32 scratch, `kernels/quant.cl`), the unfused attention over them whose softmax rounds its
     numerators to e4m3 (`attn_softmax_fp8`), and the fp32 result rounded to e4m3 at v's scale."""
     q, k, v = ins[:3]
-    mask = ins[3] if len(ins) > 3 else None
-    (o,) = outs
-    scale = float(np.float32(attrs["scale"] or 1.0 / math.sqrt(q.type.shape[3])))
-    scales = ctx.scratch((3,), DType.F32)  # the tensor scales of q, k and v
+    scales = ctx.scratch((2,), DType.F32)  # the tensor scales of q and k
     steps: Steps = []
     grid: list[Ref] = []
-    for i, x in enumerate((q, k, v)):
+    for i, x in enumerate((q, k)):
         y = ctx.scratch(x.type.shape, DType.F32)
         s = (scales.slot, np.int64(scales.offset + i))
         n = np.int64(x.numel)
         steps += ctx.launch_rows("quant", "tensor_scale", 1, *s, *x.full(), n)
-        steps += ctx.launch_1d("quant", "quantize_tensor", x.numel, *y.ptr(), *x.full(), *s, np.int32(i < 2), n)
-        grid.append(y)  # q and k times their scales, v's e4m3 values alone (the softmax carries its scale)
+        steps += ctx.launch_1d("quant", "quantize_tensor", x.numel, *y.ptr(), *x.full(), *s, np.int32(1), n)
+        grid.append(y)  # q and k times their scales
+    return steps + _fp8_attention(ctx, attrs, grid[0], grid[1], v, ins[3] if len(ins) > 3 else None, outs[0])
+
+
+@lowers("sdpa_fp8_qk")
+def lower_sdpa_fp8_qk(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Refs, outs: Refs) -> Steps:
+    """`lower_sdpa_fp8` with q and k as their producers quantized them: their e4m3 values times their scales
+    (fp32 scratch), then the same attention over them and v."""
+    steps: Steps = []
+    grid: list[Ref] = []
+    for x, s in ((ins[0], ins[1]), (ins[2], ins[3])):
+        y = ctx.scratch(x.type.shape, DType.F32)
+        steps += ctx.launch_1d("quant", "scale_tensor", x.numel, *y.ptr(), *x.full(), *s.ptr(), np.int64(x.numel))
+        grid.append(y)
+    return steps + _fp8_attention(ctx, attrs, grid[0], grid[1], ins[4], ins[5] if len(ins) > 5 else None, outs[0])
+
+
+def _fp8_attention(ctx: LowerCtx, attrs: Attrs, q: Ref, k: Ref, v: Ref, mask: Ref | None, o: Ref) -> Steps:
+    """The fp8 attention over q and k on the e4m3 grid times their scales (fp32): v's e4m3 values at its tensor
+    scale, the unfused attention whose softmax carries that scale, the result rounded to e4m3 at it."""
+    scale = float(np.float32(attrs["scale"] or 1.0 / math.sqrt(q.type.shape[3])))
+    sv = ctx.scratch((1,), DType.F32)
+    v8 = ctx.scratch(v.type.shape, DType.F32)
+    n = np.int64(v.numel)
+    steps = ctx.launch_rows("quant", "tensor_scale", 1, *sv.ptr(), *v.full(), n)
+    steps += ctx.launch_1d("quant", "quantize_tensor", v.numel, *v8.ptr(), *v.full(), *sv.ptr(), np.int32(0), n)
     out = ctx.scratch(o.type.shape, DType.F32)
-    sv = (scales.slot, np.int64(scales.offset + 2))
-    steps += _sdpa_unfused(ctx, out, *grid, mask, scale, bool(attrs["causal"]), v_scale=sv)
-    return steps + ctx.launch_1d("quant", "fp8_round_out", o.numel, *o.full(), *out.ptr(), *sv, np.int64(o.numel))
+    steps += _sdpa_unfused(ctx, out, q, k, v8, mask, scale, bool(attrs["causal"]), v_scale=sv.ptr())
+    return steps + ctx.launch_1d("quant", "fp8_round_out", o.numel, *o.full(), *out.ptr(), *sv.ptr(), np.int64(o.numel))
 
 
 def _sdpa_unfused(

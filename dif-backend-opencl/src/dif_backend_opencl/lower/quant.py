@@ -8,6 +8,8 @@ the backend (a conformance case, a program quantized for another target).
   kernels (glu, norm_modulate, rms_norm and modulate, concat, the activation and mul) into scratch of x's dtype,
   so the value is rounded exactly as the unfused ops store it, then quantize_rows over the scratch.
 - scaled_linear_gated_residual: scaled_linear into the result, then the gated residual over it in place.
+- rms_norm_rope_quant: rms_norm_rope's kernel into fp32 scratch (the rotated values unrounded, as the reference
+  quantizes them), the scale the norm weights bound (`norm_bound_scale`), the values at it (`quantize_at_scale`).
 - scaled_linear: the fp32 GEMM with the row and output-channel scales in its epilogue, before the bias. Products
   of i8 / fp8 operands are exact in fp32; i8 sums stay exact while below 2^24, fp8 sums round about as the
   matrix units' accumulators do (`dif.testing.tolerances.FP8_ACCUMULATION`).
@@ -19,11 +21,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from dif.dtypes import DType
 from dif.ir.program import Node
-from dif.ops.quant import QMAX
+from dif.ops.quant import MAX_SHARED_NORMS, QMAX
 from dif_backend_opencl.lower.base import Attrs, LowerCtx, Ref, Refs, Steps, lowers, strided_args
 from dif_backend_opencl.lower.elementwise import EW, bstrides, unary
-from dif_backend_opencl.lower.fused import lower_gated_residual, lower_norm_modulate
+from dif_backend_opencl.lower.fused import lower_gated_residual, lower_norm_modulate, lower_rms_norm_rope
 from dif_backend_opencl.lower.layout import lower_concat
 from dif_backend_opencl.lower.linalg import linear
 from dif_backend_opencl.lower.norm import lower_glu, lower_modulate, lower_rms_norm
@@ -101,6 +104,20 @@ def lower_scaled_linear_gated_residual(ctx: LowerCtx, node: Node, attrs: Attrs, 
     x, gate, *scaled = ins
     (y,) = outs
     return lower_scaled_linear(ctx, node, {}, scaled, [y]) + lower_gated_residual(ctx, node, {}, [x, gate, y], [y])
+
+
+@lowers("rms_norm_rope_quant")
+def lower_rms_norm_rope_quant(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Refs, outs: Refs) -> Steps:
+    (x, w, cos, sin, *bound), (q, s) = ins, outs
+    rotated = ctx.scratch(x.type.shape, DType.F32)
+    steps = lower_rms_norm_rope(ctx, node, attrs, [x, w, cos, sin], [rotated])
+    weights = [w, *bound] + [w] * (MAX_SHARED_NORMS - 1 - len(bound))  # w again changes no maximum
+    d = x.type.shape[-1]
+    root = np.float32(np.sqrt(np.float32(d)))  # correctly rounded here: OpenCL's sqrt may be 3 ulp off
+    args = (*s.ptr(), *(a for t in weights for a in t.full()), np.int32(d), np.float32(attrs["offset"]), root)
+    steps += ctx.launch_rows(QUANT, "norm_bound_scale", 1, *args)
+    n = np.int64(q.numel)
+    return steps + ctx.launch_1d(QUANT, "quantize_at_scale", q.numel, *q.full(), *rotated.full(), *s.ptr(), n)
 
 
 @lowers("int4_linear")

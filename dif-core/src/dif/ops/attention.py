@@ -153,17 +153,85 @@ def sdpa_fp8(
       fp32; e in [0, 1] is rounded to e4m3 at scale 1/448 for the second product, the row sums taken unrounded;
     - out = (e8 v8) * s_v / 448 / row sum, rounded to e4m3 at v's scale (an average of v's rows never exceeds
       its amax) and stored in q's dtype."""
-    from dif.ops.quant import QMAX, quantize_with, tensor_scale  # dif.ops.quant imports this module's users
+    from dif.ops.quant import quantize_with, tensor_scale  # dif.ops.quant imports this module's users
 
-    scales = [tensor_scale(x) for x in (q, k, v)]
-    q8, k8, v8 = (quantize_with(x, s, "f8e4m3").astype(np.float32) for x, s in zip((q, k, v), scales, strict=True))
-    sq, sk, sv = scales
-    e, denom, vf = unnormalized_attention(q8 * sq, k8 * sk, v8, key_mask, scale=scale, causal=causal)
+    sq, sk = tensor_scale(q), tensor_scale(k)
+    q8, k8 = quantize_with(q, sq, "f8e4m3"), quantize_with(k, sk, "f8e4m3")
+    return fp8_attention(q8, sq, k8, sk, v, key_mask, scale=scale, causal=causal)
+
+
+def fp8_attention(
+    q8: np.ndarray, sq: np.float32, k8: np.ndarray, sk: np.float32, v: np.ndarray, key_mask: np.ndarray | None,
+    *, scale: float, causal: bool,
+) -> np.ndarray:  # fmt: skip
+    """The fp8 flash attention of `sdpa_fp8` and `sdpa_fp8_qk` over e4m3 q8, k8 (each times its scale), v
+    quantized with its own per-tensor scale; [B, Sq, Hq, Dv] fp32."""
+    from dif.ops.quant import QMAX, quantize_with, tensor_scale
+
+    sv = tensor_scale(v)
+    v8 = quantize_with(v, sv, "f8e4m3").astype(np.float32)
+    qf, kf = (x.astype(np.float32) * s for x, s in ((q8, sq), (k8, sk)))
+    e, denom, vf = unnormalized_attention(qf, kf, v8, key_mask, scale=scale, causal=causal)
     qmax = np.float32(QMAX["f8e4m3"])
     e8 = quantize_with(e * qmax, np.float32(1.0), "f8e4m3").astype(np.float32)
     out = np.matmul(e8, vf) * (sv / qmax) / np.where(denom > 0, denom, 1)
     out8 = quantize_with(out, sv, "f8e4m3").astype(np.float32) * sv
     return np.swapaxes(out8, 1, 2)
+
+
+def _sdpa_fp8_qk_infer(
+    q8: TensorType, q_scale: TensorType, k8: TensorType, k_scale: TensorType, v: TensorType,
+    key_mask: TensorType | None = None, *, scale: float, causal: bool,
+) -> TensorType:  # fmt: skip
+    for t, what in ((q8, "q"), (k8, "k")):
+        if t.dtype != DType.F8E4M3:
+            raise fail(f"{what} comes quantized to f8e4m3, got {t}")
+    for t, what in ((q_scale, "q_scale"), (k_scale, "k_scale")):
+        if t != TensorType((1,), DType.F32):
+            raise fail(f"{what} is one f32 scale for the tensor, [1] f32, got {t}")
+    if v.dtype not in (DType.BF16, DType.F16):
+        raise fail(f"v is quantized from f16 / bf16, got {v}")
+    as_v = (TensorType(t.shape, v.dtype) for t in (q8, k8))
+    return _sdpa_infer(*as_v, v, key_mask, scale=scale, causal=causal)
+
+
+def _sdpa_fp8_qk_cases(rng: np.random.Generator, dtype: DType) -> list[Case]:
+    from dif.ops.quant import quantize_with, tensor_scale
+
+    if dtype not in (DType.BF16, DType.F16):
+        return []
+
+    def quantized(shape: tuple[int, ...], loose: float) -> tuple[np.ndarray, np.ndarray]:
+        x = randn(rng, shape, DType.F32)  # a scale `loose` times amax / 448, as a bound known beforehand gives
+        s = np.array([tensor_scale(x) * loose], np.float32)
+        return quantize_with(x, s, "f8e4m3"), s
+
+    (q8, qs), (k8, ks) = quantized((2, 64, 4, 64), 4.0), quantized((2, 64, 2, 64), 2.0)
+    v = randn(rng, (2, 64, 2, 64), dtype, 3.0)
+    mask = np.ones((2, 64), bool)
+    mask[1, 40:] = False
+    return [Case("gqa", (q8, qs, k8, ks, v)), Case("gqa-keymask", (q8, qs, k8, ks, v, mask))]
+
+
+@defop(
+    "sdpa_fp8_qk",
+    operands=("q8", "q_scale", "k8", "k_scale", "v", "key_mask?"),
+    attrs=SDPA_ATTRS,
+    infer=_sdpa_fp8_qk_infer,
+    cases=_sdpa_fp8_qk_cases,
+    category="fused",
+)
+def sdpa_fp8_qk(
+    q8: np.ndarray, q_scale: np.ndarray, k8: np.ndarray, k_scale: np.ndarray, v: np.ndarray,
+    key_mask: np.ndarray | None = None, *, scale: float, causal: bool,
+) -> np.ndarray:  # fmt: skip
+    """sdpa_fp8_qk(q8, q_scale[1], k8, k_scale[1], v, key_mask?; scale, causal) -> [B, Sq, Hq, Dv] in v's dtype:
+    `sdpa_fp8` with q and k quantized by their producers (`rms_norm_rope_quant`, whose scale is known before the
+    tensor is computed), so no pass over them finds their amax: q = q8 * q_scale, k = k8 * k_scale; v, the
+    softmax numerators and the output are quantized as in `sdpa_fp8` (made by `quantize_fp8_attention`,
+    `dif.passes.quantize`)."""
+    qs, ks = np.float32(q_scale.reshape(-1)[0]), np.float32(k_scale.reshape(-1)[0])
+    return fp8_attention(q8, qs, k8, ks, v, key_mask, scale=scale, causal=causal)
 
 
 def check_rope_tables(x: TensorType, cos: TensorType, sin: TensorType) -> None:

@@ -459,6 +459,92 @@ def tensor_scale(x: np.ndarray, dtype: str = "f8e4m3") -> np.float32:
     return np.float32(row_scales(np.reshape(x, (1, -1)), dtype)[0, 0])
 
 
+# -- rms_norm_rope_quant ------------------------------------------------------------------------------------
+
+MAX_SHARED_NORMS = 4
+"""The most norm weights one scale of `rms_norm_rope_quant` is bounded over (w and its `bound` operands): the
+parts of an attention's q or k, as FLUX.2's text and image streams make them, each normalized by its own."""
+
+
+def norm_bound_scale(weights: tuple[np.ndarray, ...], offset: float, dim: int, dtype: str) -> np.float32:
+    """sqrt(dim) * m / QMAX (1 when m is 0), m the largest |w + offset| over `weights`, in f32: no channel of a
+    row RMS-normalized over `dim` channels and then weighted by one of them exceeds sqrt(dim) * m, nor does a
+    rotation of its pairs, so that scale quantizes every such value without saturating it."""
+    m = max(float(np.max(np.abs(w.astype(np.float32) + np.float32(offset)))) for w in weights)
+    if m == 0:
+        return np.float32(1.0)
+    return np.float32(np.sqrt(np.float32(dim)) * np.float32(m) / np.float32(QMAX[dtype]))
+
+
+def _rms_norm_rope_quant_infer(
+    x: TensorType, w: TensorType, cos: TensorType, sin: TensorType, *bound: TensorType, eps: float, offset: float,
+    round_before_weight: bool, mode: str, dtype: str,
+) -> tuple[TensorType, TensorType]:  # fmt: skip
+    if x.dtype not in (DType.BF16, DType.F16):
+        raise fail(f"x is quantized from f16 / bf16, got {x}")
+    get_op("rms_norm_rope").infer(x, w, cos, sin, eps=eps, offset=offset, round_before_weight=round_before_weight,
+                                  mode=mode)  # fmt: skip
+    if len(bound) > MAX_SHARED_NORMS - 1:
+        raise fail(f"one scale is bounded over at most {MAX_SHARED_NORMS} norm weights, got {1 + len(bound)}")
+    for b in bound:
+        if b != w:
+            raise fail(f"a bound weight must be typed as w {w}, got {b}")
+    return TensorType(x.shape, DType(dtype)), TensorType((1,), DType.F32)
+
+
+def _rms_norm_rope_quant_cases(rng: np.random.Generator, dtype: DType) -> list[Case]:
+    from dif.ops.attention import rope_case_tables
+
+    if dtype not in (DType.BF16, DType.F16):
+        return []
+    x = randn(rng, (2, 5, 3, 16), dtype, 2.0)
+    w, other = ((1 + randn(rng, (16,), DType.F32, 0.3)).astype(dtype.np) for _ in range(2))
+    f32w = randn(rng, (16,), DType.F32, 0.2)
+    cos_p, sin_p, cos_h, sin_h = rope_case_tables(rng)
+    q = {"dtype": "f8e4m3"}
+    return [
+        Case("pairs", (x, w, cos_p, sin_p), {**q, "mode": "pairs"}),
+        Case("pairs-shared-scale", (x, w, cos_p, sin_p, other), {**q, "mode": "pairs"}),
+        Case("half-partial-qwen", (x, w, cos_h[:, :12], sin_h[:, :12]),
+             {**q, "mode": "half", "round_before_weight": True}),
+        Case("pairs-f32-weight-offset", (x, f32w, cos_p, sin_p), {**q, "mode": "pairs", "offset": 1.0}),
+    ]  # fmt: skip
+
+
+@defop(
+    "rms_norm_rope_quant",
+    operands=("x", "w", "cos", "sin", "bound*"),
+    attrs=(
+        AttrSpec("eps", "float", 1e-6),
+        AttrSpec("offset", "float", 0.0, doc="added to w (and to every bound weight) before scaling, as in rms_norm"),
+        AttrSpec("round_before_weight", "bool", False, doc="as in rms_norm"),
+        AttrSpec("mode", "str", "half", ("pairs", "half"), "as in rope"),
+        AttrSpec("dtype", "dtype", choices=("f8e4m3",), doc="storage dtype of the values"),
+    ),
+    infer=_rms_norm_rope_quant_infer,
+    cases=_rms_norm_rope_quant_cases,
+    category="fused",
+    num_results=2,
+)
+def rms_norm_rope_quant(
+    x: np.ndarray, w: np.ndarray, cos: np.ndarray, sin: np.ndarray, *bound: np.ndarray, eps: float, offset: float,
+    round_before_weight: bool, mode: str, dtype: str,
+) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+    """rms_norm_rope_quant(x, w, cos, sin, bound*; eps, offset, round_before_weight, mode, dtype) -> (q, scale[1]):
+    rms_norm_rope's value (normalized and rounded to x's dtype, then rotated, in fp32), quantized with one scale
+    for the tensor known before it is computed, `norm_bound_scale` over w and the `bound` weights (the norms of
+    the other parts of the tensor the scale serves: FLUX.2's text stream beside its image stream), which no value
+    exceeds. An attention's q and k as `sdpa_fp8_qk` reads them, with no pass to find their amax (made by
+    `quantize_fp8_attention`, `dif.passes.quantize`)."""
+    from dif.ops.attention import rope
+    from dif.ops.norm import rms_norm
+
+    y = rms_norm(x, w, eps=eps, offset=offset, round_before_weight=round_before_weight)
+    rotated = rope(fp(np.asarray(y).astype(x.dtype)), cos, sin, mode=mode)
+    s = norm_bound_scale((w, *bound), offset, x.shape[-1], dtype)
+    return quantize_with(rotated, s, dtype), np.array([s], np.float32)
+
+
 # -- int4_linear --------------------------------------------------------------------------------------------
 
 

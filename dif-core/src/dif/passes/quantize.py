@@ -47,7 +47,7 @@ from attrs import evolve
 from dif.dtypes import DType
 from dif.ir.program import Node, Program, Value
 from dif.ir.types import TensorType
-from dif.ops.quant import ACT_MUL_ACTS
+from dif.ops.quant import ACT_MUL_ACTS, MAX_SHARED_NORMS
 from dif.passes.context import PassContext
 from dif.passes.rewrite import Fusion, apply_fusions, fused_type_problem, producer_of, sole_use
 from dif.plan.plan import Decision
@@ -472,7 +472,11 @@ def quantize_fp8_attention(program: Program, *, ctx: PassContext) -> Program:
     """`program` with each `sdpa` over f16 / bf16 operands as `sdpa_fp8` (dif.ops.attention): both attention
     products on fp8 matrix units, q, k, v and the softmax numerators rounded to e4m3 with one scale per tensor.
     A separate candidate from `quantize_fp8`, which converts the linears: attention's error is judged apart.
-    An attention of a block `DIF_FORMAT_KEEP` names stays as it is, with the reason recorded."""
+    Where q and k are each made by `rms_norm_rope` (or a concat of them along the sequence, one per stream) and
+    read by the attention alone, those become `rms_norm_rope_quant`, whose scale is bounded by the norm weights
+    before anything is computed, and the attention `sdpa_fp8_qk`: no pass over q and k finds their amax or
+    writes their e4m3 copies. An attention of a block `DIF_FORMAT_KEEP` names stays as it is, with the reason
+    recorded."""
     if not _implemented(ctx, "fp8-e4m3"):
         return program
     rw = _Rewrite(program)
@@ -488,10 +492,65 @@ def quantize_fp8_attention(program: Program, *, ctx: PassContext) -> Program:
             ctx.skipped(why, (node.id,), value)
         elif not ctx.supports("sdpa_fp8"):
             ctx.skipped(ctx.lacks("sdpa_fp8"), (node.id,), value)
+        elif (normed := _normed_qk(program, ctx, node)) is not None:
+            (q8, qs), (k8, ks) = (_quantized_norms(program, rw, parts, node.operands[i]) for i, parts in normed)
+            operands = (q8, qs, k8, ks, *node.operands[2:])
+            rw.replace[node.id] = [evolve(node, op="sdpa_fp8_qk", operands=operands)]
+            ids = (*(p.id for _, parts in normed for p in parts), node.id)
+            ctx.applied("rms_norm_rope + sdpa -> rms_norm_rope_quant + sdpa_fp8_qk (fp8-e4m3 attention, q and k "
+                        "quantized by their norms at scales the norm weights bound)", ids, value)  # fmt: skip
         else:
             rw.replace[node.id] = [evolve(node, op="sdpa_fp8")]
             ctx.applied("sdpa -> sdpa_fp8 (fp8-e4m3 attention, per-tensor scales)", (node.id,), value)
     return rw.apply(ctx.pass_name)
+
+
+def _normed_qk(program: Program, ctx: PassContext, sdpa: Node) -> tuple[tuple[int, list[Node]], ...] | None:
+    """((0, q's rms_norm_ropes), (1, k's)) when each of q and k is made by `rms_norm_rope` nodes alone (one, or
+    a concat of them along the sequence) that agree on the weights' type and offset, and the attention alone
+    reads them; None otherwise, or where the target lacks the quantizing forms."""
+    if not (ctx.supports("rms_norm_rope_quant") and ctx.supports("sdpa_fp8_qk")):
+        return None
+    found = []
+    for i in (0, 1):
+        x = sdpa.operands[i]
+        if not _read_by_alone(program, x, sdpa) or sdpa.operands.count(x) != 1:
+            return None
+        node = program.producers.get(x)
+        parts = [node] if node is not None and node.op == "rms_norm_rope" else None
+        if node is not None and node.op == "concat" and int(node.attrs["axis"]) % 4 == 1:
+            producers = [program.producers.get(o) for o in node.operands]
+            normed = [p for p in producers if p is not None and p.op == "rms_norm_rope"]
+            if len(normed) == len(set(node.operands)) == len(node.operands) and all(
+                _read_by_alone(program, p.results[0].name, node) for p in normed
+            ):
+                parts = normed
+        if not parts or len(parts) > MAX_SHARED_NORMS:
+            return None
+        if len({(program.types[p.operands[1]], float(p.attrs["offset"])) for p in parts}) != 1:
+            return None
+        found.append((i, parts))
+    return tuple(found)
+
+
+def _quantized_norms(program: Program, rw: _Rewrite, parts: list[Node], x: str) -> tuple[str, str]:
+    """(values, scale) of sdpa operand `x` made by `parts`, each now an `rms_norm_rope_quant` bounded over every
+    part's weight (the tensor has one scale); a concat of them joins their e4m3 values."""
+    weights = [p.operands[1] for p in parts]
+    made = []
+    for p in parts:
+        q, s = _quantized_pair(program, p.results[0].name, "fp8-e4m3")
+        s = Value(s.name, TensorType((1,), DType.F32))  # one scale for the tensor
+        bound = tuple(w for w in weights if w != p.operands[1])
+        attrs = {**p.attrs, "dtype": ROW_FORMATS["fp8-e4m3"]}
+        rw.replace[p.id] = [Node(p.id, "rms_norm_rope_quant", (*p.operands, *bound), (q, s), attrs)]
+        made.append((q, s))
+    if len(parts) == 1:
+        return made[0][0].name, made[0][1].name
+    concat = program.producers[x]
+    q = Value(f"{x}@fp8-e4m3.q", TensorType(program.types[x].shape, DType(ROW_FORMATS["fp8-e4m3"])))
+    rw.replace[concat.id] = [evolve(concat, operands=tuple(m[0].name for m in made), results=(q,))]
+    return q.name, made[0][1].name  # every part computed the same scale: the first one's serves
 
 
 FORMAT_PASSES = {"fp8-e4m3": "quantize_fp8", "int8": "quantize_int8", "int4-group": "quantize_int4"}

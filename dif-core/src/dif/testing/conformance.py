@@ -40,9 +40,9 @@ from dif.testing.tolerances import FP8_ACCUMULATION, Tolerance, compare, toleran
 DEFAULT_DTYPES = (DType.F32, DType.BF16)
 ELEMENTWISE_CATEGORIES = frozenset({"elementwise", "layout"})
 """Op categories whose results are not reductions: their tolerance is not loosened by length."""
-HALF_ONLY_OPS = frozenset({"sdpa_backward", "sdpa_stats", "sdpa_fp8"})
+HALF_ONLY_OPS = frozenset({"sdpa_backward", "sdpa_stats", "sdpa_fp8", "sdpa_fp8_qk", "rms_norm_rope_quant"})
 """Ops whose type rule takes f16 / bf16 only, so they have no f32 cases (the fused attention backward, the fp8
-attention that quantizes half-precision operands)."""
+attention and the q / k norm that quantize half-precision operands)."""
 F32_ONLY_OPS = frozenset({"adamw_update"})
 """Ops whose type rule takes f32 only, so they have no half-precision cases (the optimizer's master weights)."""
 
