@@ -54,8 +54,9 @@ def test_flux2_transformer_fuses_and_stays_bit_identical_on_cpu(dtype: str) -> N
     # the fusions of a double block remove 10 nodes, of a single block 4, of the output norm 1; the 4 slices add
     assert len(optimized.nodes) == len(program.nodes) - (10 * doubles + 4 * singles + 1 - 4)
     # every default pass but the GroupNorm + SiLU fusion (the transformer has no GroupNorm), the residual one
-    # (every residual add of a FLUX.2 block is gated: a gated_residual) and the training one (no backward here)
-    unused = {"fuse_group_norm_silu", "fuse_linear_residual", "reuse_attention_stats"}
+    # (every residual add of a FLUX.2 block is gated: a gated_residual), the training one (no backward here) and
+    # the activation-times-value one (its SwiGLUs halve one projection: glu)
+    unused = {"fuse_group_norm_silu", "fuse_linear_residual", "reuse_attention_stats", "fuse_act_mul"}
     assert {d.pass_name for d in decisions} == set(DEFAULT_PASSES) - unused
     assert all(d.verdict == "applied" for d in decisions)
 

@@ -64,6 +64,33 @@ def test_norm_modulate_long_rows(kind: str, dtype: str, length: int, batch: int,
     assert _run(b.build(), 1e-2 if dtype != "f32" else 1e-5) == [kernel]
 
 
+@pytest.mark.parametrize(
+    ("wdt", "length", "kernel"),
+    [
+        ("f32", 6144, "rms_norm_modulate_warp24_bf16_f32"),  # Krea 2: the weight pinned to fp32
+        ("bf16", 4096, "rms_norm_modulate_warp16_bf16_bf16"),
+        ("f32", 4352, "rms_norm_modulate_vec16_bf16_f32"),
+        ("f32", 100, "rms_norm_modulate_bf16_f32"),
+    ],
+)
+def test_rms_norm_modulate_weights_norm_modulates_kernels(wdt: str, length: int, kernel: str) -> None:
+    """Krea 2's adaptive norm (offset 1) in each of norm_modulate's kernels, weighted, against the interpreter."""
+    b = ProgramBuilder("rms_norm_modulate")
+    x = b.input("x", (1, 96, length), "bf16")
+    w = b.input("w", (length,), wdt)
+    s, t = b.input("s", (1, 1, length), "bf16"), b.input("t", (1, 1, length), "bf16")
+    b.output(b.emit("rms_norm_modulate", x, w, s, t, eps=1e-5, offset=1.0))
+    assert _run(b.build(), 1e-2) == [kernel]
+
+
+@pytest.mark.parametrize(("act", "n"), [("silu", 4608 * 16384 // 64), ("sigmoid", 1001)])
+def test_act_mul_in_16_byte_chunks_or_by_element(act: str, n: int) -> None:
+    b = ProgramBuilder("act_mul")
+    g, u = b.input("g", (n,), "bf16"), b.input("u", (n,), "bf16")
+    b.output(b.emit("act_mul", g, u, act=act))
+    assert _run(b.build(), 1e-2) == [f"act_mul_vec_{act}_bf16" if n % 8 == 0 else f"act_mul_{act}_bf16"]
+
+
 @pytest.mark.parametrize(("dtype", "tol"), [("bf16", 1e-2), ("f32", 1e-5)])
 def test_group_norm_in_slices(dtype: str, tol: float) -> None:
     """A VAE-sized group (8 channels x 64x64 here: 8 slices of 4096) takes the two-pass slice kernels; values

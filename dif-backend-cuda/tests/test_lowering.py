@@ -575,6 +575,33 @@ def test_sdpa_fp8_quantizes_around_cudnn_or_runs_in_the_run_dtype_saying_why(
     assert amax.grid == quantize.grid == (132 * 2, 3)
 
 
+@pytest.mark.parametrize(("length", "weight_offset", "kernel"), [
+    (6144, 0, "rms_norm_modulate_warp24_bf16_f32"),  # Krea 2's rows, a warp each
+    (6144, 16, "rms_norm_modulate_vec16_bf16_f32"),  # the weight 16- but not 32-byte aligned: a block per row
+    (100, 0, "rms_norm_modulate_bf16_f32"),  # not a multiple of 8
+])  # fmt: skip
+def test_rms_norm_modulate_runs_norm_modulates_kernels_with_the_weight(
+    sigs: dict[str, dict[str, list[str]]], length: int, weight_offset: int, kernel: str
+) -> None:
+    """Krea 2's adaptive norm with its f32 weight: norm_modulate's kernel for the shape, weighted, the weight and
+    its offset last; the register and warp kernels load the weight in vectors, so its alignment picks one."""
+    from dif.ir.builder import ProgramBuilder
+
+    b = ProgramBuilder("adaptive")
+    x = b.input("x", (1, 64, length), "bf16")
+    w = b.input("w", (length,), "f32")
+    s, t = (b.input(n, (1, 1, length), "bf16") for n in "st")
+    b.output(b.emit("rms_norm_modulate", x, w, s, t, eps=1e-5, offset=1.0))
+    program = b.build()
+    ctx = LowerCtx(_FakeBackend(sigs), OPS)
+    tensors = _tensors(program)
+    tensors["w"] = DevTensor(tensors["w"].ptr + weight_offset, (length,), tensors["w"].dtype)
+    node = program.nodes[0]
+    (step,) = lower_node(ctx, node, [tensors[o] for o in node.operands], [tensors[r.name] for r in node.results])
+    _check_args(step)
+    assert step.name == kernel and step.args[-2] == tensors["w"].ptr and step.args[-1] == np.float32(1.0)
+
+
 @pytest.mark.parametrize("mask", [False, True])
 def test_sdpa_fp8_qk_quantizes_v_alone_and_copies_the_given_scales(
     sigs: dict[str, dict[str, list[str]]], monkeypatch: pytest.MonkeyPatch, mask: bool

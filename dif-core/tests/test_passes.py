@@ -126,6 +126,31 @@ def test_affine_norm_and_norm_as_scale_are_not_fused() -> None:
     assert out.op_histogram() == {"layer_norm": 1, "modulate": 1} and decisions == []
 
 
+@pytest.mark.parametrize("dtype", ["f32", "bf16"])
+@pytest.mark.parametrize("weight", ["x's dtype", "f32"])
+def test_a_weighted_rms_norm_becomes_rms_norm_modulate_and_is_exact(dtype: str, weight: str) -> None:
+    """Krea 2's adaptive norm: a weighted rms_norm (offset 1, the weight in x's dtype or pinned to f32) under a
+    modulate becomes one rms_norm_modulate; rounded before its weight (Qwen's order), it stays as it is."""
+    b = ProgramBuilder("weighted")
+    x = b.input("x", (2, 5, 16), dtype)
+    scale, shift = b.input("scale", (2, 1, 16), dtype), b.input("shift", (2, 1, 16), dtype)
+    w = b.param("w", (16,), dtype if weight == "x's dtype" else "f32")
+    b.output(b.emit("modulate", b.emit("rms_norm", x, w, eps=1e-5, offset=1.0), scale, shift))
+    program = b.build()
+    out, decisions = fuse_with(fuse_norm_modulate, program)
+    assert out.op_histogram() == {"rms_norm_modulate": 1}
+    (node,) = out.nodes
+    assert node.operands == ("x", "w", "scale", "shift") and node.attrs == {"eps": 1e-5, "offset": 1.0}
+    assert [(d.verdict, d.reason) for d in decisions] == [(APPLIED, "rms_norm + modulate -> rms_norm_modulate")]
+    assert_same_results(program, out)
+    b = ProgramBuilder("qwen-order")
+    x = b.input("x", (3, 8), dtype)
+    s, t = b.input("s", (8,), dtype), b.input("t", (8,), dtype)
+    n = b.emit("rms_norm", x, b.param("w", (8,), dtype), eps=1e-6, round_before_weight=True)
+    out, decisions = fuse_with(fuse_norm_modulate, (b.output(b.emit("modulate", n, s, t)), b.build())[1])
+    assert out.op_histogram() == {"rms_norm": 1, "modulate": 1} and "rounds before its weight" in decisions[0].reason
+
+
 def test_fusion_is_skipped_when_the_target_lacks_the_op() -> None:
     program = modulated()
     out, decisions = fuse_with(fuse_norm_modulate, program, NONE)
@@ -275,10 +300,11 @@ def test_default_pipeline_fuses_everything_and_keeps_results(dtype: str) -> None
     assert len(out.nodes) == len(program.nodes) - 6
     assert out.op_histogram() == {"gated_residual": 2, "linear": 2, "norm_modulate": 2, "reshape": 4,
                                   "rms_norm_rope": 2}  # fmt: skip
-    # mini_dit has no concat before a rope, no group_norm (fuse_group_norm_silu: test_norm_act_pass.py) and no
-    # residual add of a linear's result (its linears feed gated residuals; test_linear_residual_pass.py)
+    # mini_dit has no concat before a rope, no group_norm (fuse_group_norm_silu: test_norm_act_pass.py), no
+    # residual add of a linear's result (its linears feed gated residuals; test_linear_residual_pass.py) and no
+    # activation times a value (fuse_act_mul: test_act_mul_pass.py)
     fusions = [p for p in DEFAULT_PASSES if p.startswith("fuse_") and p not in ("fuse_group_norm_silu",
-               "fuse_linear_residual")]  # fmt: skip
+               "fuse_linear_residual", "fuse_act_mul")]  # fmt: skip
     assert [d.pass_name for d in decisions] == [p for p in fusions for _ in range(2)]
     assert all(d.verdict == APPLIED for d in decisions)
     assert {p.name for p in out.params} == {p.name for p in program.params}
@@ -287,8 +313,8 @@ def test_default_pipeline_fuses_everything_and_keeps_results(dtype: str) -> None
 
 
 FUSIONS = (
-    "fuse_norm_rope, fuse_norm_modulate, fuse_gated_residual, fuse_group_norm_silu, fuse_linear_residual, "
-    "reuse_attention_stats"
+    "fuse_norm_rope, fuse_norm_modulate, fuse_gated_residual, fuse_act_mul, fuse_group_norm_silu, "
+    "fuse_linear_residual, reuse_attention_stats"
 )
 
 
@@ -314,7 +340,7 @@ def test_dif_passes_selects_disables_and_rejects(monkeypatch: pytest.MonkeyPatch
         monkeypatch.setenv("DIF_PASSES", "fuse_gated_residual, fuse_norm_rope")
         assert selected_passes() == ("fuse_gated_residual", "fuse_norm_rope")
         monkeypatch.setenv("DIF_PASSES", "fuse_gated_residual,default")
-        expanded = ("fuse_gated_residual", "rope_before_concat", "fuse_norm_rope", "fuse_norm_modulate",
+        expanded = ("fuse_gated_residual", "rope_before_concat", "fuse_norm_rope", "fuse_norm_modulate", "fuse_act_mul",
                     "fuse_group_norm_silu", "fuse_linear_residual", "reuse_attention_stats")  # fmt: skip
         assert selected_passes() == expanded
         for bad in ("fuse_everything", "none,fuse_norm_rope"):

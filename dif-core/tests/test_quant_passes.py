@@ -335,12 +335,15 @@ def test_a_gate_read_elsewhere_keeps_its_mul_and_quantize_rows() -> None:
                                         "reshape": 2}  # fmt: skip
 
 
+@pytest.mark.parametrize("fused_first", [False, True])
 @pytest.mark.parametrize("weight_dtype", ["f32", "bf16"])
-def test_a_modulated_weighted_rms_norm_becomes_one_rms_norm_modulate_quant(weight_dtype: str) -> None:
+def test_a_modulated_weighted_rms_norm_becomes_one_rms_norm_modulate_quant(
+    weight_dtype: str, fused_first: bool
+) -> None:
     """Krea 2's adaptive norm, modulate(rms_norm(x, w; offset 1), scale, shift) with its weight in f32 (a module
-    pinned to fp32) or in x's dtype: the norm and the modulation become one `rms_norm_modulate_quant`, every
-    linear reading it a `scaled_linear`; on the CPU the result is the unfused ops' (the norm and the modulation
-    each rounded to bf16, quantize_rows, the scaled product) value for value."""
+    pinned to fp32) or in x's dtype, as the pair or as the default pipeline's rms_norm_modulate: it becomes one
+    `rms_norm_modulate_quant`, every linear reading it a `scaled_linear`; on the CPU the result is the unfused
+    ops' (the norm and the modulation each rounded to bf16, quantize_rows, the scaled product) value for value."""
     from dif.ops.norm import modulate, rms_norm
     from dif.ops.quant import quantize_rows, quantize_weight_rows, scaled_linear
 
@@ -352,12 +355,13 @@ def test_a_modulated_weighted_rms_norm_becomes_one_rms_norm_modulate_quant(weigh
     y = b.emit("modulate", n, s, t)
     b.output(*(flat(b, b.emit("linear", y, b.param(w, (wide, D), "bf16")), wide) for w in ("wa", "wb")))
     program = b.build()
-    rewritten, decisions = optimize(program, target=ALL, passes=("quantize_fp8",))
+    passes = ("fuse_norm_modulate", "quantize_fp8") if fused_first else ("quantize_fp8",)
+    rewritten, decisions = optimize(program, target=ALL, passes=passes)
     assert rewritten.op_histogram() == {"rms_norm_modulate_quant": 1, "scaled_linear": 2, "reshape": 2}
     reason = "rms_norm + modulate + linear -> rms_norm_modulate_quant + scaled_linear (fp8-e4m3)"
-    assert [d.reason for d in decisions] == [reason, reason]
+    assert [d.reason for d in decisions if d.pass_name == "quantize_fp8"] == [reason, reason]
     weights, inputs = weights_for(program), inputs_for(program)
-    out, _ = run_cpu(program, ("quantize_fp8",), weights, inputs)
+    out, _ = run_cpu(program, passes, weights, inputs)
     bf16 = ml_dtypes.bfloat16
     normed = np.asarray(rms_norm(inputs["x"], weights["nw"], eps=1e-5, offset=1.0, round_before_weight=False))
     modulated = np.asarray(modulate(normed.astype(bf16), inputs["s"], inputs["t"])).astype(bf16)

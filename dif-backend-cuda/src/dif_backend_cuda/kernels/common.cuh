@@ -342,3 +342,9 @@ __device__ __forceinline__ float gelu_erf_f(float x) { return 0.5f * x * (1.0f +
 __device__ __forceinline__ float gelu_tanh_f(float x) {
   return 0.5f * x * (1.0f + tanhf(0.79788456080286536f * (x + 0.044715f * x * x * x)));
 }
+// The activations of the gated ops (glu_quant, act_mul, act_mul_quant) by code, as the lowerings name them:
+// 0 silu, 1 gelu (erf), 2 gelu tanh (glu's), 3 sigmoid
+template <int ACT>
+__device__ __forceinline__ float gate_act(float v) {
+  return ACT == 0 ? v * sigmoid_f(v) : (ACT == 1 ? gelu_erf_f(v) : (ACT == 2 ? gelu_tanh_f(v) : sigmoid_f(v)));
+}

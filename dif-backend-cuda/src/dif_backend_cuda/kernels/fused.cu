@@ -15,12 +15,38 @@ __device__ __forceinline__ void lead_offsets(i64 row, const i64* __restrict__ m,
 }
 
 // ---- norm_modulate: one block per row; layer (two-pass mean/var) or rms statistics in fp32 -----------
+// rms_norm_modulate runs the same kernels with the norm's weight W (f32 or the storage type; NoWeight for
+// norm_modulate, whose code is then what it was without one): the normalized value times (w + w_offset) before
+// it is rounded, as rms_norm stores it.
+struct NoWeight {};
+template <class W>
+constexpr bool has_weight() {
+  return !is_same_t<W, NoWeight>::value;
+}
+// P weights in one vector load (the register and warp kernels; the lowering checks their alignment)
+template <class W, int P>
+struct alignas(P * sizeof(W)) WVec {
+  W v[P];
+};
+template <class W, int P>
+__device__ __forceinline__ void load_weights(const W* __restrict__ w, i64 j, float (&out)[P], float w_offset) {
+  if constexpr (has_weight<W>()) {
+    const WVec<W, P> c = *reinterpret_cast<const WVec<W, P>*>(w + j);
+#pragma unroll
+    for (int e = 0; e < P; ++e) out[e] = to_f(c.v[e]) + w_offset;
+  }
+}
+template <class W>
+__device__ __forceinline__ float weighted(float d, float wv) {
+  if constexpr (has_weight<W>()) return d * wv;
+  else return d;
+}
 #define NM_VPT 8
-template <class T>
+template <class T, class W>
 __device__ __forceinline__ void norm_modulate_impl(const T* __restrict__ x, const T* __restrict__ s,
                                                    const T* __restrict__ t, T* __restrict__ y,
                                                    const i64* __restrict__ meta, i64 len, i64 s_last, i64 t_last,
-                                                   float eps, int is_rms) {
+                                                   float eps, int is_rms, const W* __restrict__ w, float w_offset) {
   const i64 row = blockIdx.x;
   const T* xr = x + row * len;
   T* yr = y + row * len;
@@ -46,7 +72,9 @@ __device__ __forceinline__ void norm_modulate_impl(const T* __restrict__ x, cons
   const float mu = st.mu;
   const Divisor denom = st.denom;
   auto out = [&](i64 j, float e) {
-    const float n = round_to<T>((e - mu) / denom);
+    float wv = 0.0f;
+    if constexpr (has_weight<W>()) wv = to_f(w[j]) + w_offset;
+    const float n = round_to<T>(weighted<W>((e - mu) / denom, wv));
     yr[j] = from_f<T>(n * (1.0f + to_f(s[so + j * s_last])) + to_f(t[to + j * t_last]));
   };
   if (cached) {
@@ -64,7 +92,14 @@ __device__ __forceinline__ void norm_modulate_impl(const T* __restrict__ x, cons
                                                 const TN* __restrict__ t, TN* __restrict__ y,               \
                                                 const i64* __restrict__ meta, i64 len, i64 s_last,          \
                                                 i64 t_last, float eps, int is_rms) {                        \
-    norm_modulate_impl<TN>(x, s, t, y, meta, len, s_last, t_last, eps, is_rms);                             \
+    norm_modulate_impl<TN, NoWeight>(x, s, t, y, meta, len, s_last, t_last, eps, is_rms, nullptr, 0.0f);    \
+  }
+#define RMS_NORM_MODULATE(TN, WN)                                                                          \
+  KERNEL_ENTRY rms_norm_modulate_##TN##_##WN(const TN* __restrict__ x, const TN* __restrict__ s,           \
+                                             const TN* __restrict__ t, TN* __restrict__ y,                 \
+                                             const i64* __restrict__ meta, i64 len, i64 s_last, i64 t_last, \
+                                             float eps, int is_rms, const WN* __restrict__ w, float w_offset) { \
+    norm_modulate_impl<TN, WN>(x, s, t, y, meta, len, s_last, t_last, eps, is_rms, w, w_offset);            \
   }
 NORM_MODULATE(f32)
 NORM_MODULATE(f16)
@@ -117,6 +152,37 @@ GATED_RESIDUAL(bf16)
 GATED_RESIDUAL_BVEC(f32)
 GATED_RESIDUAL_BVEC(f16)
 GATED_RESIDUAL_BVEC(bf16)
+
+// ---- act_mul: y = rnd(act(g)) * u over equal shapes (the activation rounded where the unfused act stores it);
+// ACT as common.cuh gate_act (0 silu, 3 sigmoid). act_mul_vec over 16-byte chunks, ILP a thread in flight.
+template <int ACT, class T>
+__device__ __forceinline__ float act_mul_of(float g, float u) {
+  return round_to<T>(gate_act<ACT>(g)) * u;
+}
+#define ACT_MUL(ACTN, ACT, TN)                                                                             \
+  KERNEL_ENTRY act_mul_##ACTN##_##TN(const TN* __restrict__ g, const TN* __restrict__ u, TN* __restrict__ y, \
+                                     i64 n) {                                                              \
+    GRID_STRIDE(i, n) y[i] = from_f<TN>(act_mul_of<ACT, TN>(to_f(g[i]), to_f(u[i])));                      \
+  }                                                                                                        \
+  KERNEL_ENTRY act_mul_vec_##ACTN##_##TN(const C16<TN>* __restrict__ g, const C16<TN>* __restrict__ u,     \
+                                         C16<TN>* __restrict__ y, i64 chunks) {                            \
+    constexpr int PER = 16 / sizeof(TN);                                                                   \
+    GRID_STRIDE_ILP(base, step, chunks) {                                                                  \
+      C16<TN> a[ILP], b[ILP];                                                                              \
+      ILP_FOR(e) if (base + e * step < chunks) a[e] = g[base + e * step], b[e] = u[base + e * step];       \
+      ILP_FOR(e) {                                                                                         \
+        if (base + e * step >= chunks) continue;                                                           \
+        C16<TN> o;                                                                                         \
+        _Pragma("unroll") for (int k = 0; k < PER; ++k) o.v[k] = from_f<TN>(act_mul_of<ACT, TN>(to_f(a[e].v[k]), \
+                                                                                                to_f(b[e].v[k]))); \
+        y[base + e * step] = o;                                                                            \
+      }                                                                                                    \
+    }                                                                                                      \
+  }
+#define ACT_MUL_ALL(TN) ACT_MUL(silu, 0, TN) ACT_MUL(sigmoid, 3, TN)
+ACT_MUL_ALL(f32)
+ACT_MUL_ALL(f16)
+ACT_MUL_ALL(bf16)
 
 // ---- rms_norm_rope: x, y [B, S, H, D] whose tokens are xt / yt elements apart (H * D when contiguous);
 // one warp per (b, s, h) row, the normalized row staged in shared memory so each lane can read the channel
@@ -318,11 +384,11 @@ __device__ __forceinline__ V4<T> ld4(const T* p) {
 // norm_modulate over rows of len % VPT == 0 (len / VPT <= 1024 threads, VPT values each in registers); scale
 // and shift are contiguous along the row (s_last = t_last = 1) and every pointer is 4-element aligned.
 // Every load (x, scale, shift) is issued before the first reduction, so a block waits on memory once.
-template <class T, int VPT>
+template <class T, int VPT, class W>
 __device__ __forceinline__ void norm_modulate_vec_impl(const T* __restrict__ x, const T* __restrict__ s,
                                                        const T* __restrict__ t, T* __restrict__ y,
                                                        const i64* __restrict__ meta, i64 len, float eps,
-                                                       int is_rms) {
+                                                       int is_rms, const W* __restrict__ w, float w_offset) {
   constexpr int C = VPT / 4;
   const i64 row = blockIdx.x;
   const T* xr = x + row * len;
@@ -356,9 +422,11 @@ __device__ __forceinline__ void norm_modulate_vec_impl(const T* __restrict__ x, 
 #pragma unroll
   for (int c = 0; c < C; ++c) {
     V4<T> o;
+    float wv[4];
+    load_weights<W, 4>(w, j0 + 4 * c, wv, w_offset);
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
-      const float n = round_to<T>((v[4 * c + e] - mu) / denom);
+      const float n = round_to<T>(weighted<W>((v[4 * c + e] - mu) / denom, wv[e]));
       o.v[e] = from_f<T>(n * (1.0f + to_f(sc[c].v[e])) + to_f(sh[c].v[e]));
     }
     *reinterpret_cast<V4<T>*>(y + row * len + j0 + 4 * c) = o;
@@ -370,11 +438,11 @@ __device__ __forceinline__ void norm_modulate_vec_impl(const T* __restrict__ x, 
 // storage precision and both statistics are warp reductions: no shared memory and no block barrier, so a
 // block holds 8 independent rows and many rows' loads are in flight per SM (the block-per-row kernel above
 // waits on two block reductions per row). x, s, t, y 16-byte aligned; scale and shift contiguous in the row.
-template <class T, int N>
+template <class T, int N, class W>
 __device__ __forceinline__ void norm_modulate_warp_impl(const T* __restrict__ x, const T* __restrict__ s,
                                                         const T* __restrict__ t, T* __restrict__ y,
                                                         const i64* __restrict__ meta, i64 rows, float eps,
-                                                        int is_rms) {
+                                                        int is_rms, const W* __restrict__ w, float w_offset) {
   constexpr int P = 16 / sizeof(T);
   constexpr i64 len = 32 * N * P;
   const int lane = threadIdx.x & 31;
@@ -392,10 +460,12 @@ __device__ __forceinline__ void norm_modulate_warp_impl(const T* __restrict__ x,
 #pragma unroll
   for (int k = 0; k < N; ++k) {
     const C16<T> sc = sr[k * 32 + lane], sh = tr[k * 32 + lane];
+    float wv[P];
+    load_weights<W, P>(w, (i64)(k * 32 + lane) * P, wv, w_offset);
     C16<T> o;
 #pragma unroll
     for (int e = 0; e < P; ++e) {
-      const float n = round_to<T>((to_f(a[k].v[e]) - mu) / denom);
+      const float n = round_to<T>(weighted<W>((to_f(a[k].v[e]) - mu) / denom, wv[e]));
       o.v[e] = from_f<T>(n * (1.0f + to_f(sc.v[e])) + to_f(sh.v[e]));
     }
     yr[k * 32 + lane] = o;
@@ -406,11 +476,21 @@ __device__ __forceinline__ void norm_modulate_warp_impl(const T* __restrict__ x,
                                                           const TN* __restrict__ t, TN* __restrict__ y,     \
                                                           const i64* __restrict__ meta, i64 rows, float eps, \
                                                           int is_rms) {                                     \
-    norm_modulate_warp_impl<TN, N>(x, s, t, y, meta, rows, eps, is_rms);                                    \
+    norm_modulate_warp_impl<TN, N, NoWeight>(x, s, t, y, meta, rows, eps, is_rms, nullptr, 0.0f);           \
+  }
+#define RMS_NORM_MODULATE_WARP(TN, WN, N)                                                                  \
+  KERNEL_ENTRY rms_norm_modulate_warp##N##_##TN##_##WN(const TN* __restrict__ x, const TN* __restrict__ s, \
+                                                      const TN* __restrict__ t, TN* __restrict__ y,        \
+                                                      const i64* __restrict__ meta, i64 rows, float eps,   \
+                                                      int is_rms, const WN* __restrict__ w, float w_offset) { \
+    norm_modulate_warp_impl<TN, N, WN>(x, s, t, y, meta, rows, eps, is_rms, w, w_offset);                  \
   }
 #define NORM_MODULATE_WARPS(TN)                                                                            \
   NORM_MODULATE_WARP(TN, 4) NORM_MODULATE_WARP(TN, 8) NORM_MODULATE_WARP(TN, 12) NORM_MODULATE_WARP(TN, 16) \
   NORM_MODULATE_WARP(TN, 20) NORM_MODULATE_WARP(TN, 24)
+#define RMS_NORM_MODULATE_WARPS(TN, WN)                                                                    \
+  RMS_NORM_MODULATE_WARP(TN, WN, 4) RMS_NORM_MODULATE_WARP(TN, WN, 8) RMS_NORM_MODULATE_WARP(TN, WN, 12)   \
+  RMS_NORM_MODULATE_WARP(TN, WN, 16) RMS_NORM_MODULATE_WARP(TN, WN, 20) RMS_NORM_MODULATE_WARP(TN, WN, 24)
 NORM_MODULATE_WARPS(f32)
 NORM_MODULATE_WARPS(f16)
 NORM_MODULATE_WARPS(bf16)
@@ -436,13 +516,13 @@ __device__ __forceinline__ void gated_residual_rows_impl(const T* __restrict__ x
                                                     const TN* __restrict__ t, TN* __restrict__ y,           \
                                                     const i64* __restrict__ meta, i64 len, float eps,       \
                                                     int is_rms) {                                           \
-    norm_modulate_vec_impl<TN, 8>(x, s, t, y, meta, len, eps, is_rms);                                      \
+    norm_modulate_vec_impl<TN, 8, NoWeight>(x, s, t, y, meta, len, eps, is_rms, nullptr, 0.0f);             \
   }                                                                                                        \
   KERNEL_ENTRY norm_modulate_vec16_##TN(const TN* __restrict__ x, const TN* __restrict__ s,   \
                                                       const TN* __restrict__ t, TN* __restrict__ y,         \
                                                       const i64* __restrict__ meta, i64 len, float eps,     \
                                                       int is_rms) {                                         \
-    norm_modulate_vec_impl<TN, 16>(x, s, t, y, meta, len, eps, is_rms);                                     \
+    norm_modulate_vec_impl<TN, 16, NoWeight>(x, s, t, y, meta, len, eps, is_rms, nullptr, 0.0f);            \
   }                                                                                                        \
   KERNEL_ENTRY gated_residual_rows_##TN(const TN* __restrict__ x, const TN* __restrict__ g,   \
                                                       const TN* __restrict__ u, TN* __restrict__ y, i64 n4, \
@@ -452,6 +532,25 @@ __device__ __forceinline__ void gated_residual_rows_impl(const T* __restrict__ x
 FUSED_VEC(f32)
 FUSED_VEC(f16)
 FUSED_VEC(bf16)
+// rms_norm_modulate over every storage type T and weight type W (the three kernels above, weighted)
+#define RMS_NORM_MODULATE_VEC(TN, WN)                                                                      \
+  KERNEL_ENTRY rms_norm_modulate_vec_##TN##_##WN(const TN* __restrict__ x, const TN* __restrict__ s,       \
+                                                 const TN* __restrict__ t, TN* __restrict__ y,             \
+                                                 const i64* __restrict__ meta, i64 len, float eps, int is_rms, \
+                                                 const WN* __restrict__ w, float w_offset) {               \
+    norm_modulate_vec_impl<TN, 8, WN>(x, s, t, y, meta, len, eps, is_rms, w, w_offset);                    \
+  }                                                                                                        \
+  KERNEL_ENTRY rms_norm_modulate_vec16_##TN##_##WN(const TN* __restrict__ x, const TN* __restrict__ s,     \
+                                                   const TN* __restrict__ t, TN* __restrict__ y,           \
+                                                   const i64* __restrict__ meta, i64 len, float eps,       \
+                                                   int is_rms, const WN* __restrict__ w, float w_offset) { \
+    norm_modulate_vec_impl<TN, 16, WN>(x, s, t, y, meta, len, eps, is_rms, w, w_offset);                   \
+  }
+#define RMS_NORM_MODULATE_ALL(TN, WN) RMS_NORM_MODULATE(TN, WN) RMS_NORM_MODULATE_WARPS(TN, WN) RMS_NORM_MODULATE_VEC(TN, WN)
+#define RMS_NORM_MODULATE_W(TN) RMS_NORM_MODULATE_ALL(TN, f32) RMS_NORM_MODULATE_ALL(TN, f16) RMS_NORM_MODULATE_ALL(TN, bf16)
+RMS_NORM_MODULATE_W(f32)
+RMS_NORM_MODULATE_W(f16)
+RMS_NORM_MODULATE_W(bf16)
 
 // ---- adamw_update: one AdamW step of f32 master weights and moments ---------------------------------
 // Each operation rounded on its own (no contraction into FMAs), as the chain of core ops it stands for

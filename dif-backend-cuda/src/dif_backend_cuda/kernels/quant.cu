@@ -279,13 +279,9 @@ __device__ __forceinline__ void norm_modulate_quant_warp_impl(const T* __restric
 // ---- glu_quant / concat_glu_quant: one block per row of y[rows, p + h] = [prefix[rows, p], glu(x[rows, 2h])]
 // (p = 0 for glu_quant), the row staged in dynamic shared memory (p + h floats). The prefix's and x's rows are
 // pp and xp elements apart (pitched views: x a part of a fused projection's output, which then is not copied).
-template <int ACT>
-__device__ __forceinline__ float quant_glu_act(float v) {  // 0 silu, 1 gelu (erf), 2 gelu tanh: as glu's; 3 sigmoid
-  return ACT == 0 ? v * sigmoid_f(v) : (ACT == 1 ? gelu_erf_f(v) : (ACT == 2 ? gelu_tanh_f(v) : sigmoid_f(v)));
-}
 template <int ACT, class T>
 __device__ __forceinline__ float quant_glu(float a, float b, int gate_first) {  // the value glu stores, as float
-  return round_to<T>(gate_first ? quant_glu_act<ACT>(a) * b : a * quant_glu_act<ACT>(b));
+  return round_to<T>(gate_first ? gate_act<ACT>(a) * b : a * gate_act<ACT>(b));
 }
 template <int ACT, class T, class Q>
 __device__ __forceinline__ void glu_quant_impl(const T* __restrict__ prefix, i64 p, const T* __restrict__ x,
@@ -348,7 +344,7 @@ __device__ __forceinline__ void glu_quant_vec_impl(const T* __restrict__ prefix,
 // dynamic shared memory (len floats), or (the _vec_ kernels, as glu_quant's) held in registers.
 template <int ACT, class T>
 __device__ __forceinline__ float quant_act_mul(float g, float u) {
-  return round_to<T>(round_to<T>(quant_glu_act<ACT>(g)) * u);
+  return round_to<T>(round_to<T>(gate_act<ACT>(g)) * u);
 }
 template <int ACT, class T, class Q>
 __device__ __forceinline__ void act_mul_quant_impl(const T* __restrict__ g, const T* __restrict__ u,

@@ -10,9 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from dif.dtypes import DType
 from dif.ir.program import Node
-from dif.ops.quant import MAX_SHARED_NORMS
 from dif_backend_cuda.lower.base import (
     FLOATS,
     ILP,
@@ -47,32 +45,53 @@ WARP_CHUNKS = (4, 8, 12, 16, 20, 24)  # 16-byte chunks per lane of the norm_modu
 
 @lowering("norm_modulate")
 def _norm_modulate(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Ts, outs: Ts) -> Steps:
-    (x, s, t), (y,) = ins, outs
+    return _norm_modulate_steps(ctx, node, ins, outs[0], attrs["eps"], attrs["kind"] == "rms")
+
+
+@lowering("rms_norm_modulate")
+def _rms_norm_modulate(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Ts, outs: Ts) -> Steps:
+    """norm_modulate's kernels with the norm's weight (kernels/fused.cu `rms_norm_modulate_*`)."""
+    x, w, s, t = ins
+    return _norm_modulate_steps(ctx, node, [x, s, t], outs[0], attrs["eps"], True, (w, attrs["offset"]))
+
+
+def _norm_modulate_steps(
+    ctx: LowerCtx, node: Node, ins: Ts, y: DevTensor, eps: float, is_rms: bool,
+    weight: tuple[DevTensor, float] | None = None,
+) -> Steps:  # fmt: skip
+    """A warp per row where the row is 256 * N half-precision values (N in WARP_CHUNKS), a block per row holding
+    it in registers where it is a multiple of 8 long, else the kernel that reads it twice; with `weight` (w,
+    offset) their weighted forms, whose register and warp kernels also load the weight in 16-byte units."""
+    x, s, t = ins
     dt = need(node, x.dtype, FLOATS)
     length = x.shape[-1]
     rows = x.numel // length
     lead = list(x.shape[:-1])
     ss, ts = broadcast_strides(s.shape, x.shape), broadcast_strides(t.shape, x.shape)
     meta = ctx.meta([len(lead), *lead, *ss[:-1], *ts[:-1]])
+    prefix, tail, wide = "norm_modulate", [], [x, s, t, y]
+    if weight is not None:
+        w, offset = weight
+        prefix, tail, dt = "rms_norm_modulate", [ptr(w), f32(offset)], f"{dt}_{need(node, w.dtype, FLOATS)}"
+        wide.append(w)
+    common = [f32(eps), np.int32(is_rms), *tail]
     per = chunk_elements(x, s, t, y)  # values per 16-byte load, when all four allow those loads
     chunks = length // (32 * per) if per and length % (32 * per) == 0 else 0
-    if ss[-1] == ts[-1] == 1 and chunks in WARP_CHUNKS:
-        args = [ptr(x), ptr(s), ptr(t), ptr(y), meta, i64(rows), f32(attrs["eps"]), np.int32(attrs["kind"] == "rms")]
+    weights_fit = weight is None or (per > 0 and weight[0].ptr % (per * weight[0].dtype.itemsize) == 0)
+    if ss[-1] == ts[-1] == 1 and chunks in WARP_CHUNKS and weights_fit:
         warps = THREADS // 32
-        return [ctx.kernel("fused", f"norm_modulate_warp{chunks}_{dt}", (-(-rows // warps),), (THREADS,), args)]
-    if ss[-1] == ts[-1] == 1 and length % 8 == 0 and length <= 8 * 1024 and aligned(4, x, s, t, y):
-        args = [ptr(x), ptr(s), ptr(t), ptr(y), meta, i64(length), f32(attrs["eps"]), np.int32(attrs["kind"] == "rms")]
+        args = [ptr(x), ptr(s), ptr(t), ptr(y), meta, i64(rows), *common]
+        return [ctx.kernel("fused", f"{prefix}_warp{chunks}_{dt}", (-(-rows // warps),), (THREADS,), args)]
+    if ss[-1] == ts[-1] == 1 and length % 8 == 0 and length <= 8 * 1024 and aligned(4, *wide):
+        args = [ptr(x), ptr(s), ptr(t), ptr(y), meta, i64(length), *common]
         # 16 values per thread on long rows: half the threads, twice the bytes each in flight (the kernel
         # is latency-bound: one row per block, two block reductions)
         vpt, name = (16, "vec16") if length % 16 == 0 and length >= 16 * 128 else (8, "vec")
         block = -(-length // vpt // 32) * 32
-        return [ctx.kernel("fused", f"norm_modulate_{name}_{dt}", (rows,), (block,), args)]
-    args = [
-        ptr(x), ptr(s), ptr(t), ptr(y), meta, i64(length), i64(ss[-1]), i64(ts[-1]),
-        f32(attrs["eps"]), np.int32(attrs["kind"] == "rms"),
-    ]  # fmt: skip
+        return [ctx.kernel("fused", f"{prefix}_{name}_{dt}", (rows,), (block,), args)]
+    args = [ptr(x), ptr(s), ptr(t), ptr(y), meta, i64(length), i64(ss[-1]), i64(ts[-1]), *common]
     block = min(1024, max(row_threads(length), -(-length // 8 // 32) * 32))
-    return [ctx.kernel("fused", f"norm_modulate_{dt}", (rows,), (block,), args)]
+    return [ctx.kernel("fused", f"{prefix}_{dt}", (rows,), (block,), args)]
 
 
 @lowering("gated_residual")
@@ -96,24 +115,23 @@ def _gated_residual(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Ts, outs: Ts) 
     return [ctx.flat("fused", f"gated_residual_{dt}", y.numel, [ptr(x), ptr(g), ptr(u), ptr(y), meta, i64(y.numel)])]
 
 
+@lowering("act_mul")
+def _act_mul(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Ts, outs: Ts) -> Steps:
+    """One pass over g and u (kernels/fused.cu): 16-byte chunks where all three are contiguous, aligned and
+    whole chunks, else one element a thread."""
+    (g, u), (y,) = ins, outs
+    name = f"{attrs['act']}_{need(node, g.dtype, FLOATS)}"
+    per = chunk_elements(g, u, y)
+    n = y.numel // per if per else y.numel
+    return [ctx.flat("fused", f"act_mul_vec_{name}" if per else f"act_mul_{name}", n, [ptr(g), ptr(u), ptr(y), i64(n)])]
+
+
 @lowering("rms_norm_rope")
 def _rms_norm_rope(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Ts, outs: Ts) -> Steps:
-    return [_norm_rope_kernel(ctx, node, attrs, ins, outs[0], "rms_norm_rope", [np.uint64(0)] * 4)]
+    return [norm_rope_kernel(ctx, node, attrs, ins, outs[0], "rms_norm_rope", [np.uint64(0)] * 4)]  # no b1..b3, scale
 
 
-@lowering("rms_norm_rope_quant")
-def _rms_norm_rope_quant(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Ts, outs: Ts) -> Steps:
-    """rms_norm_rope's kernels writing e4m3 at the scale the norm weights bound (kernels/fused.cu): w and up to
-    three `bound` weights, the scale written by the tensor's first warp."""
-    (y, scale), bound = outs, ins[4:]
-    need(node, ins[0].dtype, (DType.BF16, DType.F16))
-    if any(b.dtype != ins[1].dtype for b in bound):
-        raise unsupported(node, "the bound weights' dtype differs from w's")
-    extra = [ptr(b) for b in bound] + [np.uint64(0)] * (MAX_SHARED_NORMS - 1 - len(bound))
-    return [_norm_rope_kernel(ctx, node, attrs, ins[:4], y, "rms_norm_rope_q8", [*extra, ptr(scale)])]
-
-
-def _norm_rope_kernel(
+def norm_rope_kernel(
     ctx: LowerCtx, node: Node, attrs: Attrs, ins: Ts, y: DevTensor, kernel: str, tail: list[Any]
 ) -> Launch:
     """The launch of `kernel` (rms_norm_rope or its quantizing form) over x, w, cos, sin into y, with `tail`

@@ -20,6 +20,7 @@
   applied; otherwise the portable tile GEMM whose weight loads unpack them. Either way the weights are
   dequantized inside the GEMM, never in a pass of their own.
 - quantize_rows: a pass over the activations, for a GEMM input no quantizing producer makes (an attention output).
+- rms_norm_rope_quant: rms_norm_rope's kernels (kernels/fused.cu) writing e4m3 at the scale the norm weights bound.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ import numpy as np
 
 from dif.dtypes import DType
 from dif.ir.program import Node
+from dif.ops.quant import MAX_SHARED_NORMS
 from dif_backend_cuda.lower.base import (
     DEFAULT_SHARED,
     FLOATS,
@@ -49,6 +51,7 @@ from dif_backend_cuda.lower.base import (
     row_threads,
     unsupported,
 )
+from dif_backend_cuda.lower.fused import norm_rope_kernel
 
 QUANT = (DType.F8E4M3, DType.I8)
 FORMAT_CAPABILITIES = ("format:fp8-e4m3", "format:int8", "format:int4-group")
@@ -220,6 +223,18 @@ def _act_mul_quant(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Ts, outs: Ts) -
         return [ctx.kernel("quant", f"act_mul_quant_vec_{name}", (rows,), (threads,), args)]
     shared = _staged_row_bytes(ctx, node, length)
     return [ctx.kernel("quant", f"act_mul_quant_{name}", (rows,), (min(1024, row_threads(length)),), args, shared)]
+
+
+@lowering("rms_norm_rope_quant")
+def _rms_norm_rope_quant(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Ts, outs: Ts) -> Steps:
+    """rms_norm_rope's kernels writing e4m3 at the scale the norm weights bound (kernels/fused.cu): w and up to
+    three `bound` weights, the scale written by the tensor's first warp."""
+    (y, scale), bound = outs, ins[4:]
+    need(node, ins[0].dtype, (DType.BF16, DType.F16))
+    if any(b.dtype != ins[1].dtype for b in bound):
+        raise unsupported(node, "the bound weights' dtype differs from w's")
+    extra = [ptr(b) for b in bound] + [np.uint64(0)] * (MAX_SHARED_NORMS - 1 - len(bound))
+    return [norm_rope_kernel(ctx, node, attrs, ins[:4], y, "rms_norm_rope_q8", [*extra, ptr(scale)])]
 
 
 def _lt(ctx: LowerCtx, node: Node) -> Any | None:

@@ -10,9 +10,9 @@ import numpy as np
 from dif.ir.program import Node
 from dif_backend_opencl.lower.attention import lower_rope
 from dif_backend_opencl.lower.base import Attrs, LowerCtx, Refs, Steps, lowers, strided_args
-from dif_backend_opencl.lower.elementwise import bstrides
+from dif_backend_opencl.lower.elementwise import EW, bstrides, unary
 from dif_backend_opencl.lower.linalg import linear
-from dif_backend_opencl.lower.norm import lower_rms_norm
+from dif_backend_opencl.lower.norm import lower_modulate, lower_rms_norm
 
 FUSED = "fused"
 MAX_LOCAL_HEAD_DIM = 1024
@@ -62,3 +62,23 @@ def lower_linear_add(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Refs, outs: R
     linear stores it) and adds r, which has exactly y's shape, so the add costs no launch or pass of its own."""
     x, w, r = ins[:3]
     return linear(ctx, outs[0], x, w, ins[3] if len(ins) > 3 else None, residual=r)
+
+
+@lowers("act_mul")
+def lower_act_mul(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Refs, outs: Refs) -> Steps:
+    """The activation into the result (rounded to its dtype, as the unfused op stores it), then the product with
+    u in place."""
+    (g, u), (y,) = ins, outs
+    n = y.numel
+    extra = strided_args(y.type.shape, bstrides(y, y.type.shape), bstrides(u, y.type.shape))
+    mul = ctx.launch_1d(EW, "bin_mul", n, *y.full(), *y.full(), *u.full(), np.int64(n), *extra)
+    return unary(ctx, attrs["act"], y, g) + mul
+
+
+@lowers("rms_norm_modulate")
+def lower_rms_norm_modulate(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Refs, outs: Refs) -> Steps:
+    """The weighted rms_norm into scratch of x's dtype (rounded as the unfused op stores it), then modulate."""
+    (x, w, sc, sh), (y,) = ins, outs
+    normed = ctx.scratch(x.type.shape, x.dtype)
+    norm = {"eps": attrs["eps"], "offset": attrs["offset"], "round_before_weight": False}
+    return lower_rms_norm(ctx, node, norm, [x, w], [normed]) + lower_modulate(ctx, node, {}, [normed, sc, sh], [y])

@@ -5,7 +5,7 @@ the backend (a conformance case, a program quantized for another target).
 
 - quantize_rows: one work-group per row: the row's amax, its scale, the saturated quantized row.
 - glu_quant / norm_modulate_quant / rms_norm_modulate_quant / concat_glu_quant / act_mul_quant: the unfused
-  kernels (glu, norm_modulate, rms_norm and modulate, concat, the activation and mul) into scratch of x's dtype,
+  kernels (glu, norm_modulate, rms_norm_modulate, concat, act_mul) into scratch of x's dtype,
   so the value is rounded exactly as the unfused ops store it, then quantize_rows over the scratch.
 - scaled_linear_gated_residual: scaled_linear into the result, then the gated residual over it in place.
 - rms_norm_rope_quant: rms_norm_rope's kernel into fp32 scratch (the rotated values unrounded, as the reference
@@ -24,12 +24,17 @@ import numpy as np
 from dif.dtypes import DType
 from dif.ir.program import Node
 from dif.ops.quant import MAX_SHARED_NORMS, QMAX
-from dif_backend_opencl.lower.base import Attrs, LowerCtx, Ref, Refs, Steps, lowers, strided_args
-from dif_backend_opencl.lower.elementwise import EW, bstrides, unary
-from dif_backend_opencl.lower.fused import lower_gated_residual, lower_norm_modulate, lower_rms_norm_rope
+from dif_backend_opencl.lower.base import Attrs, LowerCtx, Ref, Refs, Steps, lowers
+from dif_backend_opencl.lower.fused import (
+    lower_act_mul,
+    lower_gated_residual,
+    lower_norm_modulate,
+    lower_rms_norm_modulate,
+    lower_rms_norm_rope,
+)
 from dif_backend_opencl.lower.layout import lower_concat
 from dif_backend_opencl.lower.linalg import linear
-from dif_backend_opencl.lower.norm import lower_glu, lower_modulate, lower_rms_norm
+from dif_backend_opencl.lower.norm import lower_glu
 
 QUANT = "quant"
 
@@ -66,13 +71,9 @@ def lower_concat_glu_quant(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Refs, o
 
 @lowers("act_mul_quant")
 def lower_act_mul_quant(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Refs, outs: Refs) -> Steps:
-    (g, u), (q, s) = ins, outs
-    shape = g.type.shape
-    gated, y = ctx.scratch(shape, g.dtype), ctx.scratch(shape, g.dtype)
-    n = y.numel
-    extra = strided_args(shape, bstrides(gated, shape), bstrides(u, shape))
-    mul = ctx.launch_1d(EW, "bin_mul", n, *y.full(), *gated.full(), *u.full(), np.int64(n), *extra)
-    return unary(ctx, attrs["act"], gated, g) + mul + quantize_rows(ctx, q, s, y)
+    (q, s) = outs
+    y = ctx.scratch(q.type.shape, ins[0].dtype)
+    return lower_act_mul(ctx, node, attrs, ins, [y]) + quantize_rows(ctx, q, s, y)
 
 
 @lowers("norm_modulate_quant")
@@ -84,12 +85,9 @@ def lower_norm_modulate_quant(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Refs
 
 @lowers("rms_norm_modulate_quant")
 def lower_rms_norm_modulate_quant(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Refs, outs: Refs) -> Steps:
-    (x, w, sc, sh), (q, s) = ins, outs
-    normed, modulated = ctx.scratch(x.type.shape, x.dtype), ctx.scratch(q.type.shape, x.dtype)
-    norm = {"eps": attrs["eps"], "offset": attrs["offset"], "round_before_weight": False}
-    steps = lower_rms_norm(ctx, node, norm, [x, w], [normed])
-    steps += lower_modulate(ctx, node, {}, [normed, sc, sh], [modulated])
-    return steps + quantize_rows(ctx, q, s, modulated)
+    (q, s) = outs
+    modulated = ctx.scratch(q.type.shape, ins[0].dtype)
+    return lower_rms_norm_modulate(ctx, node, attrs, ins, [modulated]) + quantize_rows(ctx, q, s, modulated)
 
 
 @lowers("scaled_linear")

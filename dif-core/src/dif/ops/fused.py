@@ -73,6 +73,48 @@ def norm_modulate(x: np.ndarray, scale: np.ndarray, shift: np.ndarray, *, kind: 
     return _one(modulate(_stored(y, x), scale, shift))
 
 
+# -- rms_norm_modulate -----------------------------------------------------------------------------
+
+
+def _rms_norm_modulate_infer(
+    x: TensorType, w: TensorType, scale: TensorType, shift: TensorType, *, eps: float, offset: float
+) -> TensorType:
+    if w.rank != 1 or w.shape[0] != x.shape[-1] or w.dtype not in (x.dtype, DType.F32):
+        raise fail(f"the norm weight must be ({x.shape[-1]},) of x's dtype {x.dtype.value} or f32, got {w}")
+    return modulate_infer(x, scale, shift)
+
+
+def _rms_norm_modulate_cases(rng: np.random.Generator, dtype: DType) -> list[Case]:
+    shapes: list[list[tuple[int, ...]]] = [[(2, 5, 32), (32,), (2, 1, 32), (2, 1, 32)], [(3, 64), (64,), (64,), (64,)]]
+    out = []
+    for offset in (0.0, 1.0):
+        cases = float_cases(rng, dtype, shapes)
+        out += [Case(f"{c.name}-offset{offset:g}", c.operands, {"eps": 1e-5, "offset": offset}) for c in cases]
+    return out
+
+
+@defop(
+    "rms_norm_modulate",
+    operands=("x", "w", "scale", "shift"),
+    attrs=(
+        AttrSpec("eps", "float", doc="as in rms_norm"),
+        AttrSpec("offset", "float", 0.0, doc="as in rms_norm: added to w before scaling"),
+    ),
+    infer=_rms_norm_modulate_infer,
+    cases=_rms_norm_modulate_cases,
+    category="fused",
+)
+def rms_norm_modulate(
+    x: np.ndarray, w: np.ndarray, scale: np.ndarray, shift: np.ndarray, *, eps: float, offset: float
+) -> np.ndarray:
+    """rms_norm_modulate(x, w, scale, shift; eps, offset) = modulate(rms_norm(x, w; eps, offset), scale, shift)
+    over the last axis, the norm weighted (w of x's dtype or f32, as torch.nn.RMSNorm's order:
+    `round_before_weight` off) and its value rounded to x's dtype before the modulation, exactly as the unfused
+    pair stores it: Krea 2's adaptive norms (made by `fuse_norm_modulate`)."""
+    y = rms_norm(x, w, eps=eps, offset=offset, round_before_weight=False)
+    return _one(modulate(_stored(y, x), scale, shift))
+
+
 # -- gated_residual --------------------------------------------------------------------------------
 
 
@@ -105,6 +147,39 @@ def gated_residual(x: np.ndarray, gate: np.ndarray, y: np.ndarray) -> np.ndarray
     (made by `fuse_gated_residual`)."""
     product = np.multiply(fp(gate), fp(y))
     return np.add(fp(x), _stored(product, gate))
+
+
+# -- act_mul ---------------------------------------------------------------------------------------
+
+ACT_MUL_ACTS = ("silu", "sigmoid")
+"""The activations act_mul (and act_mul_quant) apply to the gate: those the unfused `silu` / `sigmoid` compute."""
+
+
+def _act_mul_infer(g: TensorType, u: TensorType, *, act: str) -> TensorType:
+    need_float(g)
+    if g != u:
+        raise fail(f"the gate g {g} and the value u {u} must share one type")
+    return g
+
+
+def _act_mul_cases(rng: np.random.Generator, dtype: DType) -> list[Case]:
+    cases = float_cases(rng, dtype, [[(2, 5, 24), (2, 5, 24)], [(7,), (7,)]])
+    return [Case(f"{c.name}-{act}", c.operands, {"act": act}) for c in cases for act in ACT_MUL_ACTS]
+
+
+@defop(
+    "act_mul",
+    operands=("g", "u"),
+    attrs=(AttrSpec("act", "str", "silu", ACT_MUL_ACTS, "applied to g"),),
+    infer=_act_mul_infer,
+    cases=_act_mul_cases,
+    category="fused",
+)
+def act_mul(g: np.ndarray, u: np.ndarray, *, act: str) -> np.ndarray:
+    """act_mul(g, u; act) = mul(act(g), u) over g and u of one type, the activation rounded to g's dtype before
+    the product, exactly as the unfused pair stores it: a gate computed apart from its value (Krea 2's SwiGLU,
+    silu(gate) * up, and its attention output times sigmoid(gate)) in one pass (made by `fuse_act_mul`)."""
+    return np.multiply(_stored(OPS.get(act).reference(g), g), fp(u))
 
 
 # -- rms_norm_rope ---------------------------------------------------------------------------------

@@ -27,7 +27,7 @@ import numpy as np
 from dif.dtypes import FLOAT_DTYPES, DType
 from dif.ir.types import TensorType
 from dif.ops._rules import broadcast_shape, fail, fp, need_float, randn
-from dif.ops.fused import norm_modulate
+from dif.ops.fused import ACT_MUL_ACTS, act_mul, norm_modulate, rms_norm_modulate
 from dif.ops.norm import modulate_infer
 from dif.ops.registry import AttrSpec, Case, defop, get_op
 
@@ -221,13 +221,11 @@ def rms_norm_modulate_quant(
     x: np.ndarray, w: np.ndarray, scale: np.ndarray, shift: np.ndarray, *, eps: float, offset: float, dtype: str
 ) -> tuple[np.ndarray, np.ndarray]:
     """rms_norm_modulate_quant(x, w, scale, shift; eps, offset, dtype) -> (q, row_scale) = quantize_rows(
-    modulate(rms_norm(x, w; eps, offset), scale, shift); dtype), the norm's and the modulation's values each
+    rms_norm_modulate(x, w, scale, shift; eps, offset); dtype), the norm's and the modulation's values each
     rounded to x's dtype, as the unfused ops store them: an adaptive norm whose RMS norm has a weight (Krea 2's
     blocks) emits the W8A8 GEMM's input in one pass (`dif.passes.quantize`)."""
-    from dif.ops.norm import modulate, rms_norm
-
-    n = np.asarray(rms_norm(x, w, eps=eps, offset=offset, round_before_weight=False)).astype(x.dtype)
-    return quantized_rows(np.asarray(modulate(n, scale, shift)).astype(x.dtype), dtype)
+    y = np.asarray(rms_norm_modulate(x, w, scale, shift, eps=eps, offset=offset)).astype(x.dtype)
+    return quantized_rows(y, dtype)
 
 
 # -- glu_quant ----------------------------------------------------------------------------------------------
@@ -601,10 +599,6 @@ def int4_linear(
 # -- act_mul_quant ------------------------------------------------------------------------------------------
 
 
-ACT_MUL_ACTS = ("silu", "sigmoid")
-"""The activations act_mul_quant applies to its gate: those the unfused `silu` / `sigmoid` ops compute."""
-
-
 def _act_mul_quant_infer(g: TensorType, u: TensorType, *, act: str, dtype: str) -> tuple[TensorType, TensorType]:
     need_float(g)
     if g != u:
@@ -632,10 +626,8 @@ def _act_mul_quant_cases(rng: np.random.Generator, dtype: DType) -> list[Case]:
     num_results=2,
 )
 def act_mul_quant(g: np.ndarray, u: np.ndarray, *, act: str, dtype: str) -> tuple[np.ndarray, np.ndarray]:
-    """act_mul_quant(g, u; act, dtype) -> (q, row_scale) = quantize_rows(mul(act(g), u); dtype), the activation
+    """act_mul_quant(g, u; act, dtype) -> (q, row_scale) = quantize_rows(act_mul(g, u; act); dtype), the activation
     and the product each rounded to g's dtype, as the unfused act and mul store them: a gate computed apart from
     its value (Krea 2's SwiGLU, silu(gate) * up, and its attention gate, attention * sigmoid(gate)) emits the next
     W8A8 GEMM's input in one pass (`dif.passes.quantize`), neither product written unquantized."""
-    gated = np.asarray(get_op(act).reference(g)).astype(g.dtype)
-    y = (fp(gated) * fp(u)).astype(g.dtype)
-    return quantized_rows(y, dtype)
+    return quantized_rows(act_mul(g, u, act=act).astype(g.dtype), dtype)

@@ -12,7 +12,13 @@ from dif.passes.context import (
     PassDecision,
     supports_op,
 )
-from dif.passes.fusions import fuse_gated_residual, fuse_linear_residual, fuse_norm_modulate, fuse_norm_rope
+from dif.passes.fusions import (
+    fuse_act_mul,
+    fuse_gated_residual,
+    fuse_linear_residual,
+    fuse_norm_modulate,
+    fuse_norm_rope,
+)
 from dif.passes.manager import (
     CORE_PASSES,
     DEFAULT_PASSES,
@@ -37,6 +43,7 @@ __all__ = [
     "apply_fusions",
     "available_passes",
     "default_pipeline",
+    "fuse_act_mul",
     "fuse_gated_residual",
     "fuse_linear_residual",
     "fuse_norm_modulate",

@@ -10,8 +10,10 @@ The fused node takes the consumer's place and result, so no other node changes.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from dif.ir.program import Node, Program
+from dif.ops.fused import ACT_MUL_ACTS
 from dif.passes.context import PassContext
 from dif.passes.rewrite import Fusion, apply_fusions, fused_type_problem, producer_of, sole_use
 
@@ -43,7 +45,9 @@ def _decide(program: Program, ctx: PassContext, fusion: Fusion, problem: str | N
 
 def fuse_norm_modulate(program: Program, *, ctx: PassContext) -> Program:
     """layer_norm(x) or rms_norm(x) without affine parameters, whose only user is
-    modulate(·, scale, shift) -> norm_modulate(x, scale, shift; kind="layer"|"rms", eps)."""
+    modulate(·, scale, shift) -> norm_modulate(x, scale, shift; kind="layer"|"rms", eps); an rms_norm(x, w) with a
+    weight in torch.nn.RMSNorm's order (`round_before_weight` off) -> rms_norm_modulate(x, w, scale, shift; eps,
+    offset)."""
     fusions: list[Fusion] = []
     for node in program.nodes:
         if node.op != "modulate":
@@ -51,33 +55,46 @@ def fuse_norm_modulate(program: Program, *, ctx: PassContext) -> Program:
         norm = producer_of(program, node.operands[0], ("layer_norm", "rms_norm"))
         if norm is None:
             continue
-        kind = "layer" if norm.op == "layer_norm" else "rms"
-        operands = (norm.operands[0], node.operands[1], node.operands[2])
-        fusion = Fusion(node, (norm,), "norm_modulate", operands, {"kind": kind, "eps": norm.attrs["eps"]})
-        affine = f"{norm.op} has affine parameters" if len(norm.operands) > 1 else None
-        if _decide(program, ctx, fusion, affine, f"{norm.op} + modulate -> norm_modulate"):
+        x, scale, shift = norm.operands[0], node.operands[1], node.operands[2]
+        problem = None
+        if norm.op == "rms_norm" and len(norm.operands) == 2:
+            attrs = {"eps": norm.attrs["eps"], "offset": norm.attrs["offset"]}
+            fusion = Fusion(node, (norm,), "rms_norm_modulate", (x, norm.operands[1], scale, shift), attrs)
+            if norm.attrs["round_before_weight"]:
+                problem = "rms_norm rounds before its weight (rms_norm_modulate weights the unrounded value)"
+        else:
+            kind = "layer" if norm.op == "layer_norm" else "rms"
+            fusion = Fusion(node, (norm,), "norm_modulate", (x, scale, shift), {"kind": kind, "eps": norm.attrs["eps"]})
+            problem = f"{norm.op} has affine parameters" if len(norm.operands) > 1 else None
+        if _decide(program, ctx, fusion, problem, f"{norm.op} + modulate -> {fusion.op}"):
             fusions.append(fusion)
     return apply_fusions(program, fusions, ctx.pass_name)
 
 
-def _fuse_into_add(
-    program: Program, ctx: PassContext, producer: str, fused: str, operands: Callable[[Node, str], tuple[str, ...]]
+def _fuse_either_operand(
+    program: Program,
+    ctx: PassContext,
+    consumer: str,
+    producers: tuple[str, ...],
+    fused: str,
+    make: Callable[[Node, str], tuple[tuple[str, ...], dict[str, Any]]],
 ) -> Program:
-    """Every add(r, P(..)) (either operand order) whose P = `producer` result has the add as its only user
-    -> `fused`(*operands(P's node, r)); decisions recorded per add (the first reason when neither side fits)."""
+    """Every `consumer`(a, b) with an operand made by one of `producers` P (its only user the consumer; the second
+    operand tried first) -> `fused`(*operands; attrs) = make(P's node, the other operand); decisions recorded per
+    consumer (the first reason when neither side fits)."""
     fusions: list[Fusion] = []
     for node in program.nodes:
-        if node.op != "add":
+        if node.op != consumer:
             continue
         first: tuple[Fusion, str] | None = None
         for i in (1, 0):  # the builders write r + P(..): try the second operand first
-            made = producer_of(program, node.operands[i], (producer,))
+            made = producer_of(program, node.operands[i], producers)
             if made is None:
                 continue
-            fusion = Fusion(node, (made,), fused, operands(made, node.operands[1 - i]))
+            fusion = Fusion(node, (made,), fused, *make(made, node.operands[1 - i]))
             reason = _consider(program, ctx, fusion)
             if reason is None:
-                ctx.applied(f"add + {producer} -> {fused}", (made.id, node.id), node.results[0].name)
+                ctx.applied(f"{consumer} + {made.op} -> {fused}", (made.id, node.id), node.results[0].name)
                 fusions.append(fusion)
                 first = None
                 break
@@ -91,15 +108,17 @@ def _fuse_into_add(
 def fuse_gated_residual(program: Program, *, ctx: PassContext) -> Program:
     """add(x, mul(gate, y)) (either operand order) where the mul's only user is the add
     -> gated_residual(x, gate, y) = x + gate * y, same broadcasting, float dtypes only."""
-    return _fuse_into_add(program, ctx, "mul", "gated_residual", lambda mul, x: (x, *mul.operands))
+    return _fuse_either_operand(
+        program, ctx, "add", ("mul",), "gated_residual", lambda mul, x: ((x, *mul.operands), {})
+    )
 
 
 def fuse_linear_residual(program: Program, *, ctx: PassContext) -> Program:
     """add(r, linear(x, w, bias?)) (either operand order) where the linear's only user is the add and r
     has exactly the linear's shape and dtype -> linear_add(x, w, r, bias?) = x @ w^T + bias + r: the
     residual add of a transformer layer goes into the GEMM's epilogue (cuBLASLt's C with beta = 1)."""
-    return _fuse_into_add(
-        program, ctx, "linear", "linear_add", lambda lin, r: (*lin.operands[:2], r, *lin.operands[2:])
+    return _fuse_either_operand(
+        program, ctx, "add", ("linear",), "linear_add", lambda lin, r: ((*lin.operands[:2], r, *lin.operands[2:]), {})
     )
 
 
@@ -119,3 +138,12 @@ def fuse_norm_rope(program: Program, *, ctx: PassContext) -> Program:
         if _decide(program, ctx, fusion, unweighted, "rms_norm + rope -> rms_norm_rope"):
             fusions.append(fusion)
     return apply_fusions(program, fusions, ctx.pass_name)
+
+
+def fuse_act_mul(program: Program, *, ctx: PassContext) -> Program:
+    """mul(act(g), u) or mul(u, act(g)), act a silu or sigmoid whose only user is the mul, g and u of the mul's
+    type (no broadcast: the fused type rule) -> act_mul(g, u; act): Krea 2's SwiGLU from two GEMMs and its
+    sigmoid-gated attention output, one pass over the two operands where the pair took two."""
+    return _fuse_either_operand(
+        program, ctx, "mul", ACT_MUL_ACTS, "act_mul", lambda act, u: ((act.operands[0], u), {"act": act.op})
+    )

@@ -2,7 +2,8 @@
 between verify and the planner) and collects every decision they make.
 
     program --rope_before_concat--> --fuse_norm_rope--> --fuse_norm_modulate--> --fuse_gated_residual-->
-            --fuse_group_norm_silu--> --fuse_linear_residual--> --reuse_attention_stats--> [plugin passes]
+            --fuse_act_mul--> --fuse_group_norm_silu--> --fuse_linear_residual--> --reuse_attention_stats-->
+            [plugin passes]
             --> planner
 
 A pass is `fn(program, **options) -> Program`; the manager passes the options the function takes:
@@ -24,7 +25,13 @@ from dif.ir.program import Program
 from dif.passes.attention_stats import reuse_attention_stats
 from dif.passes.context import APPLIED, PassContext, PassDecision, log
 from dif.passes.distribute import rope_before_concat
-from dif.passes.fusions import fuse_gated_residual, fuse_linear_residual, fuse_norm_modulate, fuse_norm_rope
+from dif.passes.fusions import (
+    fuse_act_mul,
+    fuse_gated_residual,
+    fuse_linear_residual,
+    fuse_norm_modulate,
+    fuse_norm_rope,
+)
 from dif.passes.norm_act import fuse_group_norm_silu
 from dif.passes.quantize import PASS_NAMES, quantize_fp8, quantize_fp8_attention, quantize_int4, quantize_int8
 from dif.plan.plan import Decision
@@ -38,6 +45,7 @@ CORE_PASSES: dict[str, PassFn] = {
     "fuse_norm_rope": fuse_norm_rope,
     "fuse_norm_modulate": fuse_norm_modulate,
     "fuse_gated_residual": fuse_gated_residual,
+    "fuse_act_mul": fuse_act_mul,
     "fuse_group_norm_silu": fuse_group_norm_silu,
     "fuse_linear_residual": fuse_linear_residual,
     "reuse_attention_stats": reuse_attention_stats,
@@ -51,7 +59,7 @@ DEFAULT_PASSES: tuple[str, ...] = tuple(n for n in CORE_PASSES if n not in PASS_
 """The core pipeline, in `CORE_PASSES` order: `rope_before_concat` makes norm/rope pairs for `fuse_norm_rope`;
 the fusions touch disjoint op pairs, so their order only fixes the log, except that `fuse_gated_residual` and
 `fuse_linear_residual` both consume adds: an add of a product goes to the first (a gated residual), an add of a
-linear's result to the second."""
+linear's result to the second; and a product goes into a gated residual before `fuse_act_mul` sees it."""
 
 NONE = "none"
 DEFAULT = "default"

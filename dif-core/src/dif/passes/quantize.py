@@ -12,10 +12,10 @@ format's quantized ops (`dif.ops.quant`). Not in the default pipeline: the forma
   2 x N x (1/bf16 - 1/fp8 rate) per input element, some five times more at N = 4096 on Hopper. When that input
   is `concat(prefix, glu(...))` (a parallel block's output projection: attention beside the MLP), one
   `concat_glu_quant` replaces the concat and the GLU instead, so the GLU's value is never written unquantized;
-  when it is `mul(act(g), u)`, act a silu or sigmoid read by the mul alone (Krea 2's SwiGLU from two GEMMs, its
-  attention output times a sigmoid gate), `act_mul_quant(g, u)` replaces the mul and the activation; when it is
-  `modulate(rms_norm(x, w), scale, shift)` (Krea 2's adaptive norms, whose RMS norm has a weight),
-  `rms_norm_modulate_quant` replaces the two.
+  when it is `act_mul(g, u)` or `mul(act(g), u)`, act a silu or sigmoid read by the mul alone (Krea 2's SwiGLU
+  from two GEMMs, its attention output times a sigmoid gate), `act_mul_quant(g, u)` replaces them; when it is
+  `rms_norm_modulate(x, w, scale, shift)` or `modulate(rms_norm(x, w), scale, shift)` (Krea 2's adaptive norms,
+  whose RMS norm has a weight), `rms_norm_modulate_quant` replaces them.
   Narrower linears stay as they are, with the reason recorded; so do a linear whose result is a program output
   (nothing after it dilutes its rounding) and one of fewer than `MIN_ROWS` input rows. A scaled_linear whose
   product only a `gated_residual(x, gate, ·)` reads (a DiT block's attention and MLP outputs) and the residual
@@ -47,7 +47,8 @@ from attrs import evolve
 from dif.dtypes import DType
 from dif.ir.program import Node, Program, Value
 from dif.ir.types import TensorType
-from dif.ops.quant import ACT_MUL_ACTS, MAX_SHARED_NORMS
+from dif.ops.fused import ACT_MUL_ACTS
+from dif.ops.quant import MAX_SHARED_NORMS
 from dif.passes.context import PassContext
 from dif.passes.rewrite import Fusion, apply_fusions, fused_type_problem, producer_of, sole_use
 from dif.plan.plan import Decision
@@ -277,18 +278,21 @@ def quantize_w8a8(program: Program, ctx: PassContext, fmt: str) -> Program:
             rw.replace[glu.id] = []
             rw.replace[concat.id] = [Node(concat.id, "concat_glu_quant", operands, (q, s), attrs)]
             made = "concat + glu + linear -> concat_glu_quant + scaled_linear"
-        elif gated is not None:  # the mul and its gate's activation become the quantizing producer
-            mul, act, u = gated
-            operands = (act.operands[0], u)
-            rw.replace[act.id] = []
-            rw.replace[mul.id] = [Node(mul.id, "act_mul_quant", operands, (q, s), {"act": act.op, "dtype": qdtype})]
-            made = f"{act.op} + mul + linear -> act_mul_quant + scaled_linear"
-        elif normed is not None:  # the modulation and its weighted RMS norm become the quantizing producer
-            modulate, norm = normed
-            operands = (*norm.operands, *modulate.operands[1:])
-            attrs = {"eps": norm.attrs["eps"], "offset": norm.attrs["offset"], "dtype": qdtype}
-            rw.replace[norm.id] = []
-            rw.replace[modulate.id] = [Node(modulate.id, "rms_norm_modulate_quant", operands, (q, s), attrs)]
+        elif gated is not None:  # the mul and its gate's activation (or their act_mul) become the quantizing producer
+            mul, absorbed, operands, act = gated
+            for act_node in absorbed:
+                rw.replace[act_node.id] = []
+            rw.replace[mul.id] = [Node(mul.id, "act_mul_quant", operands, (q, s), {"act": act, "dtype": qdtype})]
+            made = f"{act} + mul + linear -> act_mul_quant + scaled_linear"
+        elif normed is not None:  # the weighted RMS norm and its modulation become the quantizing producer
+            *absorbed, place = normed
+            if absorbed:  # modulate(rms_norm(x0, w), scale, shift)
+                operands, norm_attrs = (*absorbed[0].operands, *place.operands[1:]), absorbed[0].attrs
+                rw.replace[absorbed[0].id] = []
+            else:  # rms_norm_modulate(x0, w, scale, shift)
+                operands, norm_attrs = place.operands, place.attrs
+            attrs = {"eps": norm_attrs["eps"], "offset": norm_attrs["offset"], "dtype": qdtype}
+            rw.replace[place.id] = [Node(place.id, "rms_norm_modulate_quant", operands, (q, s), attrs)]
             made = "rms_norm + modulate + linear -> rms_norm_modulate_quant + scaled_linear"
         else:
             first = wide[0]  # nodes are in topological order: the first reader comes after x and before the others
@@ -350,11 +354,19 @@ def _concat_of_glu(program: Program, ctx: PassContext, x: str, readers: list[Nod
     return (concat, glu) if ctx.supports("concat_glu_quant") else None
 
 
-def _act_of_mul(program: Program, ctx: PassContext, x: str, readers: list[Node]) -> tuple[Node, Node, str] | None:
-    """(mul, act, u) when `x` = mul(act(g), u) in either operand order, act one of `ACT_MUL_ACTS`, read by the
-    mul alone, g and u of one type and `x` read by `readers` alone (a SwiGLU or an attention gate computed apart
-    from its value): one `act_mul_quant(g, u)` then makes the quantized input, the product never written
-    unquantized. None otherwise."""
+def _act_of_mul(
+    program: Program, ctx: PassContext, x: str, readers: list[Node]
+) -> tuple[Node, tuple[Node, ...], tuple[str, str], str] | None:
+    """(the node making `x`, the activation node it absorbs, (g, u), act) when `x` = act_mul(g, u; act)
+    (`fuse_act_mul`), or mul(act(g), u) in either operand order with act one of `ACT_MUL_ACTS` read by the mul
+    alone and g, u of one type, and `readers` alone read `x` (a SwiGLU or an attention gate computed apart from
+    its value): one `act_mul_quant(g, u)` then makes the quantized input, the product never written unquantized.
+    None otherwise."""
+    if not ctx.supports("act_mul_quant"):
+        return None
+    fused = _sole_producer(program, x, readers, "act_mul")
+    if fused is not None:
+        return fused, (), (fused.operands[0], fused.operands[1]), str(fused.attrs["act"])
     mul = _sole_producer(program, x, readers, "mul")
     if mul is None or mul.operands[0] == mul.operands[1]:
         return None
@@ -363,15 +375,21 @@ def _act_of_mul(program: Program, ctx: PassContext, x: str, readers: list[Node])
         if act is None or act.op not in ACT_MUL_ACTS or not _read_by_alone(program, act.results[0].name, mul):
             continue
         if program.types[act.operands[0]] == program.types[u] == program.types[x]:
-            return (mul, act, u) if ctx.supports("act_mul_quant") else None
+            return mul, (act,), (act.operands[0], u), act.op
     return None
 
 
-def _rms_norm_of_modulate(program: Program, ctx: PassContext, x: str, readers: list[Node]) -> tuple[Node, Node] | None:
-    """(modulate, rms_norm) when `x` = modulate(rms_norm(x0, w), scale, shift), the norm weighted, in
-    torch.nn.RMSNorm's order (`round_before_weight` off) and read by the modulate alone, and `x` read by `readers`
-    alone (Krea 2's adaptive norms): one `rms_norm_modulate_quant` then makes the quantized input. None
-    otherwise."""
+def _rms_norm_of_modulate(program: Program, ctx: PassContext, x: str, readers: list[Node]) -> tuple[Node, ...] | None:
+    """The nodes making `x` when it is rms_norm_modulate(x0, w, scale, shift) (`fuse_norm_modulate`), or
+    modulate(rms_norm(x0, w), scale, shift) with the norm weighted, in torch.nn.RMSNorm's order
+    (`round_before_weight` off) and read by the modulate alone; `x` read by `readers` alone (Krea 2's adaptive
+    norms): one `rms_norm_modulate_quant` then makes the quantized input. Last the node whose place it takes
+    (the fused node, or the modulate after its norm). None otherwise."""
+    if not ctx.supports("rms_norm_modulate_quant"):
+        return None
+    fused = _sole_producer(program, x, readers, "rms_norm_modulate")
+    if fused is not None:
+        return (fused,)
     modulate = _sole_producer(program, x, readers, "modulate")
     norm = None if modulate is None else program.producers.get(modulate.operands[0])
     if norm is None or norm.op != "rms_norm" or len(norm.operands) != 2 or norm.attrs["round_before_weight"]:
@@ -379,7 +397,7 @@ def _rms_norm_of_modulate(program: Program, ctx: PassContext, x: str, readers: l
     n = norm.results[0].name
     if not _read_by_alone(program, n, modulate) or program.types[n] != program.types[x]:  # not broadcast up
         return None
-    return (modulate, norm) if ctx.supports("rms_norm_modulate_quant") else None
+    return norm, modulate
 
 
 def _quantized_pair(program: Program, y: str, fmt: str) -> tuple[Value, Value]:

@@ -16,6 +16,13 @@ def _norm_modulate_chain(b: ProgramBuilder, x: Var, scale: Var, shift: Var, *, k
     return b.emit("modulate", n, scale, shift)
 
 
+def _rms_norm_modulate_chain(
+    b: ProgramBuilder, x: Var, w: Var, scale: Var, shift: Var, *, eps: float, offset: float
+) -> Var:
+    n = b.emit("rms_norm", x, w, eps=eps, offset=offset, round_before_weight=False)
+    return b.emit("modulate", n, scale, shift)
+
+
 def _gated_residual_chain(b: ProgramBuilder, x: Var, gate: Var, y: Var) -> Var:
     return b.emit("add", x, b.emit("mul", gate, y))
 
@@ -28,6 +35,10 @@ def _rms_norm_rope_chain(
     return b.emit("rope", n, cos, sin, mode=mode)
 
 
+def _act_mul_chain(b: ProgramBuilder, g: Var, u: Var, *, act: str) -> Var:
+    return b.emit("mul", b.emit(act, g), u)
+
+
 def _linear_add_chain(b: ProgramBuilder, x: Var, w: Var, r: Var, bias: Var | None = None) -> Var:
     return b.emit("add", r, b.emit("linear", x, w, bias))
 
@@ -35,6 +46,11 @@ def _linear_add_chain(b: ProgramBuilder, x: Var, w: Var, r: Var, bias: Var | Non
 @vjp("norm_modulate")
 def _norm_modulate(a: VjpArgs) -> list[Var | None]:
     return vjp_of_chain(a, _norm_modulate_chain)
+
+
+@vjp("rms_norm_modulate")
+def _rms_norm_modulate(a: VjpArgs) -> list[Var | None]:
+    return vjp_of_chain(a, _rms_norm_modulate_chain)
 
 
 @vjp("gated_residual")
@@ -50,3 +66,8 @@ def _rms_norm_rope(a: VjpArgs) -> list[Var | None]:
 @vjp("linear_add")
 def _linear_add(a: VjpArgs) -> list[Var | None]:
     return vjp_of_chain(a, _linear_add_chain)
+
+
+@vjp("act_mul")
+def _act_mul(a: VjpArgs) -> list[Var | None]:
+    return vjp_of_chain(a, _act_mul_chain)
