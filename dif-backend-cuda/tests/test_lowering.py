@@ -514,33 +514,42 @@ def test_a_misaligned_int4_operand_keeps_the_tile_gemm(sigs: dict[str, dict[str,
     assert step.name == "int4_gemm_bf16" and "misaligned" in ctx.choices[node.id]
 
 
+class FakeFp8Graph:
+    """sdpa.py `CudnnSdpaFp8` without cuDNN: the graph's arguments, as the lowering built them."""
+
+    def __init__(self, *args: Any, seq_lens: int = 0) -> None:
+        self.args, self.seq_lens, self.choice = args, seq_lens, "heuristic's first plan"
+
+
+@pytest.fixture
+def fake_fp8_graph(monkeypatch: pytest.MonkeyPatch) -> None:
+    """cuDNN's fp8 attention faked, and cupy's allocator and copy for the key lengths' buffer."""
+    import sys
+    from types import SimpleNamespace
+
+    from dif_backend_cuda import sdpa
+
+    monkeypatch.setattr(sdpa, "CudnnSdpaFp8", FakeFp8Graph)
+    memory = SimpleNamespace(Memory=lambda n: SimpleNamespace(ptr=1 << 41, size=n),
+                             runtime=SimpleNamespace(memcpy=lambda *args: None))  # fmt: skip
+    monkeypatch.setitem(sys.modules, "cupy", SimpleNamespace(cuda=memory))
+
+
 @pytest.mark.parametrize(("mask", "d", "major", "reason"), [
     (False, 128, 9, None),
     (True, 128, 9, None),
     (False, 72, 9, "head dims q/k 72"),
     (False, 128, 8, "no fp8 matrix units"),
 ])  # fmt: skip
+@pytest.mark.usefixtures("fake_fp8_graph")
 def test_sdpa_fp8_quantizes_around_cudnn_or_runs_in_the_run_dtype_saying_why(
-    sigs: dict[str, dict[str, list[str]]], monkeypatch: pytest.MonkeyPatch, mask: bool, d: int, major: int,
-    reason: str | None,
-) -> None:  # fmt: skip
+    sigs: dict[str, dict[str, list[str]]], mask: bool, d: int, major: int, reason: str | None
+) -> None:
     """q/k/v are views with rows wider than their heads (pitched, as a fused projection's output): the
     quantization kernels get the views' strides and exactly the arguments their signatures declare; a key mask
     adds the key order, the gather of the e4m3 keys and values, and the zeroing of fully masked rows."""
-    import sys
-    from types import SimpleNamespace
-
     from dif.ir.builder import ProgramBuilder
-    from dif_backend_cuda import sdpa
 
-    class FakeFp8Graph:
-        def __init__(self, *args: Any, seq_lens: int = 0) -> None:
-            self.args, self.seq_lens, self.choice = args, seq_lens, "heuristic's first plan"
-
-    monkeypatch.setattr(sdpa, "CudnnSdpaFp8", FakeFp8Graph)
-    memory = SimpleNamespace(Memory=lambda n: SimpleNamespace(ptr=1 << 41, size=n),
-                             runtime=SimpleNamespace(memcpy=lambda *args: None))  # fmt: skip
-    monkeypatch.setitem(sys.modules, "cupy", SimpleNamespace(cuda=memory))  # the key lengths' buffer
     b = ProgramBuilder("fp8-attention")
     q, k, v = (b.input(n, (1, 80, 4, d), "bf16") for n in "qkv")
     key_mask = b.input("mask", (1, 80), "bool") if mask else None
@@ -550,7 +559,7 @@ def test_sdpa_fp8_quantizes_around_cudnn_or_runs_in_the_run_dtype_saying_why(
     backend.props["major"] = major
     backend.cudnn = lambda: object()  # type: ignore[method-assign]
     ctx = LowerCtx(backend, OPS)
-    ctx.shared_scratch = lambda key, nbytes: SimpleNamespace(ptr=1 << 40, size=nbytes)  # type: ignore[method-assign]
+    ctx.shared_scratch = _fake_scratch  # type: ignore[method-assign]
     tensors = _tensors(program)
     for n in "qkv":  # rows of 3 heads' width: every fourth head of a fused projection
         t = tensors[n]
@@ -603,25 +612,14 @@ def test_rms_norm_modulate_runs_norm_modulates_kernels_with_the_weight(
 
 
 @pytest.mark.parametrize("mask", [False, True])
+@pytest.mark.usefixtures("fake_fp8_graph")
 def test_sdpa_fp8_qk_quantizes_v_alone_and_copies_the_given_scales(
-    sigs: dict[str, dict[str, list[str]]], monkeypatch: pytest.MonkeyPatch, mask: bool
+    sigs: dict[str, dict[str, list[str]]], mask: bool
 ) -> None:
     """q and k come quantized (`rms_norm_rope_quant`): cuDNN's graph reads them where they are, the passes run
     one row of blocks (t0 = 2: v) in the 16-byte form, and the quantizing pass gets q's and k's scale pointers."""
-    import sys
-    from types import SimpleNamespace
-
     from dif.ir.builder import ProgramBuilder
-    from dif_backend_cuda import sdpa
 
-    class FakeFp8Graph:
-        def __init__(self, *args: Any, seq_lens: int = 0) -> None:
-            self.args, self.seq_lens, self.choice = args, seq_lens, "heuristic's first plan"
-
-    monkeypatch.setattr(sdpa, "CudnnSdpaFp8", FakeFp8Graph)
-    memory = SimpleNamespace(Memory=lambda n: SimpleNamespace(ptr=1 << 41, size=n),
-                             runtime=SimpleNamespace(memcpy=lambda *args: None))  # fmt: skip
-    monkeypatch.setitem(sys.modules, "cupy", SimpleNamespace(cuda=memory))
     b = ProgramBuilder("fp8-attention-qk")
     q8, k8 = (b.input(n, (1, 80, heads, 128), "f8e4m3") for n, heads in (("q8", 8), ("k8", 2)))
     qs, ks = (b.input(n, (1,), "f32") for n in ("qs", "ks"))
@@ -781,7 +779,7 @@ def test_masked_sdpa_on_cudnn_launches_matching_kernels(
     backend.options["sdpa"] = "auto"
     backend.cudnn = lambda: object()  # type: ignore[method-assign]
     ctx = LowerCtx(backend, OPS)
-    ctx.shared_scratch = lambda key, nbytes: SimpleNamespace(ptr=1 << 40, size=nbytes)  # type: ignore[method-assign]
+    ctx.shared_scratch = _fake_scratch  # type: ignore[method-assign]
     tensors = _tensors(program)
     node = program.nodes[0]
     steps = lower_node(ctx, node, [tensors[o] for o in node.operands], [tensors[r.name] for r in node.results])

@@ -5,12 +5,10 @@ through `register_passes`, DIF_PASSES selection, and failures of plugin passes."
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 import dif
 from dif.errors import UsageError
-from dif.interp import interpret
 from dif.ir.builder import ProgramBuilder, Var
 from dif.ir.program import Program
 from dif.passes import (
@@ -29,25 +27,11 @@ from dif.passes import (
 from dif.plugins.manager import isolated_plugins, register_plugin
 from dif.runtime import prepare
 from dif.target import RuntimeBudget, TargetProfile
+from dif.testing.rewrites import assert_bit_identical, random_bindings
 from dif.verify import verify_program
 
 ALL = TargetProfile(backend="ref", device="unit", capabilities=("op:*",))
 NONE = TargetProfile(backend="bare", device="unit")
-
-
-def _random_inputs(program: Program, seed: int = 0) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
-    rng = np.random.default_rng(seed)
-    make = lambda v: rng.standard_normal(v.type.shape).astype(v.type.dtype.np)  # noqa: E731
-    return {v.name: make(v) for v in program.inputs}, {v.name: make(v) for v in program.params}
-
-
-def assert_same_results(before: Program, after: Program) -> None:
-    inputs, weights = _random_inputs(before)
-    want, got = interpret(before, inputs, weights), interpret(after, inputs, weights)
-    assert list(want) == list(got)
-    for name in want:
-        assert got[name].dtype == want[name].dtype
-        np.testing.assert_array_equal(got[name].view(np.uint8), want[name].view(np.uint8), err_msg=name)
 
 
 def modulated(dtype: str = "f32", *, norm: str = "layer_norm", affine: bool = False) -> Program:
@@ -79,7 +63,7 @@ def test_norm_modulate_applies_and_is_exact(dtype: str, norm: str) -> None:
     assert node.results == program.nodes[1].results  # the consumer's result, name and type
     assert [d.verdict for d in decisions] == [APPLIED]
     assert decisions[0].nodes == (0, 1) and decisions[0].value == program.outputs[0]
-    assert_same_results(program, out)
+    assert_bit_identical(program, out)
 
 
 def test_provenance_is_merged_and_the_pass_appended() -> None:
@@ -142,7 +126,7 @@ def test_a_weighted_rms_norm_becomes_rms_norm_modulate_and_is_exact(dtype: str, 
     (node,) = out.nodes
     assert node.operands == ("x", "w", "scale", "shift") and node.attrs == {"eps": 1e-5, "offset": 1.0}
     assert [(d.verdict, d.reason) for d in decisions] == [(APPLIED, "rms_norm + modulate -> rms_norm_modulate")]
-    assert_same_results(program, out)
+    assert_bit_identical(program, out)
     b = ProgramBuilder("qwen-order")
     x = b.input("x", (3, 8), dtype)
     s, t = b.input("s", (8,), dtype), b.input("t", (8,), dtype)
@@ -185,14 +169,14 @@ def test_gated_residual_applies_in_either_order_and_is_exact(dtype: str, swap: b
     assert out.nodes[0].operands == ("x", "gate", "y")
     assert out.provenance[0].transforms == ("fuse_gated_residual",) and out.provenance[0].block == "blk3"
     assert [d.verdict for d in decisions] == [APPLIED]
-    assert_same_results(program, out)
+    assert_bit_identical(program, out)
 
 
 def test_gated_residual_with_a_smaller_residual_broadcasts_like_the_add() -> None:
     program = residual("bf16", x_shape=(16,))
     out, _ = fuse_with(fuse_gated_residual, program)
     assert out.op_histogram() == {"gated_residual": 1}
-    assert_same_results(program, out)
+    assert_bit_identical(program, out)
 
 
 def test_gated_residual_single_user_and_type_conditions() -> None:
@@ -230,7 +214,7 @@ def test_gated_residual_picks_the_single_use_product_of_two() -> None:
     assert out.op_histogram() == {"gated_residual": 1, "mul": 1}
     assert out.nodes[1].operands == ("%0", "g", "x")
     assert [d.verdict for d in decisions] == [APPLIED]
-    assert_same_results(program, out)
+    assert_bit_identical(program, out)
 
 
 # -- fuse_norm_rope -------------------------------------------------------------------------------
@@ -257,7 +241,7 @@ def test_norm_rope_applies_and_is_exact(dtype: str, round_before_weight: bool) -
     assert node.attrs == {"eps": 1e-5, "offset": 0.5, "round_before_weight": round_before_weight, "mode": "pairs"}
     assert out.provenance[0].transforms == ("fuse_norm_rope",) and out.provenance[0].tensors == ("norm_q.weight",)
     assert decisions[0].verdict == APPLIED
-    assert_same_results(program, out)
+    assert_bit_identical(program, out)
 
 
 def test_norm_rope_needs_a_weighted_single_use_norm() -> None:
@@ -309,7 +293,7 @@ def test_default_pipeline_fuses_everything_and_keeps_results(dtype: str) -> None
     assert all(d.verdict == APPLIED for d in decisions)
     assert {p.name for p in out.params} == {p.name for p in program.params}
     assert out.outputs == program.outputs and out.inputs == program.inputs
-    assert_same_results(program, out)
+    assert_bit_identical(program, out)
 
 
 FUSIONS = (
@@ -410,7 +394,7 @@ class _RecordingBackend:
 
 def test_runtime_prepare_optimizes_plans_and_records(monkeypatch: pytest.MonkeyPatch) -> None:
     program = mini_dit()
-    _, weights = _random_inputs(program)
+    _, weights = random_bindings(program)
     backend = _RecordingBackend()
     monkeypatch.delenv("DIF_PASSES", raising=False)
     with isolated_plugins(""):
@@ -463,10 +447,10 @@ def test_rope_before_concat_lets_every_part_fuse_exactly() -> None:
     assert [d.verdict for d in decisions] == ["applied", "applied"]
     hist = moved.op_histogram()
     assert hist["rope"] == 4 and hist["concat"] == 2 and hist["slice"] == 4  # cos/sin rows shared by q and k
-    assert_same_results(program, moved)
+    assert_bit_identical(program, moved)
     fused, _ = optimize(program, target=ALL)
     assert fused.op_histogram().get("rope", 0) == 0 and fused.op_histogram()["rms_norm_rope"] == 4
-    assert_same_results(program, fused)
+    assert_bit_identical(program, fused)
     rope = next(n for n in moved.nodes if n.op == "rope")
     assert moved.provenance[rope.id].transforms[-1] == "rope_before_concat"
 

@@ -336,21 +336,17 @@ __device__ __forceinline__ void rms_norm_rope_vec_impl(const T* __restrict__ x, 
     *reinterpret_cast<R4<Y>*>(yr + k * 128) = out;
   }
 }
+#define NORM_ROPE_VEC(TN, WN, CN, YN, NAME, RR)                                                            \
+  KERNEL_ENTRY NAME##_vec##RR##_##TN##_##WN##_##CN(                                                        \
+      const TN* __restrict__ x, const WN* __restrict__ w, const CN* __restrict__ c, const CN* __restrict__ s, \
+      YN* __restrict__ y, i64 rows, i64 seq, i64 heads, i64 rot, float eps, float offset, int round_first,  \
+      int pairs, i64 xt, i64 yt, NORM_ROPE_BOUND_ARGS(WN)) {                                               \
+    rms_norm_rope_vec_impl<TN, WN, CN, RR, YN>(x, w, c, s, y, rows, seq, heads, rot, eps, offset, round_first, \
+                                               pairs, xt, yt, b1, b2, b3, scale_out);                      \
+  }
 #define NORM_ROPE_FORMS(TN, WN, CN, YN, NAME)                                                              \
-  KERNEL_ENTRY NAME##_vec4_##TN##_##WN##_##CN(                                                             \
-      const TN* __restrict__ x, const WN* __restrict__ w, const CN* __restrict__ c, const CN* __restrict__ s, \
-      YN* __restrict__ y, i64 rows, i64 seq, i64 heads, i64 rot, float eps, float offset, int round_first,  \
-      int pairs, i64 xt, i64 yt, NORM_ROPE_BOUND_ARGS(WN)) {                                               \
-    rms_norm_rope_vec_impl<TN, WN, CN, 4, YN>(x, w, c, s, y, rows, seq, heads, rot, eps, offset, round_first, \
-                                              pairs, xt, yt, b1, b2, b3, scale_out);                       \
-  }                                                                                                        \
-  KERNEL_ENTRY NAME##_vec8_##TN##_##WN##_##CN(                                                             \
-      const TN* __restrict__ x, const WN* __restrict__ w, const CN* __restrict__ c, const CN* __restrict__ s, \
-      YN* __restrict__ y, i64 rows, i64 seq, i64 heads, i64 rot, float eps, float offset, int round_first,  \
-      int pairs, i64 xt, i64 yt, NORM_ROPE_BOUND_ARGS(WN)) {                                               \
-    rms_norm_rope_vec_impl<TN, WN, CN, 8, YN>(x, w, c, s, y, rows, seq, heads, rot, eps, offset, round_first, \
-                                              pairs, xt, yt, b1, b2, b3, scale_out);                       \
-  }                                                                                                        \
+  NORM_ROPE_VEC(TN, WN, CN, YN, NAME, 4)                                                                   \
+  NORM_ROPE_VEC(TN, WN, CN, YN, NAME, 8)                                                                   \
   KERNEL_ENTRY NAME##_##TN##_##WN##_##CN(                                                                  \
       const TN* __restrict__ x, const WN* __restrict__ w, const CN* __restrict__ c, const CN* __restrict__ s, \
       YN* __restrict__ y, i64 rows, i64 seq, i64 heads, i64 dim, i64 rot, float eps, float offset,         \

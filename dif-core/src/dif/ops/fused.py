@@ -93,13 +93,17 @@ def _rms_norm_modulate_cases(rng: np.random.Generator, dtype: DType) -> list[Cas
     return out
 
 
+RMS_NORM_MODULATE_ATTRS = (
+    AttrSpec("eps", "float", doc="as in rms_norm"),
+    AttrSpec("offset", "float", 0.0, doc="as in rms_norm: added to w before scaling"),
+)
+"""The attributes of rms_norm_modulate, which rms_norm_modulate_quant shares."""
+
+
 @defop(
     "rms_norm_modulate",
     operands=("x", "w", "scale", "shift"),
-    attrs=(
-        AttrSpec("eps", "float", doc="as in rms_norm"),
-        AttrSpec("offset", "float", 0.0, doc="as in rms_norm: added to w before scaling"),
-    ),
+    attrs=RMS_NORM_MODULATE_ATTRS,
     infer=_rms_norm_modulate_infer,
     cases=_rms_norm_modulate_cases,
     category="fused",

@@ -27,7 +27,7 @@ import numpy as np
 from dif.dtypes import FLOAT_DTYPES, DType
 from dif.ir.types import TensorType
 from dif.ops._rules import broadcast_shape, fail, fp, need_float, randn
-from dif.ops.fused import ACT_MUL_ACTS, act_mul, norm_modulate, rms_norm_modulate
+from dif.ops.fused import ACT_MUL_ACTS, RMS_NORM_MODULATE_ATTRS, act_mul, norm_modulate, rms_norm_modulate
 from dif.ops.norm import modulate_infer
 from dif.ops.registry import AttrSpec, Case, defop, get_op
 
@@ -189,9 +189,7 @@ def norm_modulate_quant(
 def _rms_norm_modulate_quant_infer(
     x: TensorType, w: TensorType, scale: TensorType, shift: TensorType, *, eps: float, offset: float, dtype: str
 ) -> tuple[TensorType, TensorType]:
-    y = modulate_infer(x, scale, shift)
-    if w.rank != 1 or w.shape[0] != x.shape[-1] or w.dtype not in (x.dtype, DType.F32):
-        raise fail(f"the norm weight must be ({x.shape[-1]},) of x's dtype {x.dtype.value} or f32, got {w}")
+    y = get_op("rms_norm_modulate").infer(x, w, scale, shift, eps=eps, offset=offset)
     return TensorType(y.shape, DType(dtype)), TensorType((*y.shape[:-1], 1), DType.F32)
 
 
@@ -208,8 +206,7 @@ def _rms_norm_modulate_quant_cases(rng: np.random.Generator, dtype: DType) -> li
     "rms_norm_modulate_quant",
     operands=("x", "w", "scale", "shift"),
     attrs=(
-        AttrSpec("eps", "float", doc="as in rms_norm"),
-        AttrSpec("offset", "float", 0.0, doc="as in rms_norm: added to w before scaling"),
+        *RMS_NORM_MODULATE_ATTRS,
         AttrSpec("dtype", "dtype", choices=QUANT_DTYPES, doc="storage dtype of the quantized values"),
     ),
     infer=_rms_norm_modulate_quant_infer,
