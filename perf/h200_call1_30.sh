@@ -18,7 +18,8 @@
 #   stage 2  the row kernels alone (perf/probe_elementwise.py), against a copy of the same bytes
 #   stage 3  one forward at 1024^2, bf16, fp8-e4m3 and fp8-e4m3+attention, with the time by op and by GEMM
 #            shape: Krea 2, klein 9B
-#   stage 4  klein 4B one forward; klein 9B prompt -> PNG, 4 steps, 1024^2, bf16 and fp8-e4m3 with the gate
+#   stage 4  klein 4B one forward; klein 9B prompt -> PNG, 4 steps, 1024^2, bf16, fp8-e4m3 and
+#            fp8-e4m3+attention with the gate
 # Device call (repo root, carry [".whl"], timeout_s 600):
 #   set -o pipefail; bash perf/h200_call1_30.sh 2>&1 | tee $OUT/run.log
 source "$(dirname "$0")/h200_env.sh"
@@ -34,5 +35,5 @@ forward_step krea2 fp8-e4m3,fp8-e4m3+attention
 forward_step klein-9b fp8-e4m3,fp8-e4m3+attention
 stamp "stage 4"
 forward_step klein-4b
-pipeline_9b 120
+pipeline_9b 150 fp8-e4m3,fp8-e4m3+attention
 stamp "done"

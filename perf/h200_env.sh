@@ -12,7 +12,7 @@
 #     snapshot and the wheels are compiled into it up front, as pip does at install.
 # After it: $OUT exists, `stamp MESSAGE` prints the elapsed seconds, `gpu_tests NAME LABEL SECONDS PYTEST_ARGS...`
 # runs pytest into $OUT/pytest_NAME.log and $OUT/NAME_tests.json, `forward_step MODEL [FORMATS]` times one forward into
-# $OUT/step_MODEL.json, `pipeline_9b SECONDS` the klein 9B pipeline into $OUT/pipeline_klein-9b.json, the working
+# $OUT/step_MODEL.json, `pipeline_9b SECONDS [FORMATS]` the klein 9B pipeline into $OUT/pipeline_klein-9b.json, the working
 # directory is the snapshot.
 set -uo pipefail
 export PYTHONUNBUFFERED=1
@@ -39,9 +39,11 @@ import json; d = json.load(open('$OUT/step_$1.json'))['formats']
 for f, r in d.items(): print(f, 'by op', dict(list(r.get('by_op', {}).items())[:10]))
 " 2>&1 | cut -c1-800
 }
-pipeline_9b() {  # SECONDS: klein 9B prompt -> PNG, 4 steps, 1024^2, bf16 and fp8-e4m3 with the gate; its stages
+pipeline_9b() {  # SECONDS [FORMATS]: klein 9B prompt -> PNG, 4 steps, 1024^2, bf16 and FORMATS (default fp8-e4m3)
+  # with the gate; its stages
   stamp "klein 9B prompt -> PNG"
-  timeout "$1" python3 perf/formats_h200.py --phase pipeline --models klein-9b --formats fp8-e4m3 --runs 3 2>&1 | tail -3
+  timeout "$1" python3 perf/formats_h200.py --phase pipeline --models klein-9b --formats "${2:-fp8-e4m3}" --runs 3 \
+    2>&1 | tail -3
   python3 -c "
 import json; d = json.load(open('$OUT/pipeline_klein-9b.json'))['formats']
 for f, r in d.items(): print(f, r.get('stages_s'), r.get('forward_ms'))
