@@ -24,7 +24,7 @@ SEQ = 16  # max_sequence_length (512 in the product; small here)
 PROMPT = "a red fox in the snow"
 
 
-def _reference(torch, root: Path, noise: np.ndarray, steps: int, guidance: float):  # type: ignore[no-untyped-def]
+def _reference(torch, root: Path, noise: np.ndarray, steps: int, guidance: float, seq: int = SEQ):  # type: ignore[no-untyped-def]
     import diffusers
 
     pipe = diffusers.Krea2Pipeline.from_pretrained(root)
@@ -35,7 +35,7 @@ def _reference(torch, root: Path, noise: np.ndarray, steps: int, guidance: float
         return {}
 
     out = pipe(PROMPT, height=24, width=40, num_inference_steps=steps, guidance_scale=guidance,
-               latents=torch.from_numpy(pack_latents(noise)), max_sequence_length=SEQ, output_type="np",
+               latents=torch.from_numpy(pack_latents(noise)), max_sequence_length=seq, output_type="np",
                callback_on_step_end=keep)
     return seen["latents"], out.images[0]
 
@@ -87,3 +87,25 @@ def test_cpu_backend_runs_the_same_programs(tiny_checkpoints: dict[str, Path]) -
     np.testing.assert_array_equal(a.latents, b.latents)
     np.testing.assert_array_equal(a.pixels, b.pixels)
     assert a.plan_peak_bytes > 0 and a.settings["seed"] == 7
+
+
+def test_the_denoiser_drops_the_padding_and_gives_the_padded_references_latents(
+    torch, tiny_checkpoints: dict[str, Path], rel_l2_fn: Callable[[np.ndarray, np.ndarray], float],  # type: ignore[no-untyped-def]
+) -> None:
+    """diffusers pads the prompt to 48 text tokens and masks the padding; dif's denoiser takes the attended
+    tokens only (the prompt's and the template's suffix, in rows of 4 here) with CFG's negative prompt in the same
+    program, and gives the same latents. A later, shorter prompt runs on that program; `text_rows_step=0` keeps
+    the padded rows."""
+    seq, root = 48, tiny_checkpoints["raw"]
+    noise = np.random.default_rng(3).standard_normal((1, 4, 4, 6)).astype(np.float32)
+    pipe = Krea2Pipeline(open_checkpoint(root), backend="interp", max_sequence_length=seq, text_rows_step=4)
+    req = GenerationRequest(PROMPT, steps=3, guidance=4.5, width=40, height=24, init_noise=noise)
+    res = pipe.generate(req)
+    attended = int(pipe.encode(PROMPT).mask.sum())
+    assert 4 < attended < seq and pipe._text_rows == -(-attended // 4) * 4
+    want, _ = _reference(torch, root, noise, 3, 4.5, seq)
+    assert rel_l2_fn(res.latents, want) <= GATE
+    short = pipe.generate(GenerationRequest("a fox", steps=1, guidance=4.5, width=40, height=24, init_noise=noise))
+    assert pipe._text_rows == -(-attended // 4) * 4 and short.latents.shape == res.latents.shape
+    padded = Krea2Pipeline(open_checkpoint(root), backend="interp", max_sequence_length=seq, text_rows_step=0)
+    assert rel_l2_fn(padded.generate(req).latents, want) <= GATE and padded._text_rows == seq

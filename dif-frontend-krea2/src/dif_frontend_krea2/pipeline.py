@@ -12,10 +12,17 @@ sampling loop (`dif.kit.sampling`) runs on the host over `predictor`, the model'
 The token size (pixels per token) comes from the VAE and model_index configs. Roundings follow
 diffusers' Krea2Pipeline, so an fp32 run from the same initial noise reproduces
 its latents; `init_noise` supplies that noise, seeds use numpy's PCG64 (`dif.noise`).
+
+The reference pads every prompt to `max_sequence_length` text tokens and masks the padding out of every
+attention; the denoiser here gets the prompts' attended tokens only, in rows rounded up to `TEXT_ROWS_STEP`
+(`Krea2Pipeline.denoiser_text_rows`). No value changes: a masked key adds nothing to any softmax, every other
+op of the denoiser is per token, and the text tokens' rotary positions are all the origin. At 1024² a prompt
+of 100 tokens makes 4,224 joint tokens instead of 4,608.
 """
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Hashable, Mapping
 from typing import Any, ClassVar, Literal
 
@@ -24,7 +31,7 @@ from attrs import define, field, frozen
 
 from dif.checkpoint import native_size
 from dif.dtypes import DType
-from dif.errors import UsageError
+from dif.errors import DifWarning, UsageError
 from dif.image_pipeline import ImageRequest, TextToImagePipeline
 from dif.ir.program import Program
 from dif.kit.admission import admit_image
@@ -48,6 +55,10 @@ from dif_frontend_krea2.text_encoder import build_text_encoder, text_rope_tables
 from dif_frontend_krea2.tokenize import MAX_SEQUENCE_LENGTH, PromptTokens, encode_prompt
 from dif_frontend_krea2.vae import build_vae_decoder
 from dif_frontend_krea2.weights import Krea2Checkpoint, bind_denoiser, bind_text_encoder, bind_text_fusion, bind_vae
+
+TEXT_ROWS_STEP = 64
+"""The denoiser's text rows are the attended tokens rounded up to a multiple of this (and at most the padded
+length): prompts of similar length share one program."""
 
 # -- shape, schedule and latent layout ------------------------------------------------------------
 
@@ -126,6 +137,23 @@ class EncodedPrompt:
     mask: np.ndarray
     tokens: PromptTokens
 
+    @property
+    def attended(self) -> int:
+        """The tokens the mask keeps: the prompt's and the template's suffix."""
+        return int(self.mask.sum())
+
+
+def attended_rows(prompt: EncodedPrompt, rows: int) -> tuple[np.ndarray, np.ndarray]:
+    """(embeds (1, rows, hidden), mask (1, rows)): the attended tokens of `prompt` first, in order, then masked
+    zero rows. The denoiser's values do not change: the masked rows are keys no softmax weighs, and every other
+    op is per token, the text tokens' rotary positions all the origin."""
+    keep = np.flatnonzero(prompt.mask[0])
+    if keep.size > rows:
+        raise UsageError(f"the prompt attends {keep.size} text tokens; the denoiser was built for {rows}")
+    embeds = np.zeros((1, rows, prompt.embeds.shape[2]), prompt.embeds.dtype)
+    embeds[:, : keep.size] = prompt.embeds[:, keep]
+    return embeds, (np.arange(rows) < keep.size)[None]
+
 
 @define
 class Krea2Pipeline(TextToImagePipeline):
@@ -136,13 +164,16 @@ class Krea2Pipeline(TextToImagePipeline):
     dtype: DType = DType.F32
     backend: str | None = None  # a dif backend name, None for the default, "interp" for the reference interpreter
     max_sequence_length: int = MAX_SEQUENCE_LENGTH
+    text_rows_step: int = TEXT_ROWS_STEP  # 0: the denoiser takes the padded `max_sequence_length` rows
     on_step: StepCallback | None = None
     on_stage: Callable[[str, float], None] | None = None
     vram_budget: int | None = None  # device bytes the whole pipeline may hold (`ProgramCache`)
     _programs: ProgramCache = field(init=False)
     _tokenizer: TextTokenizer | None = field(init=False, default=None)
-    # the denoiser's RoPE tables by token grid, frozen: made once, staged to the device once (`step_invariant`)
-    _rope: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = field(init=False, factory=dict)
+    # the denoiser's RoPE tables by (text rows, token grid), frozen: made once, staged to the device once
+    # (`step_invariant`)
+    _rope: dict[tuple[int, int, int], tuple[np.ndarray, np.ndarray]] = field(init=False, factory=dict)
+    _text_rows: int = field(init=False, default=0)  # the denoiser's text rows so far (`denoiser_text_rows`)
 
     def __attrs_post_init__(self) -> None:
         self._programs = ProgramCache(self.backend, vram_budget=self.vram_budget)
@@ -190,17 +221,26 @@ class Krea2Pipeline(TextToImagePipeline):
 
         return self._transformer_runner(("text_fusion",), build, bind_text_fusion, "encode")
 
-    def _denoiser_runner(self, image_len: int, batch: int = 1) -> Runner:
-        """The denoiser over `image_len` tokens for `batch` images (one program, batch axis `batch`)."""
+    def _denoiser_runner(self, image_len: int, text_rows: int, batch: int = 1) -> Runner:
+        """The denoiser over `text_rows` text and `image_len` image tokens for `batch` images (one program,
+        batch axis `batch`)."""
 
         def build() -> Program:
             return build_denoiser(
-                self.configs.transformer, image_len=image_len, text_len=self.max_sequence_length, batch=batch,
-                dtype=self.dtype,
-            )  # fmt: skip
+                self.configs.transformer, image_len=image_len, text_len=text_rows, batch=batch, dtype=self.dtype
+            )
 
-        key = ("denoiser", image_len) if batch == 1 else ("denoiser", image_len, batch)
+        key = ("denoiser", image_len, text_rows) if batch == 1 else ("denoiser", image_len, text_rows, batch)
         return self._transformer_runner(key, build, bind_denoiser, "denoise")
+
+    def denoiser_text_rows(self, attended: int) -> int:
+        """The denoiser's text rows for a prompt of `attended` tokens: rounded up to `text_rows_step`, at most
+        `max_sequence_length`, and never fewer than an earlier prompt of this pipeline needed, so the prompts of
+        a run (and of later runs no longer) share one program."""
+        step = self.text_rows_step
+        rows = self.max_sequence_length if step <= 0 else min(self.max_sequence_length, -(-attended // step) * step)
+        self._text_rows = max(self._text_rows, rows)
+        return self._text_rows
 
     def _vae_runner(self, grid_h: int, grid_w: int, *, pixels: bool = True) -> Runner:
         """The decoder of a grid; with `pixels` it ends in the picture's 8-bit pixels and their finiteness
@@ -215,13 +255,25 @@ class Krea2Pipeline(TextToImagePipeline):
         return self._programs.get(key, build, "decode")
 
     def prepare_all(self, width: int, height: int, req: ImageRequest | None = None) -> None:
-        """Build, bind and plan every program for this (already rounded) size and `req`'s batch now."""
+        """Build, bind and plan every program for this (already rounded) size and `req`'s batch now; the
+        denoiser's text rows are those `req`'s prompts attend (the negative one's too under CFG), without a
+        request the padded length (any prompt then runs on that program)."""
         gh, gw = height // self.pixels_per_token, width // self.pixels_per_token
-        tokens = encode_prompt(self.tokenizer, "", max_sequence_length=self.max_sequence_length)
-        self._text_encoder_runner(tokens.seq_len, tokens.drop_prefix)
+        prompts = [""] if req is None else [req.prompt, *([req.negative_prompt] if self._cfg(req) else [])]
+        with warnings.catch_warnings():  # a prompt cut to the encoder's room is told once, when it is encoded
+            warnings.simplefilter("ignore", DifWarning)
+            tokens = [encode_prompt(self.tokenizer, p, max_sequence_length=self.max_sequence_length) for p in prompts]
+        self._text_encoder_runner(tokens[0].seq_len, tokens[0].drop_prefix)
         self._fusion_runner()
-        self._denoiser_runner(gh * gw, 1 if req is None else req.batch)
+        attended = self.max_sequence_length if req is None else max(int(t.text_mask.sum()) for t in tokens)
+        rows = self.denoiser_text_rows(attended)
+        self._denoiser_runner(gh * gw, rows, 1 if req is None else req.batch)
         self._vae_runner(gh, gw)
+
+    def _cfg(self, req: ImageRequest) -> bool:
+        """Whether `req` runs CFG: guidance > 0, the model's default where unset (as `resolve` decides)."""
+        guidance = req.guidance if req.guidance is not None else default_steps_guidance(self.configs)[1]
+        return guidance > 0
 
     # -- stages --------------------------------------------------------------------------------
     @property
@@ -250,23 +302,26 @@ class Krea2Pipeline(TextToImagePipeline):
         (B, N, 64); the prompt's embeds and mask are repeated over the batch."""
         cfg = self.configs.transformer
         n_img = grid_h * grid_w
-        if (grid_h, grid_w) not in self._rope:
-            tables = rope_tables(cfg, self.max_sequence_length, grid_h, grid_w)
-            self._rope[grid_h, grid_w] = tuple(map(step_invariant, tables))  # type: ignore[assignment]
-        cos, sin = self._rope[grid_h, grid_w]
-        per_prompt: dict[tuple[int, int], dict[str, np.ndarray]] = {}  # per prompt and batch, made on its first step
+        per_prompt: dict[tuple[int, int, int], dict[str, np.ndarray]] = {}  # per prompt, batch and text rows
 
         def predict(latents: np.ndarray, t: float, prompt: EncodedPrompt) -> np.ndarray:
             batch = latents.shape[0]
-            run = self._denoiser_runner(n_img, batch)
-            key = (id(prompt), batch)
+            # the rows the prompts so far need: a later prompt that needs more moves them all to its program
+            rows = self.denoiser_text_rows(prompt.attended)
+            key = (id(prompt), batch, rows)
             if key not in per_prompt:  # the same objects every step (`step_invariant`)
+                embeds, mask = attended_rows(prompt, rows)
                 per_prompt[key] = {
-                    "text_embeds": step_invariant(np.repeat(prompt.embeds, batch, axis=0)),
-                    "attention_mask": step_invariant(np.repeat(attention_mask(prompt.mask, n_img), batch, 0)),
+                    "text_embeds": step_invariant(np.repeat(embeds, batch, axis=0)),
+                    "attention_mask": step_invariant(np.repeat(attention_mask(mask, n_img), batch, 0)),
                 }
+            if (rows, grid_h, grid_w) not in self._rope:
+                tables = rope_tables(cfg, rows, grid_h, grid_w)
+                self._rope[rows, grid_h, grid_w] = tuple(map(step_invariant, tables))  # type: ignore[assignment]
+            cos, sin = self._rope[rows, grid_h, grid_w]
             t_proj = timestep_proj_from_timesteps([t] * batch, dtype=self.dtype, dim=cfg.timestep_embed_dim)
             inputs = {"latents": latents, "timestep_proj": t_proj, "rope_cos": cos, "rope_sin": sin}
+            run = self._denoiser_runner(n_img, rows, batch)
             return next(iter(run({**inputs, **per_prompt[key]}).values()))
 
         return predict
