@@ -107,5 +107,10 @@ def test_the_denoiser_drops_the_padding_and_gives_the_padded_references_latents(
     assert rel_l2_fn(res.latents, want) <= GATE
     short = pipe.generate(GenerationRequest("a fox", steps=1, guidance=4.5, width=40, height=24, init_noise=noise))
     assert pipe._text_rows == -(-attended // 4) * 4 and short.latents.shape == res.latents.shape
+    longer = PROMPT + " under a pale winter sky, far from the forest"
+    pipe.generate(GenerationRequest(longer, steps=1, guidance=4.5, width=40, height=24, init_noise=noise))
+    assert pipe._text_rows > -(-attended // 4) * 4  # one denoiser: the one of fewer rows forgotten
+    registered = pipe._programs.keys()
+    assert [k[2] for k in registered if k[0] == "denoiser"] == [pipe._text_rows]
     padded = Krea2Pipeline(open_checkpoint(root), backend="interp", max_sequence_length=seq, text_rows_step=0)
     assert rel_l2_fn(padded.generate(req).latents, want) <= GATE and padded._text_rows == seq

@@ -239,7 +239,12 @@ class Krea2Pipeline(TextToImagePipeline):
         a run (and of later runs no longer) share one program."""
         step = self.text_rows_step
         rows = self.max_sequence_length if step <= 0 else min(self.max_sequence_length, -(-attended // step) * step)
-        self._text_rows = max(self._text_rows, rows)
+        if rows > self._text_rows:  # the denoisers of fewer rows will not run again: their device memory goes
+            registered = self._programs.keys()
+            for key in registered:
+                if isinstance(key, tuple) and key[:1] == ("denoiser",) and key[2] == self._text_rows:
+                    self._programs.discard(key)
+            self._text_rows = rows
         return self._text_rows
 
     def _vae_runner(self, grid_h: int, grid_w: int, *, pixels: bool = True) -> Runner:
