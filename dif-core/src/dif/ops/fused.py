@@ -222,15 +222,19 @@ def _rms_norm_rope_cases(rng: np.random.Generator, dtype: DType) -> list[Case]:
     ]
 
 
+RMS_NORM_ROPE_ATTRS = (
+    AttrSpec("eps", "float", 1e-6),
+    AttrSpec("offset", "float", 0.0, doc="added to w before scaling, as in rms_norm"),
+    AttrSpec("round_before_weight", "bool", False, doc="as in rms_norm"),
+    AttrSpec("mode", "str", "half", ("pairs", "half"), "as in rope"),
+)
+"""The attributes of rms_norm_rope, which rms_norm_rope_quant shares."""
+
+
 @defop(
     "rms_norm_rope",
     operands=("x", "w", "cos", "sin"),
-    attrs=(
-        AttrSpec("eps", "float", 1e-6),
-        AttrSpec("offset", "float", 0.0, doc="added to w before scaling, as in rms_norm"),
-        AttrSpec("round_before_weight", "bool", False, doc="as in rms_norm"),
-        AttrSpec("mode", "str", "half", ("pairs", "half"), "as in rope"),
-    ),
+    attrs=RMS_NORM_ROPE_ATTRS,
     infer=_rms_norm_rope_infer,
     cases=_rms_norm_rope_cases,
     category="fused",

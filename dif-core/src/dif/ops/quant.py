@@ -27,7 +27,15 @@ import numpy as np
 from dif.dtypes import FLOAT_DTYPES, DType
 from dif.ir.types import TensorType
 from dif.ops._rules import broadcast_shape, fail, fp, need_float, randn
-from dif.ops.fused import ACT_MUL_ACTS, RMS_NORM_MODULATE_ATTRS, act_mul, norm_modulate, rms_norm_modulate
+from dif.ops.fused import (
+    ACT_MUL_ACTS,
+    RMS_NORM_MODULATE_ATTRS,
+    RMS_NORM_ROPE_ATTRS,
+    act_mul,
+    norm_modulate,
+    rms_norm_modulate,
+    rms_norm_rope,
+)
 from dif.ops.norm import modulate_infer
 from dif.ops.registry import AttrSpec, Case, defop, get_op
 
@@ -509,13 +517,7 @@ def _rms_norm_rope_quant_cases(rng: np.random.Generator, dtype: DType) -> list[C
 @defop(
     "rms_norm_rope_quant",
     operands=("x", "w", "cos", "sin", "bound*"),
-    attrs=(
-        AttrSpec("eps", "float", 1e-6),
-        AttrSpec("offset", "float", 0.0, doc="added to w (and to every bound weight) before scaling, as in rms_norm"),
-        AttrSpec("round_before_weight", "bool", False, doc="as in rms_norm"),
-        AttrSpec("mode", "str", "half", ("pairs", "half"), "as in rope"),
-        AttrSpec("dtype", "dtype", choices=("f8e4m3",), doc="storage dtype of the values"),
-    ),
+    attrs=(*RMS_NORM_ROPE_ATTRS, AttrSpec("dtype", "dtype", choices=("f8e4m3",), doc="storage dtype of the values")),
     infer=_rms_norm_rope_quant_infer,
     cases=_rms_norm_rope_quant_cases,
     category="fused",
@@ -529,13 +531,9 @@ def rms_norm_rope_quant(
     rms_norm_rope's value (normalized and rounded to x's dtype, then rotated, in fp32), quantized with one scale
     for the tensor known before it is computed, `norm_bound_scale` over w and the `bound` weights (the norms of
     the other parts of the tensor the scale serves: FLUX.2's text stream beside its image stream), which no value
-    exceeds. An attention's q and k as `sdpa_fp8_qk` reads them, with no pass to find their amax (made by
-    `quantize_fp8_attention`, `dif.passes.quantize`)."""
-    from dif.ops.attention import rope
-    from dif.ops.norm import rms_norm
-
-    y = rms_norm(x, w, eps=eps, offset=offset, round_before_weight=round_before_weight)
-    rotated = rope(fp(np.asarray(y).astype(x.dtype)), cos, sin, mode=mode)
+    exceeds (the offset added to every bound weight too). An attention's q and k as `sdpa_fp8_qk` reads them, with
+    no pass to find their amax (made by `quantize_fp8_attention`, `dif.passes.quantize`)."""
+    rotated = rms_norm_rope(x, w, cos, sin, eps=eps, offset=offset, round_before_weight=round_before_weight, mode=mode)
     s = norm_bound_scale((w, *bound), offset, x.shape[-1], dtype)
     return quantize_with(rotated, s, dtype), np.array([s], np.float32)
 
