@@ -281,6 +281,11 @@ __device__ __forceinline__ float operator/(float x, Divisor v) {
   const float y = x * v.k, q = y * v.r;
   return fmaf(fmaf(-q, v.d, y), v.r, q);
 }
+// v / scale saturated to e4m3's range and rounded to nearest even, as dif.ops.quant.quantize_with: the quantizing
+// row kernels' (kernels/quant.cu) and the q / k norm's (rms_norm_rope_quant, kernels/fused.cu)
+__device__ __forceinline__ f8e4m3 e4m3_at(float v, Divisor scale) {
+  return from_f<f8e4m3>(fminf(fmaxf(v / scale, -448.0f), 448.0f));
+}
 
 // The statistics of a row's norm: a layer norm's mean, then the mean of its squared deviations (two passes, as
 // the references take them), or an RMS norm's mean square (mean 0); the denominator is sqrt(var + eps).

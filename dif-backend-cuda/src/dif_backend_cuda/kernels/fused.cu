@@ -209,7 +209,7 @@ __device__ __forceinline__ float norm_bound_scale(float m, i64 dim) {
 }
 template <class Y>
 __device__ __forceinline__ Y rope_out(float v, const Divisor& scale) {
-  if constexpr (is_same_t<Y, f8e4m3>::value) return from_f<f8e4m3>(fminf(fmaxf(v / scale, -448.0f), 448.0f));
+  if constexpr (is_same_t<Y, f8e4m3>::value) return e4m3_at(v, scale);
   else return from_f<Y>(v);
 }
 // The quantized form's scale (the unquantized form: none, and its divisor is never read)

@@ -10,9 +10,7 @@ __device__ __forceinline__ float qmax_of(const i8*) { return 127.0f; }
 __device__ __forceinline__ float to_f(i8 v) { return (float)v; }
 
 // q = saturate(round_even(v / scale)), as dif.ops.quant.quantize_with (scale a row's: common.cuh Divisor)
-__device__ __forceinline__ void qstore(f8e4m3* q, i64 j, float v, Divisor scale) {
-  q[j] = from_f<f8e4m3>(fminf(fmaxf(v / scale, -448.0f), 448.0f));
-}
+__device__ __forceinline__ void qstore(f8e4m3* q, i64 j, float v, Divisor scale) { q[j] = e4m3_at(v, scale); }
 __device__ __forceinline__ void qstore(i8* q, i64 j, float v, Divisor scale) {
   q[j] = (i8)__float2int_rn(fminf(fmaxf(v / scale, -127.0f), 127.0f));
 }
@@ -126,9 +124,7 @@ __device__ __forceinline__ void load8(const float* __restrict__ p, float* v) {  
   const float4 lo = reinterpret_cast<const float4*>(p)[0], hi = reinterpret_cast<const float4*>(p)[1];
   v[0] = lo.x, v[1] = lo.y, v[2] = lo.z, v[3] = lo.w, v[4] = hi.x, v[5] = hi.y, v[6] = hi.z, v[7] = hi.w;
 }
-__device__ __forceinline__ unsigned char qbits(const f8e4m3*, float v, Divisor scale) {
-  return from_f<f8e4m3>(fminf(fmaxf(v / scale, -448.0f), 448.0f)).x;
-}
+__device__ __forceinline__ unsigned char qbits(const f8e4m3*, float v, Divisor scale) { return e4m3_at(v, scale).x; }
 __device__ __forceinline__ unsigned char qbits(const i8*, float v, Divisor scale) {
   return (unsigned char)(i8)__float2int_rn(fminf(fmaxf(v / scale, -127.0f), 127.0f));
 }

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from dif.ir.program import Node
+from dif.ops.quant import MAX_SHARED_NORMS
 from dif_backend_cuda.lower.base import (
     FLOATS,
     ILP,
@@ -128,7 +129,8 @@ def _act_mul(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Ts, outs: Ts) -> Step
 
 @lowering("rms_norm_rope")
 def _rms_norm_rope(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Ts, outs: Ts) -> Steps:
-    return [norm_rope_kernel(ctx, node, attrs, ins, outs[0], "rms_norm_rope", [np.uint64(0)] * 4)]  # no b1..b3, scale
+    no_bound = [np.uint64(0)] * MAX_SHARED_NORMS  # the quantizing form's b1..b3 and scale pointers, null here
+    return [norm_rope_kernel(ctx, node, attrs, ins, outs[0], "rms_norm_rope", no_bound)]
 
 
 def norm_rope_kernel(
