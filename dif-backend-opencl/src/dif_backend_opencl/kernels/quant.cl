@@ -49,14 +49,15 @@ __kernel void tensor_scale(__global float* s, long so, gcptr x, long xo, int xt,
   if (l == 0) s[so] = m > 0.0f ? div_rn(m, 448.0f) : 1.0f;
 }
 
-// y = e4m3(x / s[so]) as fp32, times s[so] when `scaled`: x's values on the e4m3 grid at its tensor's scale
-__kernel void quantize_tensor(__global float* y, long yo, gcptr x, long xo, int xt, __global const float* s,
-                              long so, int scaled, long n) {
+// y = e4m3(x / s[so]), times s[so] when `scaled`, stored in y's dtype: x's values on the e4m3 grid at a tensor's
+// scale (fp32 for the emulated fp8 attention; e4m3 itself for rms_norm_rope_quant, whose scale is known beforehand)
+__kernel void quantize_tensor(gptr y, long yo, int yt, gcptr x, long xo, int xt, __global const float* s, long so,
+                              int scaled, long n) {
   long i = get_global_id(0);
   if (i >= n) return;
   float sc = s[so];
   float v = rnd(clamp(div_rn(ldf(x, xo + i, xt), sc), -448.0f, 448.0f), DT_F8E4M3);
-  y[yo + i] = scaled ? v * sc : v;
+  stf(y, yo + i, yt, scaled ? v * sc : v);
 }
 
 // rms_norm_rope_quant (dif.ops.quant.norm_bound_scale): s[so] = root * m / 448, m the largest |w + offset| over the
@@ -76,14 +77,6 @@ __kernel void norm_bound_scale(__global float* s, long so, gcptr w0, long o0, in
   }
   m = wg_max(m, buf);
   if (l == 0) s[so] = m > 0.0f ? div_rn(root * m, 448.0f) : 1.0f;
-}
-
-// q = e4m3(x / s[so]), saturated: values quantized at a scale known beforehand
-__kernel void quantize_at_scale(gptr q, long qo, int qt, gcptr x, long xo, int xt, __global const float* s, long so,
-                                long n) {
-  long i = get_global_id(0);
-  if (i >= n) return;
-  stf(q, qo + i, qt, clamp(div_rn(ldf(x, xo + i, xt), s[so]), -448.0f, 448.0f));
 }
 
 // y = x * s[so] in fp32: e4m3 values quantized by their producer (sdpa_fp8_qk's q and k) at their scale

@@ -60,7 +60,7 @@ def lower_sdpa_fp8(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Refs, outs: Ref
         s = (scales.slot, np.int64(scales.offset + i))
         n = np.int64(x.numel)
         steps += ctx.launch_rows("quant", "tensor_scale", 1, *s, *x.full(), n)
-        steps += ctx.launch_1d("quant", "quantize_tensor", x.numel, *y.ptr(), *x.full(), *s, np.int32(1), n)
+        steps += ctx.launch_1d("quant", "quantize_tensor", x.numel, *y.full(), *x.full(), *s, np.int32(1), n)
         grid.append(y)  # q and k times their scales
     return steps + _fp8_attention(ctx, attrs, grid[0], grid[1], v, ins[3] if len(ins) > 3 else None, outs[0])
 
@@ -86,7 +86,7 @@ def _fp8_attention(ctx: LowerCtx, attrs: Attrs, q: Ref, k: Ref, v: Ref, mask: Re
     v8 = ctx.scratch(v.type.shape, DType.F32)
     n = np.int64(v.numel)
     steps = ctx.launch_rows("quant", "tensor_scale", 1, *sv.ptr(), *v.full(), n)
-    steps += ctx.launch_1d("quant", "quantize_tensor", v.numel, *v8.ptr(), *v.full(), *sv.ptr(), np.int32(0), n)
+    steps += ctx.launch_1d("quant", "quantize_tensor", v.numel, *v8.full(), *v.full(), *sv.ptr(), np.int32(0), n)
     out = ctx.scratch(o.type.shape, DType.F32)
     steps += _sdpa_unfused(ctx, out, q, k, v8, mask, scale, bool(attrs["causal"]), v_scale=sv.ptr())
     return steps + ctx.launch_1d("quant", "fp8_round_out", o.numel, *o.full(), *out.ptr(), *sv.ptr(), np.int64(o.numel))

@@ -9,7 +9,7 @@ the backend (a conformance case, a program quantized for another target).
   so the value is rounded exactly as the unfused ops store it, then quantize_rows over the scratch.
 - scaled_linear_gated_residual: scaled_linear into the result, then the gated residual over it in place.
 - rms_norm_rope_quant: rms_norm_rope's kernel into fp32 scratch (the rotated values unrounded, as the reference
-  quantizes them), the scale the norm weights bound (`norm_bound_scale`), the values at it (`quantize_at_scale`).
+  quantizes them), the scale the norm weights bound (`norm_bound_scale`), the values at it (`quantize_tensor`).
 - scaled_linear: the fp32 GEMM with the row and output-channel scales in its epilogue, before the bias. Products
   of i8 / fp8 operands are exact in fp32; i8 sums stay exact while below 2^24, fp8 sums round about as the
   matrix units' accumulators do (`dif.testing.tolerances.FP8_ACCUMULATION`).
@@ -114,8 +114,8 @@ def lower_rms_norm_rope_quant(ctx: LowerCtx, node: Node, attrs: Attrs, ins: Refs
     root = np.float32(np.sqrt(np.float32(d)))  # correctly rounded here: OpenCL's sqrt may be 3 ulp off
     args = (*s.ptr(), *(a for t in weights for a in t.full()), np.int32(d), np.float32(attrs["offset"]), root)
     steps += ctx.launch_rows(QUANT, "norm_bound_scale", 1, *args)
-    n = np.int64(q.numel)
-    return steps + ctx.launch_1d(QUANT, "quantize_at_scale", q.numel, *q.full(), *rotated.full(), *s.ptr(), n)
+    args = (*q.full(), *rotated.full(), *s.ptr(), np.int32(0), np.int64(q.numel))  # e4m3 values, unscaled
+    return steps + ctx.launch_1d(QUANT, "quantize_tensor", q.numel, *args)
 
 
 @lowers("int4_linear")
